@@ -1,0 +1,59 @@
+#include "backends/reference/ops/op_util.hpp"
+
+namespace kiln::ref {
+
+Dims broadcast_shapes(const KernelContext& ctx, const Dims& a, const Dims& b) {
+  size_t rank = std::max(a.size(), b.size());
+  Dims out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      ctx.fail("shapes " + ir::dims_to_string(a) + " and " + ir::dims_to_string(b) + " cannot be broadcast");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+std::vector<int64_t> strides_of(const Dims& dims) {
+  std::vector<int64_t> s(dims.size());
+  int64_t acc = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= dims[i];
+  }
+  return s;
+}
+
+std::vector<int64_t> broadcast_strides(const Dims& in, const Dims& out) {
+  std::vector<int64_t> s(out.size(), 0);
+  std::vector<int64_t> own = strides_of(in);
+  size_t lead = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) s[lead + i] = in[i] == 1 ? 0 : own[i];
+  return s;
+}
+
+int64_t normalize_axis(const KernelContext& ctx, int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+    ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+BroadcastIterator::BroadcastIterator(const Dims& out, std::vector<std::vector<int64_t>> strides)
+    : dims_(out), strides_(std::move(strides)), index_(out.size(), 0), offsets_(strides_.size(), 0) {
+  done_ = ir::checked_numel(out) == 0;
+}
+
+void BroadcastIterator::next() {
+  for (size_t d = dims_.size(); d-- > 0;) {
+    if (++index_[d] < dims_[d]) {
+      for (size_t k = 0; k < strides_.size(); ++k) offsets_[k] += strides_[k][d];
+      return;
+    }
+    for (size_t k = 0; k < strides_.size(); ++k) offsets_[k] -= strides_[k][d] * (dims_[d] - 1);
+    index_[d] = 0;
+  }
+  done_ = true;
+}
+
+}  // namespace kiln::ref

@@ -1,0 +1,130 @@
+#include "backends/reference/reference_executor.hpp"
+
+#include <set>
+
+#include "backends/reference/kernel_registry.hpp"
+
+namespace kiln::ref {
+
+using ir::ErrorKind;
+using ir::Tensor;
+
+// Values visible while running one graph; subgraphs chain to their parent.
+class Scope {
+ public:
+  explicit Scope(const Scope* parent) : parent_(parent) {}
+  const Tensor* find(const std::string& name) const {
+    auto it = values_.find(name);
+    if (it != values_.end()) return &it->second;
+    return parent_ ? parent_->find(name) : nullptr;
+  }
+  void set(const std::string& name, Tensor t) { values_[name] = std::move(t); }
+  void erase(const std::string& name) { values_.erase(name); }
+  bool owns(const std::string& name) const { return values_.count(name) != 0; }
+
+ private:
+  const Scope* parent_;
+  std::map<std::string, Tensor> values_;
+};
+
+static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope);
+
+static std::vector<Tensor> run_subgraph(const ir::Graph& g, const std::vector<Tensor>& inputs, const Scope& parent) {
+  if (inputs.size() != g.inputs.size())
+    ir::fail(ErrorKind::InvalidModel, "subgraph '" + g.name + "' takes " + std::to_string(g.inputs.size()) +
+                                          " inputs, was given " + std::to_string(inputs.size()));
+  Scope scope(&parent);
+  for (const auto& [name, t] : g.initializers) scope.set(name, t);
+  for (size_t i = 0; i < inputs.size(); ++i) scope.set(g.inputs[i].name, inputs[i]);
+  return run_in_scope(g, scope);
+}
+
+static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope) {
+  const auto& registry = KernelRegistry::instance();
+
+  // Last use of each value in this graph, so intermediates are freed early.
+  std::map<std::string, size_t> last_use;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    for (const auto& in : graph.nodes[i].inputs) last_use[in] = i;
+    for (const auto& [k, a] : graph.nodes[i].attributes) {
+      if (a.g)
+        for (const auto& r : a.g->outer_references()) last_use[r] = i;
+      for (const auto& g : a.graphs)
+        for (const auto& r : g->outer_references()) last_use[r] = i;
+    }
+  }
+  std::set<std::string> keep;
+  for (const auto& o : graph.outputs) keep.insert(o.name);
+
+  for (size_t idx = 0; idx < graph.nodes.size(); ++idx) {
+    const ir::Node& node = graph.nodes[idx];
+    if (!node.domain.empty() && node.domain != "ai.onnx")
+      ir::fail(ErrorKind::Unsupported, node.describe() + ": operator domain '" + node.domain + "' is not supported");
+    KernelFn fn = registry.find(node.op_type);
+    if (!fn) ir::fail(ErrorKind::Unsupported, node.describe() + ": operator " + node.op_type + " is not supported");
+
+    std::vector<const Tensor*> ins;
+    for (const auto& name : node.inputs) {
+      if (name.empty()) {
+        ins.push_back(nullptr);
+        continue;
+      }
+      const Tensor* t = scope.find(name);
+      if (!t) ir::fail(ErrorKind::InvalidModel, node.describe() + ": input '" + name + "' is not defined before use");
+      ins.push_back(t);
+    }
+    KernelContext ctx(node, std::move(ins), [&scope](const ir::Graph& g, const std::vector<Tensor>& inputs) {
+      return run_subgraph(g, inputs, scope);
+    });
+    fn(ctx);
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      if (node.outputs[i].empty()) continue;
+      Tensor& t = ctx.outputs()[i];
+      if (!t.defined()) ir::fail(ErrorKind::Internal, node.describe() + ": kernel produced no output " + std::to_string(i));
+      scope.set(node.outputs[i], std::move(t));
+    }
+    for (const auto& name : node.inputs) {
+      auto it = last_use.find(name);
+      if (!name.empty() && it != last_use.end() && it->second == idx && !keep.count(name) && scope.owns(name) &&
+          !graph.initializers.count(name))
+        scope.erase(name);
+    }
+  }
+
+  std::vector<Tensor> outs;
+  for (const auto& o : graph.outputs) {
+    const Tensor* t = scope.find(o.name);
+    if (!t) ir::fail(ErrorKind::InvalidModel, "graph output '" + o.name + "' is never computed");
+    outs.push_back(*t);
+  }
+  return outs;
+}
+
+std::vector<Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs) {
+  Scope scope(nullptr);
+  for (const auto& [name, t] : graph.initializers) scope.set(name, t);
+  for (const auto& [name, t] : inputs) scope.set(name, t);
+  return run_in_scope(graph, scope);
+}
+
+bool has_kernel(const std::string& domain, const std::string& op_type) {
+  return (domain.empty() || domain == "ai.onnx") && KernelRegistry::instance().find(op_type) != nullptr;
+}
+
+static void collect_unsupported(const ir::Graph& g, std::set<std::string>& out) {
+  for (const auto& n : g.nodes) {
+    if (!has_kernel(n.domain, n.op_type)) out.insert(n.domain.empty() ? n.op_type : n.domain + "." + n.op_type);
+    for (const auto& [k, a] : n.attributes) {
+      if (a.g) collect_unsupported(*a.g, out);
+      for (const auto& sg : a.graphs) collect_unsupported(*sg, out);
+    }
+  }
+}
+
+std::vector<std::string> unsupported_ops(const ir::Graph& graph) {
+  std::set<std::string> s;
+  collect_unsupported(graph, s);
+  return {s.begin(), s.end()};
+}
+
+}  // namespace kiln::ref

@@ -1,0 +1,22 @@
+#pragma once
+// Runs a graph node by node with the reference kernels. Clarity over speed:
+// this is the oracle every compiled backend is checked against.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/ir/graph.hpp"
+
+namespace kiln::ref {
+
+class Scope;
+
+// Outputs in the order of graph.outputs. `inputs` may also override
+// initializers that are graph inputs. Throws ir::Error naming the node.
+std::vector<ir::Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, ir::Tensor>& inputs);
+
+// Op types of `graph` (and its subgraphs) with no reference kernel.
+std::vector<std::string> unsupported_ops(const ir::Graph& graph);
+bool has_kernel(const std::string& domain, const std::string& op_type);
+
+}  // namespace kiln::ref

@@ -1,0 +1,392 @@
+#include "runtime/onnx/onnx_importer.hpp"
+
+#include <onnx/onnx_pb.h>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+namespace kiln::onnx_import {
+
+using ir::DType;
+using ir::ErrorKind;
+using ir::fail;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) fail(ErrorKind::Io, std::string("cannot read ") + what + " '" + path + "': is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::Io, std::string("cannot open ") + what + " '" + path + "': " + std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  std::streamoff size = in.tellg();
+  if (size < 0) fail(ErrorKind::Io, std::string("cannot read ") + what + " '" + path + "'");
+  if (size > INT_MAX)
+    fail(ErrorKind::InvalidModel, "'" + path + "' is larger than 2 GiB; protobuf files cannot be; store the weights as external data");
+  std::string bytes(size_t(size), '\0');
+  in.seekg(0);
+  if (!in.read(bytes.data(), size)) fail(ErrorKind::Io, std::string("cannot read ") + what + " '" + path + "'");
+  return bytes;
+}
+
+template <typename Proto>
+bool parse_proto(Proto& proto, const void* data, size_t size) {
+  if (size > size_t(INT_MAX)) return false;
+  google::protobuf::io::ArrayInputStream raw(data, int(size));
+  google::protobuf::io::CodedInputStream coded(&raw);
+  coded.SetTotalBytesLimit(INT_MAX);
+  return proto.ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage();
+}
+
+class Importer {
+ public:
+  Importer(std::string label, ImportOptions options) : label_(std::move(label)), options_(std::move(options)) {}
+
+  ir::Model import(const onnx::ModelProto& mp) {
+    ir::Model m;
+    m.ir_version = mp.ir_version();
+    m.producer_name = mp.producer_name();
+    m.producer_version = mp.producer_version();
+    m.source_path = label_;
+    for (const auto& o : mp.opset_import()) {
+      std::string d = o.domain() == "ai.onnx" ? "" : o.domain();
+      m.opsets.push_back({d, o.version()});
+      opsets_[d] = o.version();
+    }
+    // IR version 3+ requires opset_import; older files implicitly mean opset 1.
+    if (mp.opset_import_size() == 0) {
+      m.opsets.push_back({"", 1});
+      opsets_[""] = 1;
+    }
+    if (!mp.has_graph()) fail(ErrorKind::InvalidModel, label_ + ": the model has no graph");
+    m.graph = import_graph(mp.graph(), "graph");
+    return m;
+  }
+
+  ir::Tensor tensor(const onnx::TensorProto& tp, const std::string& where) {
+    DType dt = dtype(tp.data_type(), where + " '" + tp.name() + "'");
+    ir::Dims dims;
+    for (int64_t d : tp.dims()) {
+      if (d < 0) fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "has negative dimension " + std::to_string(d));
+      dims.push_back(d);
+    }
+    int64_t numel;
+    try {
+      numel = ir::checked_numel(dims);
+    } catch (const ir::Error&) {
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "shape " + ir::dims_to_string(dims) + " is too large");
+    }
+    const size_t esize = ir::dtype_size(dt);
+    const uint64_t want_bytes = uint64_t(numel) * esize;
+
+    if (tp.has_data_location() && tp.data_location() == onnx::TensorProto::EXTERNAL)
+      return external_tensor(tp, dt, dims, want_bytes, where);
+
+    auto count_error = [&](size_t have) {
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "shape " + ir::dims_to_string(dims) + " needs " +
+                                        std::to_string(numel) + " elements, the file holds " + std::to_string(have));
+    };
+    if (tp.has_raw_data()) {
+      if (tp.raw_data().size() != want_bytes) {
+        fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "shape " + ir::dims_to_string(dims) + " of " +
+                                          ir::dtype_name(dt) + " needs " + std::to_string(want_bytes) +
+                                          " bytes of raw data, the file holds " + std::to_string(tp.raw_data().size()));
+      }
+      ir::Tensor t(dt, dims);
+      if (want_bytes) std::memcpy(t.raw(), tp.raw_data().data(), want_bytes);
+      return t;
+    }
+    ir::Tensor t(dt, dims);
+    switch (dt) {
+      case DType::Float32:
+        if (tp.float_data_size() != numel) count_error(size_t(tp.float_data_size()));
+        std::copy(tp.float_data().begin(), tp.float_data().end(), t.data<float>());
+        break;
+      case DType::Float64:
+        if (tp.double_data_size() != numel) count_error(size_t(tp.double_data_size()));
+        std::copy(tp.double_data().begin(), tp.double_data().end(), t.data<double>());
+        break;
+      case DType::Int64:
+        if (tp.int64_data_size() != numel) count_error(size_t(tp.int64_data_size()));
+        std::copy(tp.int64_data().begin(), tp.int64_data().end(), t.data<int64_t>());
+        break;
+      case DType::UInt32:
+      case DType::UInt64: {
+        if (tp.uint64_data_size() != numel) count_error(size_t(tp.uint64_data_size()));
+        for (int64_t i = 0; i < numel; ++i) {
+          uint64_t v = tp.uint64_data(int(i));
+          if (dt == DType::UInt32) t.data<uint32_t>()[i] = uint32_t(v);
+          else t.data<uint64_t>()[i] = v;
+        }
+        break;
+      }
+      default: {
+        // int32_data carries every type of 32 bits or less, 16-bit floats as bit patterns.
+        if (tp.int32_data_size() != numel) count_error(size_t(tp.int32_data_size()));
+        for (int64_t i = 0; i < numel; ++i) {
+          int32_t v = tp.int32_data(int(i));
+          switch (dt) {
+            case DType::Int32: t.data<int32_t>()[i] = v; break;
+            case DType::Int16: t.data<int16_t>()[i] = int16_t(v); break;
+            case DType::Int8: t.data<int8_t>()[i] = int8_t(v); break;
+            case DType::UInt16: t.data<uint16_t>()[i] = uint16_t(v); break;
+            case DType::UInt8: t.data<uint8_t>()[i] = uint8_t(v); break;
+            case DType::Bool: t.data<bool>()[i] = v != 0; break;
+            case DType::Float16: t.data<ir::Half>()[i].bits = uint16_t(v); break;
+            case DType::BFloat16: t.data<ir::BFloat16>()[i].bits = uint16_t(v); break;
+            default: fail(ErrorKind::Unsupported, where_msg(where, tp.name()) + "element type " + ir::dtype_name(dt) + " is not supported");
+          }
+        }
+      }
+    }
+    return t;
+  }
+
+ private:
+  static std::string where_msg(const std::string& where, const std::string& name) {
+    return where + (name.empty() ? "" : " '" + name + "'") + ": ";
+  }
+
+  DType dtype(int32_t code, const std::string& where) {
+    if (code <= 0 || code > int32_t(DType::BFloat16))
+      fail(ErrorKind::InvalidModel, label_ + ": " + where + " has unknown element type code " + std::to_string(code));
+    DType dt = DType(code);
+    if (!ir::dtype_supported(dt))
+      fail(ErrorKind::Unsupported, label_ + ": " + where + " has element type " + ir::dtype_name(dt) + ", which Kiln does not support");
+    return dt;
+  }
+
+  ir::Tensor external_tensor(const onnx::TensorProto& tp, DType dt, const ir::Dims& dims, uint64_t want_bytes,
+                             const std::string& where) {
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& kv : tp.external_data()) {
+      try {
+        if (kv.key() == "location") location = kv.value();
+        else if (kv.key() == "offset") offset = std::stoll(kv.value());
+        else if (kv.key() == "length") length = std::stoll(kv.value());
+      } catch (const std::exception&) {
+        fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data field '" + kv.key() + "' is not a number: '" + kv.value() + "'");
+      }
+    }
+    std::string dir = options_.external_data_dir;
+    if (dir.empty())
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "weights are in an external file '" + location +
+                                        "' but the model was loaded from memory without a directory for external data");
+    if (location.empty()) fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data has no location");
+    fs::path rel(location);
+    // Keep external data inside the model's directory: a hostile file must not read /etc/passwd.
+    if (rel.is_absolute() || location.find("..") != std::string::npos)
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data location '" + location + "' must be a relative path inside the model's directory");
+    fs::path full = fs::path(dir) / rel;
+    std::error_code ec;
+    uint64_t file_size = fs::file_size(full, ec);
+    if (ec) fail(ErrorKind::Io, where_msg(where, tp.name()) + "cannot open external data file '" + full.string() + "': " + ec.message());
+    if (offset < 0 || uint64_t(offset) > file_size)
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data offset " + std::to_string(offset) + " is outside '" + full.string() + "' (" + std::to_string(file_size) + " bytes)");
+    if (length >= 0 && uint64_t(length) != want_bytes)
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data length " + std::to_string(length) + " does not match the " + std::to_string(want_bytes) + " bytes its shape needs");
+    if (file_size - uint64_t(offset) < want_bytes)
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data file '" + full.string() + "' is too short: needs " + std::to_string(want_bytes) + " bytes at offset " + std::to_string(offset));
+    ir::Tensor t(dt, dims);
+    std::ifstream in(full, std::ios::binary);
+    in.seekg(offset);
+    if (want_bytes && !in.read(static_cast<char*>(t.raw()), std::streamsize(want_bytes)))
+      fail(ErrorKind::Io, where_msg(where, tp.name()) + "cannot read external data file '" + full.string() + "'");
+    return t;
+  }
+
+  ir::ValueInfo value_info(const onnx::ValueInfoProto& vp, const std::string& where) {
+    ir::ValueInfo v;
+    v.name = vp.name();
+    if (!vp.has_type()) return v;  // type unknown: allowed for intermediates and some outputs
+    const auto& type = vp.type();
+    if (type.has_sequence_type() || type.has_optional_type() || type.has_map_type() || type.has_sparse_tensor_type())
+      fail(ErrorKind::Unsupported, label_ + ": " + where + " '" + vp.name() + "' is a " +
+                                       (type.has_sequence_type() ? "sequence" : type.has_optional_type() ? "optional" : type.has_map_type() ? "map" : "sparse tensor") +
+                                       "; Kiln supports dense tensors only");
+    if (!type.has_tensor_type()) return v;
+    const auto& tt = type.tensor_type();
+    if (tt.elem_type() != 0) v.dtype = dtype(tt.elem_type(), where + " '" + vp.name() + "'");
+    if (tt.has_shape()) {
+      v.shape = ir::Shape{};
+      for (const auto& d : tt.shape().dim()) {
+        if (d.has_dim_value()) {
+          if (d.dim_value() < 0)
+            fail(ErrorKind::InvalidModel, label_ + ": " + where + " '" + vp.name() + "' has negative dimension " + std::to_string(d.dim_value()));
+          v.shape.dims.push_back(ir::Dim::known(d.dim_value()));
+        } else if (d.has_dim_param() && !d.dim_param().empty()) {
+          v.shape.dims.push_back(ir::Dim::named(d.dim_param()));
+        } else {
+          v.shape.dims.push_back(ir::Dim::unknown());
+        }
+      }
+    }
+    return v;
+  }
+
+  ir::Attribute attribute(const onnx::AttributeProto& ap, const ir::Node& node) {
+    ir::Attribute a;
+    using K = ir::Attribute::Kind;
+    const std::string where = "attribute '" + ap.name() + "' of " + node.describe();
+    switch (ap.type()) {
+      case onnx::AttributeProto::FLOAT: a.kind = K::Float; a.f = ap.f(); break;
+      case onnx::AttributeProto::INT: a.kind = K::Int; a.i = ap.i(); break;
+      case onnx::AttributeProto::STRING: a.kind = K::String; a.s = ap.s(); break;
+      case onnx::AttributeProto::TENSOR: a.kind = K::Tensor; a.t = tensor(ap.t(), where); break;
+      case onnx::AttributeProto::GRAPH: a.kind = K::Graph; a.g = import_graph(ap.g(), where); break;
+      case onnx::AttributeProto::FLOATS: a.kind = K::Floats; a.floats.assign(ap.floats().begin(), ap.floats().end()); break;
+      case onnx::AttributeProto::INTS: a.kind = K::Ints; a.ints.assign(ap.ints().begin(), ap.ints().end()); break;
+      case onnx::AttributeProto::STRINGS: a.kind = K::Strings; a.strings.assign(ap.strings().begin(), ap.strings().end()); break;
+      case onnx::AttributeProto::TENSORS:
+        a.kind = K::Tensors;
+        for (const auto& t : ap.tensors()) a.tensors.push_back(tensor(t, where));
+        break;
+      case onnx::AttributeProto::GRAPHS:
+        a.kind = K::Graphs;
+        for (const auto& g : ap.graphs()) a.graphs.push_back(import_graph(g, where));
+        break;
+      case onnx::AttributeProto::UNDEFINED: {
+        // Files written before IR version 2 carry no type: infer it from the populated field.
+        if (ap.has_f()) { a.kind = K::Float; a.f = ap.f(); }
+        else if (ap.has_i()) { a.kind = K::Int; a.i = ap.i(); }
+        else if (ap.has_s()) { a.kind = K::String; a.s = ap.s(); }
+        else if (ap.has_t()) { a.kind = K::Tensor; a.t = tensor(ap.t(), where); }
+        else if (ap.has_g()) { a.kind = K::Graph; a.g = import_graph(ap.g(), where); }
+        else if (ap.floats_size()) { a.kind = K::Floats; a.floats.assign(ap.floats().begin(), ap.floats().end()); }
+        else if (ap.ints_size()) { a.kind = K::Ints; a.ints.assign(ap.ints().begin(), ap.ints().end()); }
+        else if (ap.strings_size()) { a.kind = K::Strings; a.strings.assign(ap.strings().begin(), ap.strings().end()); }
+        else fail(ErrorKind::InvalidModel, label_ + ": " + where + " has no type and no value");
+        break;
+      }
+      default:
+        fail(ErrorKind::Unsupported, label_ + ": " + where + " has attribute type " + std::to_string(int(ap.type())) + ", which Kiln does not support");
+    }
+    return a;
+  }
+
+  // Turns a Constant node into a tensor, or returns false if it is not a plain dense constant.
+  ir::Tensor constant_value(const ir::Node& n) {
+    if (n.attributes.size() != 1) fail(ErrorKind::InvalidModel, label_ + ": " + n.describe() + " must have exactly one value attribute");
+    const auto& [key, a] = *n.attributes.begin();
+    if (key == "value") return a.t;
+    if (key == "value_float") return ir::Tensor::scalar<float>(a.f);
+    if (key == "value_floats") return ir::Tensor::from_vector<float>({int64_t(a.floats.size())}, a.floats);
+    if (key == "value_int") return ir::Tensor::scalar<int64_t>(a.i);
+    if (key == "value_ints") return ir::Tensor::from_vector<int64_t>({int64_t(a.ints.size())}, a.ints);
+    fail(ErrorKind::Unsupported, label_ + ": " + n.describe() + ": constant attribute '" + key + "' is not supported (dense numeric tensors only)");
+  }
+
+  std::shared_ptr<ir::Graph> import_graph(const onnx::GraphProto& gp, const std::string& where) {
+    if (++depth_ > 64) fail(ErrorKind::InvalidModel, label_ + ": subgraphs are nested more than 64 deep");
+    auto g = std::make_shared<ir::Graph>();
+    g->name = gp.name();
+    const std::string gwhere = gp.name().empty() ? where : "graph '" + gp.name() + "'";
+
+    for (const auto& t : gp.initializer()) {
+      if (t.name().empty()) fail(ErrorKind::InvalidModel, label_ + ": " + gwhere + " has an initializer without a name");
+      g->initializers[t.name()] = tensor(t, label_ + ": initializer");
+    }
+    if (gp.sparse_initializer_size())
+      fail(ErrorKind::Unsupported, label_ + ": " + gwhere + " has sparse initializers, which Kiln does not support");
+
+    std::set<std::string> defined;
+    for (const auto& [name, t] : g->initializers) defined.insert(name);
+    for (const auto& in : gp.input()) {
+      if (in.name().empty()) fail(ErrorKind::InvalidModel, label_ + ": " + gwhere + " has an input without a name");
+      g->inputs.push_back(value_info(in, "input"));
+      defined.insert(in.name());
+    }
+    for (const auto& out : gp.output()) g->outputs.push_back(value_info(out, "output"));
+    for (const auto& vi : gp.value_info()) {
+      try {
+        g->value_info[vi.name()] = value_info(vi, "value");
+      } catch (const ir::Error&) {
+        // Annotations of intermediate values are hints only; a sequence-typed
+        // intermediate fails later at the node that produces it.
+      }
+    }
+
+    int index = 0;
+    for (const auto& np : gp.node()) {
+      ir::Node n;
+      n.op_type = np.op_type();
+      n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+      n.name = np.name().empty() ? n.op_type + "_" + std::to_string(index) : np.name();
+      ++index;
+      auto os = opsets_.find(n.domain);
+      if (os == opsets_.end())
+        fail(ErrorKind::InvalidModel, label_ + ": " + n.describe() + " uses domain '" + n.domain + "', which the model does not import");
+      n.opset = int(std::min<int64_t>(os->second, INT_MAX));
+      if (n.op_type.empty()) fail(ErrorKind::InvalidModel, label_ + ": node " + std::to_string(index - 1) + " of " + gwhere + " has no op_type");
+      n.inputs.assign(np.input().begin(), np.input().end());
+      n.outputs.assign(np.output().begin(), np.output().end());
+      for (const auto& ap : np.attribute()) {
+        if (ap.name().empty()) fail(ErrorKind::InvalidModel, label_ + ": " + n.describe() + " has an attribute without a name");
+        if (!ap.ref_attr_name().empty())
+          fail(ErrorKind::Unsupported, label_ + ": " + n.describe() + " refers to a function attribute; functions are not supported");
+        n.attributes[ap.name()] = attribute(ap, n);
+      }
+      for (const auto& o : n.outputs) {
+        if (o.empty()) continue;
+        if (!defined.insert(o).second && !g->initializers.count(o))
+          fail(ErrorKind::InvalidModel, label_ + ": " + n.describe() + " redefines value '" + o + "'");
+      }
+      if (n.domain.empty() && n.op_type == "Constant" && n.outputs.size() == 1 && !n.outputs[0].empty()) {
+        g->initializers[n.outputs[0]] = constant_value(n);
+        continue;
+      }
+      g->nodes.push_back(std::move(n));
+    }
+    --depth_;
+    return g;
+  }
+
+  std::string label_;
+  ImportOptions options_;
+  std::map<std::string, int64_t> opsets_;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+ir::Model import_model_bytes(const void* data, size_t size, const std::string& label, const ImportOptions& options) {
+  onnx::ModelProto mp;
+  if (size == 0) fail(ErrorKind::InvalidModel, label + ": the file is empty, not an ONNX model");
+  if (!parse_proto(mp, data, size))
+    fail(ErrorKind::InvalidModel, label + ": not a valid ONNX model (protobuf parse failed: the file is truncated, corrupt or not ONNX)");
+  return Importer(label, options).import(mp);
+}
+
+ir::Model import_model_file(const std::string& path, const ImportOptions& options) {
+  std::string bytes = read_file(path, "model");
+  ImportOptions opts = options;
+  if (opts.external_data_dir.empty()) {
+    fs::path parent = fs::path(path).parent_path();
+    opts.external_data_dir = parent.empty() ? "." : parent.string();
+  }
+  return import_model_bytes(bytes.data(), bytes.size(), path, opts);
+}
+
+ir::Tensor import_tensor_bytes(const void* data, size_t size, const std::string& label) {
+  onnx::TensorProto tp;
+  if (!parse_proto(tp, data, size)) fail(ErrorKind::InvalidModel, label + ": not a valid ONNX TensorProto");
+  if (tp.data_type() == int32_t(DType::String))
+    fail(ErrorKind::Unsupported, label + ": string tensors are not supported");
+  return Importer(label, {}).tensor(tp, label + ": tensor");
+}
+
+ir::Tensor import_tensor_file(const std::string& path) {
+  std::string bytes = read_file(path, "tensor");
+  return import_tensor_bytes(bytes.data(), bytes.size(), path);
+}
+
+}  // namespace kiln::onnx_import

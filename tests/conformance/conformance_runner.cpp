@@ -1,0 +1,259 @@
+// Runs the ONNX backend conformance tests (libonnx-testdata) through Kiln and
+// holds the result against an expected-failures list that may only shrink:
+// an unlisted failure fails the run, and so does a listed test that passes.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "backends/reference/reference_executor.hpp"
+#include "runtime/onnx/onnx_importer.hpp"
+
+namespace fs = std::filesystem;
+using kiln::ir::DType;
+using kiln::ir::Tensor;
+
+namespace {
+
+enum class Outcome { Pass, Fail, Skip };
+
+struct Result {
+  std::string id;  // "node/test_add"
+  Outcome outcome = Outcome::Pass;
+  std::string detail;
+};
+
+std::string compare(const Tensor& got, const Tensor& want, double rtol, double atol) {
+  if (got.dtype() != want.dtype())
+    return std::string("dtype ") + kiln::ir::dtype_name(got.dtype()) + ", expected " + kiln::ir::dtype_name(want.dtype());
+  if (got.dims() != want.dims())
+    return "shape " + kiln::ir::dims_to_string(got.dims()) + ", expected " + kiln::ir::dims_to_string(want.dims());
+  const bool is_float = kiln::ir::dtype_is_float(want.dtype());
+  int64_t bad = 0, first_bad = -1;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    bool ok;
+    if (is_float) {
+      double g = got.as_double(i), w = want.as_double(i);
+      if (std::isnan(w) || std::isnan(g)) ok = std::isnan(w) && std::isnan(g);
+      else if (std::isinf(w) || std::isinf(g)) ok = g == w;
+      else ok = std::fabs(g - w) <= atol + rtol * std::fabs(w);
+    } else {
+      ok = got.as_int64(i) == want.as_int64(i);
+    }
+    if (!ok && bad++ == 0) first_bad = i;
+  }
+  if (!bad) return {};
+  std::ostringstream s;
+  s << bad << " of " << want.numel() << " elements differ; first at " << first_bad << ": got "
+    << got.as_double(first_bad) << ", expected " << want.as_double(first_bad);
+  return s.str();
+}
+
+std::vector<fs::path> sorted_entries(const fs::path& dir, const std::string& prefix) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path());
+  // input_10 sorts after input_9: order by the number after the prefix.
+  std::sort(out.begin(), out.end(), [&](const fs::path& a, const fs::path& b) {
+    auto num = [&](const fs::path& p) {
+      std::string s = p.stem().string().substr(prefix.size());
+      return std::atoll(s.c_str());
+    };
+    return num(a) < num(b);
+  });
+  return out;
+}
+
+bool is_scope_limit(const kiln::ir::Error& e) {
+  // Sequences, optionals, maps, strings and non-ai.onnx domains are outside
+  // what Kiln supports at all: such tests are skipped with the reason.
+  const std::string m = e.what();
+  return e.kind() == kiln::ir::ErrorKind::Unsupported &&
+         (m.find("sequence") != std::string::npos || m.find("optional") != std::string::npos ||
+          m.find("map;") != std::string::npos || m.find("string") != std::string::npos ||
+          m.find("domain") != std::string::npos || m.find("sparse") != std::string::npos);
+}
+
+Result run_test(const fs::path& dir, const std::string& id, double rtol, double atol) {
+  Result r;
+  r.id = id;
+  kiln::ir::Model model;
+  try {
+    model = kiln::onnx_import::import_model_file((dir / "model.onnx").string());
+  } catch (const kiln::ir::Error& e) {
+    r.outcome = is_scope_limit(e) ? Outcome::Skip : Outcome::Fail;
+    r.detail = e.what();
+    return r;
+  }
+  const auto& g = *model.graph;
+  auto sets = sorted_entries(dir, "test_data_set_");
+  if (sets.empty()) {
+    r.outcome = Outcome::Skip;
+    r.detail = "no test data sets";
+    return r;
+  }
+  for (const auto& set : sets) {
+    std::map<std::string, Tensor> inputs;
+    std::vector<Tensor> expected;
+    try {
+      auto in_files = sorted_entries(set, "input_");
+      auto required = g.required_inputs();
+      for (size_t i = 0; i < in_files.size(); ++i) {
+        Tensor t = kiln::onnx_import::import_tensor_file(in_files[i].string());
+        // Files map positionally onto the inputs without defaults, or onto all
+        // inputs when the test feeds every one of them.
+        std::string name;
+        if (in_files.size() == g.inputs.size()) name = g.inputs[i].name;
+        else if (i < required.size()) name = required[i]->name;
+        else throw kiln::ir::Error(kiln::ir::ErrorKind::InvalidModel, "more input files than model inputs");
+        inputs[name] = t;
+      }
+      for (const auto& f : sorted_entries(set, "output_")) expected.push_back(kiln::onnx_import::import_tensor_file(f.string()));
+    } catch (const kiln::ir::Error& e) {
+      r.outcome = Outcome::Skip;
+      r.detail = std::string("test data: ") + e.what();
+      return r;
+    }
+    std::vector<Tensor> got;
+    try {
+      got = kiln::ref::run_graph(g, inputs);
+    } catch (const kiln::ir::Error& e) {
+      r.outcome = Outcome::Fail;
+      r.detail = e.what();
+      return r;
+    } catch (const std::exception& e) {
+      r.outcome = Outcome::Fail;
+      r.detail = std::string("unexpected exception: ") + e.what();
+      return r;
+    }
+    if (got.size() != expected.size()) {
+      r.outcome = Outcome::Fail;
+      r.detail = std::to_string(got.size()) + " outputs, expected " + std::to_string(expected.size());
+      return r;
+    }
+    for (size_t i = 0; i < got.size(); ++i) {
+      std::string diff = compare(got[i], expected[i], rtol, atol);
+      if (!diff.empty()) {
+        r.outcome = Outcome::Fail;
+        r.detail = set.filename().string() + " output " + std::to_string(i) + " ('" + g.outputs[i].name + "'): " + diff;
+        return r;
+      }
+    }
+  }
+  return r;
+}
+
+std::map<std::string, std::string> read_expected_failures(const std::string& path) {
+  std::map<std::string, std::string> out;
+  if (path.empty()) return out;
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open expected-failures list '" + path + "'");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto hash = line.find('#');
+    std::string reason = hash == std::string::npos ? "" : line.substr(hash + 1);
+    std::string id = line.substr(0, hash);
+    id.erase(std::remove_if(id.begin(), id.end(), ::isspace), id.end());
+    if (!id.empty()) out[id] = reason;
+  }
+  return out;
+}
+
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  std::replace(s.begin(), s.end(), '\t', ' ');
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Runs the ONNX backend conformance tests through Kiln"};
+  std::string data_root = "/usr/share/libonnx-testdata/data";
+  std::vector<std::string> suites = {"node", "pytorch-converted", "pytorch-operator", "simple"};
+  std::string filter, expected_path, tsv_path, backend = "reference";
+  bool verbose = false;
+  app.add_option("--data-root", data_root, "folder holding the suites");
+  app.add_option("--suite", suites, "suites to run")->delimiter(',');
+  app.add_option("--filter", filter, "only tests whose id (suite/name) matches this regex");
+  app.add_option("--expected-failures", expected_path, "list of test ids expected to fail");
+  app.add_option("--tsv", tsv_path, "write one line per test here");
+  app.add_option("--backend", backend, "backend to run")->check(CLI::IsMember({"reference"}));
+  app.add_flag("-v,--verbose", verbose, "print every failure");
+  CLI11_PARSE(app, argc, argv);
+
+  std::map<std::string, std::string> expected;
+  try {
+    expected = read_expected_failures(expected_path);
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  std::regex re(filter.empty() ? ".*" : filter);
+
+  std::vector<Result> results;
+  for (const auto& suite : suites) {
+    fs::path root = fs::path(data_root) / suite;
+    if (!fs::is_directory(root)) {
+      std::cerr << "error: test data folder '" << root.string() << "' is missing (install libonnx-testdata)\n";
+      return 2;
+    }
+    std::vector<fs::path> dirs;
+    for (const auto& e : fs::directory_iterator(root))
+      if (e.is_directory()) dirs.push_back(e.path());
+    std::sort(dirs.begin(), dirs.end());
+    for (const auto& d : dirs) {
+      std::string id = suite + "/" + d.filename().string();
+      if (!std::regex_search(id, re)) continue;
+      results.push_back(run_test(d, id, 1e-3, 1e-7));
+    }
+  }
+
+  int passed = 0, failed = 0, skipped = 0, regressions = 0, fixed = 0;
+  std::ofstream tsv;
+  if (!tsv_path.empty()) {
+    tsv.open(tsv_path);
+    tsv << "test\tresult\texpected_failure\tdetail\n";
+  }
+  for (const auto& r : results) {
+    bool listed = expected.count(r.id) != 0;
+    const char* word = r.outcome == Outcome::Pass ? "pass" : r.outcome == Outcome::Fail ? "fail" : "skip";
+    if (tsv) tsv << r.id << '\t' << word << '\t' << (listed ? "yes" : "no") << '\t' << one_line(r.detail) << '\n';
+    switch (r.outcome) {
+      case Outcome::Pass:
+        ++passed;
+        if (listed) {
+          ++fixed;
+          std::cout << "FIXED  " << r.id << " passes but is in the expected-failures list: remove it\n";
+        }
+        break;
+      case Outcome::Fail:
+        ++failed;
+        if (!listed) {
+          ++regressions;
+          std::cout << "FAIL   " << r.id << ": " << one_line(r.detail) << "\n";
+        } else if (verbose) {
+          std::cout << "xfail  " << r.id << ": " << one_line(r.detail) << "\n";
+        }
+        break;
+      case Outcome::Skip:
+        ++skipped;
+        if (verbose) std::cout << "skip   " << r.id << ": " << one_line(r.detail) << "\n";
+        break;
+    }
+  }
+  std::cout << "conformance (" << backend << "): " << passed << " passed, " << failed << " failed, " << skipped
+            << " skipped; " << (failed - regressions) << " failures expected, " << regressions
+            << " unexpected, " << fixed << " expected failures now pass\n";
+  return regressions || fixed ? 1 : 0;
+}
