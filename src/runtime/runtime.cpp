@@ -1,0 +1,296 @@
+// The public C++ API: Runtime, Model, Tensor. Translates between the public
+// types and the IR, validates what callers pass, and turns internal errors
+// into kiln::Error.
+#include <sched.h>
+
+#include <iostream>
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "backends/reference/reference_executor.hpp"
+#include "kiln/kiln.hpp"
+#include "runtime/ir/shape_inference.hpp"
+#include "runtime/onnx/onnx_importer.hpp"
+
+namespace kiln {
+
+namespace {
+
+ErrorCode to_code(ir::ErrorKind k) {
+  switch (k) {
+    case ir::ErrorKind::InvalidModel: return ErrorCode::InvalidModel;
+    case ir::ErrorKind::Unsupported: return ErrorCode::Unsupported;
+    case ir::ErrorKind::InvalidArgument: return ErrorCode::InvalidArgument;
+    case ir::ErrorKind::Io: return ErrorCode::Io;
+    case ir::ErrorKind::Internal: return ErrorCode::Internal;
+  }
+  return ErrorCode::Internal;
+}
+
+// Runs f, turning every internal failure into kiln::Error.
+template <typename F>
+decltype(auto) translate_errors(F&& f) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const ir::Error& e) {
+    throw Error(to_code(e.kind()), e.what());
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::Internal, "out of memory");
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::Internal, e.what());
+  }
+}
+
+bool public_dtype(ir::DType t) { return ir::dtype_supported(t); }
+
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+TensorInfo to_info(const ir::ValueInfo& v, bool has_default) {
+  TensorInfo info;
+  info.name = v.name;
+  info.dtype = public_dtype(v.dtype) ? DType(int32_t(v.dtype)) : DType::Float32;
+  info.rank_known = v.shape.rank_known;
+  info.has_default = has_default;
+  for (const auto& d : v.shape.dims) info.shape.push_back(Dim{d.value.value_or(-1), d.symbol});
+  return info;
+}
+
+void count_ops(const ir::Graph& g, std::map<std::string, int>& hist) {
+  for (const auto& n : g.nodes) {
+    hist[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type]++;
+    for (const auto& [k, a] : n.attributes) {
+      if (a.g) count_ops(*a.g, hist);
+      for (const auto& sg : a.graphs) count_ops(*sg, hist);
+    }
+  }
+}
+
+}  // namespace
+
+const char* dtype_name(DType t) { return ir::dtype_name(ir::DType(int32_t(t))); }
+size_t dtype_size(DType t) { return ir::dtype_size(ir::DType(int32_t(t))); }
+
+std::string shape_to_string(const Shape& s) { return ir::dims_to_string(s); }
+
+// ---- Tensor ---------------------------------------------------------------
+
+Tensor::Tensor(DType dtype, Shape shape) {
+  ir::Tensor t = translate_errors([&] { return ir::Tensor(ir::DType(int32_t(dtype)), shape); });
+  dtype_ = dtype;
+  shape_ = std::move(shape);
+  owner_ = t.owner();
+  data_ = t.raw();
+}
+
+Tensor Tensor::view(DType dtype, Shape shape, void* data) { return view(dtype, std::move(shape), data, nullptr); }
+
+Tensor Tensor::view(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner) {
+  if (!data) throw Error(ErrorCode::InvalidArgument, "Tensor::view: data pointer is null");
+  if (dtype_size(dtype) == 0) throw Error(ErrorCode::InvalidArgument, "Tensor::view: unknown dtype " + std::to_string(int(dtype)));
+  translate_errors([&] { return ir::checked_numel(shape); });
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.owner_ = std::move(owner);
+  t.data_ = data;
+  return t;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape_) n *= d;
+  return n;
+}
+
+void Tensor::check_size(size_t element_size) const {
+  if (element_size != dtype_size(dtype_))
+    throw Error(ErrorCode::InvalidArgument, std::string("tensor of ") + dtype_name(dtype_) + " accessed with a " +
+                                                std::to_string(element_size) + "-byte element type");
+}
+
+std::string TensorInfo::shape_string() const {
+  if (!rank_known) return "[unknown rank]";
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ',';
+    s += shape[i].is_fixed() ? std::to_string(shape[i].value) : shape[i].symbol.empty() ? "?" : shape[i].symbol;
+  }
+  return s + "]";
+}
+
+// ---- Runtime --------------------------------------------------------------
+
+struct Runtime::Impl {
+  RuntimeOptions options;
+  int threads = 1;
+  mutable std::mutex log_mutex;
+};
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
+  if (options.threads < 0)
+    throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::threads must be 0 (all cores) or positive, got " +
+                                                std::to_string(options.threads));
+  impl_->threads = options.threads > 0 ? options.threads : usable_cores();
+  impl_->options = std::move(options);
+}
+
+const RuntimeOptions& Runtime::options() const { return impl_->options; }
+int Runtime::threads() const { return impl_->threads; }
+
+void Runtime::log(LogLevel level, const std::string& message) const {
+  if (level < impl_->options.log_level || impl_->options.log_level == LogLevel::Off) return;
+  std::lock_guard<std::mutex> lock(impl_->log_mutex);
+  if (impl_->options.logger) {
+    impl_->options.logger(level, message);
+    return;
+  }
+  static const char* names[] = {"debug", "info", "warning", "error"};
+  std::cerr << "kiln " << names[int(level)] << ": " << message << "\n";
+}
+
+// ---- Model ----------------------------------------------------------------
+
+struct Model::Impl {
+  Runtime runtime;
+  ir::Model model;
+  std::vector<TensorInfo> inputs;
+  std::vector<TensorInfo> outputs;
+
+  Impl(const Runtime& rt, ir::Model m) : runtime(rt), model(std::move(m)) {
+    const ir::Graph& g = *model.graph;
+    for (const auto* v : g.required_inputs()) inputs.push_back(to_info(*v, false));
+    for (const auto& v : g.inputs)
+      if (g.initializers.count(v.name)) inputs.push_back(to_info(v, true));
+    // Outputs declared without a (full) shape get the inferred one.
+    std::map<std::string, ir::ValueInfo> inferred;
+    try {
+      inferred = ir::infer_shapes(g, {}, ref::constant_evaluator()).values;
+    } catch (const ir::Error& e) {
+      runtime.log(LogLevel::Warning, model.source_path + ": shape inference failed: " + e.what());
+    }
+    for (const auto& v : g.outputs) {
+      auto it = inferred.find(v.name);
+      bool declared_full = v.shape.rank_known && v.dtype != ir::DType::Undefined &&
+                           std::all_of(v.shape.dims.begin(), v.shape.dims.end(),
+                                       [](const ir::Dim& d) { return d.is_known() || !d.symbol.empty(); });
+      outputs.push_back(to_info(declared_full || it == inferred.end() ? v : it->second, false));
+    }
+    auto unsupported = ref::unsupported_ops(g);
+    if (!unsupported.empty()) {
+      std::string list;
+      for (const auto& op : unsupported) list += (list.empty() ? "" : ", ") + op;
+      runtime.log(LogLevel::Warning, model.source_path + ": operators without a kernel: " + list + "; run() will fail");
+    }
+  }
+
+  std::map<std::string, ir::Tensor> validate(const std::vector<std::pair<std::string, Tensor>>& given) const {
+    const std::string where = "model '" + model.source_path + "'";
+    std::map<std::string, ir::Tensor> out;
+    std::map<std::string, std::pair<int64_t, std::string>> symbols;  // symbol -> (value, input that set it)
+    for (const auto& [name, t] : given) {
+      const TensorInfo* info = nullptr;
+      for (const auto& i : inputs)
+        if (i.name == name) info = &i;
+      if (!info) {
+        std::string names;
+        for (const auto& i : inputs) names += (names.empty() ? "'" : ", '") + i.name + "'";
+        throw Error(ErrorCode::InvalidArgument, where + ": unknown input '" + name + "'; the model's inputs are " + names);
+      }
+      if (out.count(name)) throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' is given twice");
+      if (!t.defined()) throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' is an empty Tensor (no data)");
+      if (t.dtype() != info->dtype)
+        throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' must be " + dtype_name(info->dtype) +
+                                                    ", got " + dtype_name(t.dtype()));
+      if (info->rank_known) {
+        auto mismatch = [&](const std::string& why) {
+          throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' must have shape " +
+                                                      info->shape_string() + ", got " + shape_to_string(t.shape()) +
+                                                      " (" + why + ")");
+        };
+        if (t.shape().size() != info->shape.size())
+          mismatch("rank " + std::to_string(t.shape().size()) + " instead of " + std::to_string(info->shape.size()));
+        for (size_t d = 0; d < info->shape.size(); ++d) {
+          const Dim& want = info->shape[d];
+          int64_t got = t.shape()[d];
+          if (want.is_fixed() && want.value != got)
+            mismatch("dimension " + std::to_string(d) + " must be " + std::to_string(want.value));
+          if (!want.is_fixed() && !want.symbol.empty()) {
+            auto [it, fresh] = symbols.emplace(want.symbol, std::make_pair(got, name));
+            if (!fresh && it->second.first != got)
+              mismatch("dimension " + std::to_string(d) + " is '" + want.symbol + "', which input '" +
+                       it->second.second + "' set to " + std::to_string(it->second.first));
+          }
+        }
+      }
+      out[name] = ir::Tensor::view(ir::DType(int32_t(t.dtype())), t.shape(), const_cast<void*>(t.data()), t.owner());
+    }
+    for (const auto& i : inputs)
+      if (!i.has_default && !out.count(i.name))
+        throw Error(ErrorCode::InvalidArgument, where + ": input '" + i.name + "' (" + dtype_name(i.dtype) + " " +
+                                                    i.shape_string() + ") is required but was not given");
+    return out;
+  }
+};
+
+Model Model::load(const Runtime& runtime, const std::string& path) {
+  Model m;
+  m.impl_ = translate_errors([&] { return std::make_shared<Impl>(runtime, onnx_import::import_model_file(path)); });
+  return m;
+}
+
+Model Model::load_from_memory(const Runtime& runtime, const void* data, size_t size, const std::string& external_data_dir) {
+  if (!data && size) throw Error(ErrorCode::InvalidArgument, "Model::load_from_memory: data is null");
+  Model m;
+  m.impl_ = translate_errors([&] {
+    onnx_import::ImportOptions opts;
+    opts.external_data_dir = external_data_dir;
+    return std::make_shared<Impl>(runtime, onnx_import::import_model_bytes(data, size, "<memory>", opts));
+  });
+  return m;
+}
+
+const std::vector<TensorInfo>& Model::inputs() const { return impl_->inputs; }
+const std::vector<TensorInfo>& Model::outputs() const { return impl_->outputs; }
+int64_t Model::opset() const { return impl_->model.opset(""); }
+std::string Model::source() const { return impl_->model.source_path; }
+
+std::string Model::producer() const {
+  const auto& m = impl_->model;
+  return m.producer_version.empty() ? m.producer_name : m.producer_name + " " + m.producer_version;
+}
+
+std::map<std::string, int> Model::op_histogram() const {
+  std::map<std::string, int> h;
+  count_ops(*impl_->model.graph, h);
+  return h;
+}
+
+std::vector<std::string> Model::unsupported_ops() const { return ref::unsupported_ops(*impl_->model.graph); }
+
+std::vector<Tensor> Model::run(const std::vector<std::pair<std::string, Tensor>>& inputs) const {
+  return translate_errors([&] {
+    auto ins = impl_->validate(inputs);
+    std::vector<ir::Tensor> outs = ref::run_graph(*impl_->model.graph, ins);
+    std::vector<Tensor> result;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      ir::Tensor& o = outs[i];
+      // An output that aliases an input or a weight is copied: callers own what run returns.
+      bool aliases = false;
+      for (const auto& [n, t] : ins) aliases |= t.raw() == o.raw();
+      for (const auto& [n, t] : impl_->model.graph->initializers) aliases |= t.raw() == o.raw();
+      if (aliases) o = o.clone();
+      result.push_back(Tensor::view(DType(int32_t(o.dtype())), o.dims(), o.raw(), o.owner()));
+    }
+    return result;
+  });
+}
+
+}  // namespace kiln

@@ -121,6 +121,19 @@ static void collect_unsupported(const ir::Graph& g, std::set<std::string>& out) 
   }
 }
 
+ir::ConstantEvaluator constant_evaluator() {
+  return [](const ir::Node& node, const std::vector<const Tensor*>& inputs) -> std::optional<std::vector<Tensor>> {
+    if (!node.domain.empty() && node.domain != "ai.onnx") return std::nullopt;
+    KernelFn fn = KernelRegistry::instance().find(node.op_type);
+    if (!fn) return std::nullopt;
+    KernelContext ctx(node, inputs, nullptr);
+    fn(ctx);
+    for (size_t i = 0; i < node.outputs.size(); ++i)
+      if (!node.outputs[i].empty() && !ctx.outputs()[i].defined()) return std::nullopt;
+    return std::move(ctx.outputs());
+  };
+}
+
 std::vector<std::string> unsupported_ops(const ir::Graph& graph) {
   std::set<std::string> s;
   collect_unsupported(graph, s);

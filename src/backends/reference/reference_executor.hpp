@@ -6,10 +6,9 @@
 #include <vector>
 
 #include "runtime/ir/graph.hpp"
+#include "runtime/ir/shape_inference.hpp"
 
 namespace kiln::ref {
-
-class Scope;
 
 // Outputs in the order of graph.outputs. `inputs` may also override
 // initializers that are graph inputs. Throws ir::Error naming the node.
@@ -18,5 +17,8 @@ std::vector<ir::Tensor> run_graph(const ir::Graph& graph, const std::map<std::st
 // Op types of `graph` (and its subgraphs) with no reference kernel.
 std::vector<std::string> unsupported_ops(const ir::Graph& graph);
 bool has_kernel(const std::string& domain, const std::string& op_type);
+
+// Folds constant nodes for shape inference with the reference kernels.
+ir::ConstantEvaluator constant_evaluator();
 
 }  // namespace kiln::ref

@@ -1,0 +1,756 @@
+#include "runtime/ir/shape_inference.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace kiln::ir {
+
+namespace {
+
+// Constants larger than this are never folded: folding is for shape
+// arithmetic and small tables, not for precomputing the network.
+constexpr int64_t kMaxFoldElements = 1 << 16;
+
+struct NodeView {
+  const Node& node;
+  std::vector<const ValueInfo*> in;    // nullptr = omitted
+  std::vector<const Tensor*> values;   // known constant values, nullptr otherwise
+
+  [[noreturn]] void fail(const std::string& msg) const {
+    ir::fail(ErrorKind::InvalidModel, node.describe() + ": " + msg);
+  }
+  const ValueInfo* input(size_t i) const { return i < in.size() ? in[i] : nullptr; }
+  const Tensor* value(size_t i) const { return i < values.size() ? values[i] : nullptr; }
+  bool rank_known(size_t i) const { return input(i) && input(i)->shape.rank_known; }
+  int64_t attr_int(const std::string& k, int64_t def) const {
+    const Attribute* a = node.attr(k);
+    return a && a->kind == Attribute::Kind::Int ? a->i : def;
+  }
+  std::optional<std::vector<int64_t>> attr_ints(const std::string& k) const {
+    const Attribute* a = node.attr(k);
+    if (a && a->kind == Attribute::Kind::Ints) return a->ints;
+    return std::nullopt;
+  }
+  // Int list from an attribute (older opsets) or a constant input (newer).
+  std::optional<std::vector<int64_t>> ints_from(const std::string& attr, size_t input_index) const {
+    if (auto a = attr_ints(attr)) return a;
+    if (const Tensor* t = value(input_index)) return t->to_int64_vector();
+    return std::nullopt;
+  }
+};
+
+ValueInfo unknown_like(DType dt) {
+  ValueInfo v;
+  v.dtype = dt;
+  return v;
+}
+
+ValueInfo with_shape(DType dt, Shape s) {
+  ValueInfo v;
+  v.dtype = dt;
+  v.shape = std::move(s);
+  return v;
+}
+
+int64_t norm_axis(const NodeView& n, int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+    n.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+Dim broadcast_dim(const NodeView& n, const Dim& a, const Dim& b, const ValueInfo& x, const ValueInfo& y) {
+  if (a == b) return a;
+  if (a.is_known() && *a.value == 1) return b;
+  if (b.is_known() && *b.value == 1) return a;
+  if (a.is_known() && b.is_known())
+    n.fail("inputs of shapes " + x.shape.to_string() + " and " + y.shape.to_string() + " cannot be broadcast");
+  // A symbol against a size > 1: the size wins (the symbol must equal it or be 1).
+  if (a.is_known()) return a;
+  if (b.is_known()) return b;
+  return Dim::unknown();
+}
+
+std::optional<Shape> broadcast(const NodeView& n, const std::vector<const ValueInfo*>& ins) {
+  Shape out;
+  const ValueInfo* first = nullptr;
+  for (const ValueInfo* v : ins) {
+    if (!v) continue;
+    if (!v->shape.rank_known) return std::nullopt;
+    if (!first) {
+      out = v->shape;
+      first = v;
+      continue;
+    }
+    size_t rank = std::max(out.dims.size(), v->shape.dims.size());
+    Shape next;
+    for (size_t i = 0; i < rank; ++i) {
+      size_t oa = rank - out.dims.size(), ob = rank - v->shape.dims.size();
+      Dim a = i < oa ? Dim::known(1) : out.dims[i - oa];
+      Dim b = i < ob ? Dim::known(1) : v->shape.dims[i - ob];
+      next.dims.push_back(broadcast_dim(n, a, b, *first, *v));
+    }
+    out = next;
+  }
+  return out;
+}
+
+// Output size of a sliding window along one axis (conv/pool), or unknown.
+Dim window_out(const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_total, bool ceil_mode,
+               const std::string& auto_pad) {
+  if (!in.is_known()) return Dim::unknown();
+  int64_t x = *in.value;
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") return Dim::known((x + stride - 1) / stride);
+  int64_t eff = (kernel - 1) * dilation + 1;
+  if (auto_pad == "VALID") pad_total = 0;
+  int64_t span = x + pad_total - eff;
+  if (span < 0) return Dim::known(0);
+  int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  // With ceil mode the last window must start inside the input or left padding.
+  if (ceil_mode && (out - 1) * stride >= x + pad_total / 2) --out;
+  return Dim::known(out);
+}
+
+std::vector<ValueInfo> infer_window(const NodeView& n, bool is_conv) {
+  const ValueInfo* x = n.input(0);
+  DType dt = x ? x->dtype : DType::Undefined;
+  if (!n.rank_known(0)) return {unknown_like(dt)};
+  const auto& xs = x->shape.dims;
+  if (xs.size() < 3) n.fail("input must have rank 3 or more (N, C, spatial...), has shape " + x->shape.to_string());
+  const size_t spatial = xs.size() - 2;
+  std::vector<int64_t> kernel;
+  Dim channels = xs[1];
+  if (is_conv) {
+    const ValueInfo* w = n.input(1);
+    if (!w || !w->shape.rank_known) return {unknown_like(dt)};
+    if (w->shape.dims.size() != xs.size())
+      n.fail("weight shape " + w->shape.to_string() + " does not match input shape " + x->shape.to_string());
+    channels = w->shape.dims[0];
+    if (auto k = n.attr_ints("kernel_shape")) kernel = *k;
+    else
+      for (size_t i = 0; i < spatial; ++i) {
+        if (!w->shape.dims[2 + i].is_known()) return {unknown_like(dt)};
+        kernel.push_back(*w->shape.dims[2 + i].value);
+      }
+  } else {
+    auto k = n.attr_ints("kernel_shape");
+    if (!k) n.fail("required attribute 'kernel_shape' is missing");
+    kernel = *k;
+  }
+  if (kernel.size() != spatial)
+    n.fail("kernel has " + std::to_string(kernel.size()) + " dimensions, input has " + std::to_string(spatial) + " spatial ones");
+  auto strides = n.attr_ints("strides").value_or(std::vector<int64_t>(spatial, 1));
+  auto dilations = n.attr_ints("dilations").value_or(std::vector<int64_t>(spatial, 1));
+  auto pads = n.attr_ints("pads").value_or(std::vector<int64_t>(2 * spatial, 0));
+  if (strides.size() != spatial || dilations.size() != spatial || pads.size() != 2 * spatial)
+    n.fail("strides, dilations or pads do not match the " + std::to_string(spatial) + " spatial dimensions");
+  for (size_t i = 0; i < spatial; ++i)
+    if (strides[i] <= 0 || dilations[i] <= 0 || kernel[i] <= 0) n.fail("kernel, strides and dilations must be positive");
+  const Attribute* ap = n.node.attr("auto_pad");
+  std::string auto_pad = ap && ap->kind == Attribute::Kind::String ? ap->s : "NOTSET";
+  bool ceil_mode = n.attr_int("ceil_mode", 0) != 0;
+  Shape out;
+  out.dims.push_back(xs[0]);
+  out.dims.push_back(channels);
+  for (size_t i = 0; i < spatial; ++i)
+    out.dims.push_back(window_out(xs[2 + i], kernel[i], strides[i], dilations[i], pads[i] + pads[i + spatial], ceil_mode, auto_pad));
+  std::vector<ValueInfo> outs{with_shape(dt, out)};
+  if (n.node.op_type == "MaxPool") outs.push_back(with_shape(DType::Int64, out));
+  return outs;
+}
+
+std::vector<ValueInfo> infer_matmul(const NodeView& n) {
+  const ValueInfo *a = n.input(0), *b = n.input(1);
+  DType dt = a ? a->dtype : DType::Undefined;
+  if (!n.rank_known(0) || !n.rank_known(1)) return {unknown_like(dt)};
+  Shape as = a->shape, bs = b->shape;
+  if (as.dims.empty() || bs.dims.empty()) n.fail("MatMul operands must not be scalars");
+  bool a_vec = as.dims.size() == 1, b_vec = bs.dims.size() == 1;
+  if (a_vec) as.dims.insert(as.dims.begin(), Dim::known(1));
+  if (b_vec) bs.dims.push_back(Dim::known(1));
+  const Dim& k1 = as.dims.back();
+  const Dim& k2 = bs.dims[bs.dims.size() - 2];
+  if (k1.is_known() && k2.is_known() && *k1.value != *k2.value)
+    n.fail("inner dimensions differ: " + a->shape.to_string() + " times " + b->shape.to_string());
+  ValueInfo ba, bb;
+  ba.shape.dims.assign(as.dims.begin(), as.dims.end() - 2);
+  bb.shape.dims.assign(bs.dims.begin(), bs.dims.end() - 2);
+  auto batch = broadcast(n, {&ba, &bb});
+  Shape out = *batch;
+  if (!a_vec) out.dims.push_back(as.dims[as.dims.size() - 2]);
+  if (!b_vec) out.dims.push_back(bs.dims.back());
+  return {with_shape(dt, out)};
+}
+
+std::vector<ValueInfo> infer_reshape(const NodeView& n) {
+  const ValueInfo* x = n.input(0);
+  DType dt = x ? x->dtype : DType::Undefined;
+  auto target = n.ints_from("shape", 1);
+  if (!target) return {unknown_like(dt)};
+  const bool allowzero = n.attr_int("allowzero", 0) != 0;
+  Shape out;
+  int minus_one = -1;
+  for (size_t i = 0; i < target->size(); ++i) {
+    int64_t d = (*target)[i];
+    if (d == 0 && !allowzero) {
+      if (!n.rank_known(0)) return {unknown_like(dt)};
+      if (i >= x->shape.dims.size()) n.fail("shape entry " + std::to_string(i) + " is 0 (copy) but the input has rank " + std::to_string(x->shape.rank()));
+      out.dims.push_back(x->shape.dims[i]);
+    } else if (d == -1) {
+      if (minus_one >= 0) n.fail("more than one -1 in the target shape");
+      minus_one = int(i);
+      out.dims.push_back(Dim::unknown());
+    } else if (d < 0) {
+      n.fail("invalid target dimension " + std::to_string(d));
+    } else {
+      out.dims.push_back(Dim::known(d));
+    }
+  }
+  if (minus_one >= 0 && n.rank_known(0) && x->shape.is_concrete()) {
+    int64_t total = checked_numel(x->shape.concrete()), known = 1;
+    for (size_t i = 0; i < out.dims.size(); ++i)
+      if (int(i) != minus_one) {
+        if (!out.dims[i].is_known()) return {with_shape(dt, out)};
+        known *= *out.dims[i].value;
+      }
+    if (known == 0 || total % known != 0)
+      n.fail("cannot reshape " + x->shape.to_string() + " to " + dims_to_string(*target));
+    out.dims[size_t(minus_one)] = Dim::known(total / known);
+  } else if (minus_one >= 0 && n.rank_known(0)) {
+    // Symbolic: [batch, C, H, W] -> [batch, -1] keeps the symbol when the rest is fixed and equal.
+    std::vector<Dim> in_rest, out_rest;
+    int64_t in_known = 1, out_known = 1;
+    bool ok = true;
+    std::multiset<std::string> in_syms, out_syms;
+    for (const auto& d : x->shape.dims) {
+      if (d.is_known()) in_known *= *d.value;
+      else if (!d.symbol.empty()) in_syms.insert(d.symbol);
+      else ok = false;
+    }
+    for (size_t i = 0; i < out.dims.size(); ++i) {
+      if (int(i) == minus_one) continue;
+      const Dim& d = out.dims[i];
+      if (d.is_known()) out_known *= *d.value;
+      else if (!d.symbol.empty()) out_syms.insert(d.symbol);
+      else ok = false;
+    }
+    if (ok && out_known && std::includes(in_syms.begin(), in_syms.end(), out_syms.begin(), out_syms.end())) {
+      std::multiset<std::string> left;
+      std::set_difference(in_syms.begin(), in_syms.end(), out_syms.begin(), out_syms.end(), std::inserter(left, left.end()));
+      if (left.empty() && in_known % out_known == 0) out.dims[size_t(minus_one)] = Dim::known(in_known / out_known);
+      else if (left.size() == 1 && in_known == out_known) out.dims[size_t(minus_one)] = Dim::named(*left.begin());
+    }
+  }
+  if (n.rank_known(0) && x->shape.is_concrete() && out.is_concrete() &&
+      checked_numel(out.concrete()) != checked_numel(x->shape.concrete()))
+    n.fail("cannot reshape " + x->shape.to_string() + " to " + out.to_string());
+  return {with_shape(dt, out)};
+}
+
+std::vector<ValueInfo> infer_reduce(const NodeView& n, bool arg) {
+  const ValueInfo* x = n.input(0);
+  DType dt = arg ? DType::Int64 : (x ? x->dtype : DType::Undefined);
+  if (!n.rank_known(0)) return {unknown_like(dt)};
+  const int64_t rank = x->shape.rank();
+  const bool keep = n.attr_int("keepdims", 1) != 0;
+  std::vector<int64_t> axes;
+  if (arg) {
+    axes.push_back(n.attr_int("axis", 0));
+  } else if (auto a = n.attr_ints("axes")) {
+    axes = *a;
+  } else if (n.input(1)) {
+    const Tensor* t = n.value(1);
+    if (!t) return {unknown_like(dt)};
+    axes = t->to_int64_vector();
+  }
+  if (axes.empty() && !arg) {
+    if (n.attr_int("noop_with_empty_axes", 0)) return {*x};
+    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+  }
+  std::set<int64_t> reduced;
+  for (int64_t a : axes) reduced.insert(norm_axis(n, a, rank));
+  Shape out;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (!reduced.count(i)) out.dims.push_back(x->shape.dims[size_t(i)]);
+    else if (keep) out.dims.push_back(Dim::known(1));
+  }
+  return {with_shape(dt, out)};
+}
+
+std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
+  const std::string& op = n.node.op_type;
+  const ValueInfo* x = n.input(0);
+  const DType dt = x ? x->dtype : DType::Undefined;
+  auto same = [&] { return x ? *x : ValueInfo{}; };
+
+  static const std::set<std::string> unary = {
+      "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Ceil", "Cos", "Cosh", "Erf", "Exp", "Floor",
+      "Log", "Neg", "Reciprocal", "Round", "Sign", "Sin", "Sinh", "Sqrt", "Tan", "Tanh", "Not", "Relu",
+      "Sigmoid", "Elu", "Selu", "Celu", "LeakyRelu", "HardSigmoid", "HardSwish", "Mish", "Softplus",
+      "Softsign", "ThresholdedRelu", "Shrink", "Gelu", "PRelu", "Identity", "Softmax", "LogSoftmax",
+      "Hardmax", "LRN", "InstanceNormalization", "MeanVarianceNormalization", "Clip", "CumSum", "Trilu",
+      "ReverseSequence", "BitwiseNot"};
+  static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "BitShift",
+                                               "And", "Or", "Xor", "Max", "Min", "Mean", "Sum"};
+  static const std::set<std::string> compare = {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"};
+
+  if (unary.count(op)) return {same()};
+  if (op == "IsNaN" || op == "IsInf") {
+    ValueInfo v = same();
+    v.dtype = DType::Bool;
+    return {v};
+  }
+  if (binary.count(op) || compare.count(op) || op == "Where") {
+    auto s = broadcast(n, n.in);
+    DType t = compare.count(op) ? DType::Bool : op == "Where" ? (n.input(1) ? n.input(1)->dtype : DType::Undefined) : dt;
+    return {s ? with_shape(t, *s) : unknown_like(t)};
+  }
+  if (op == "Cast") return {with_shape(DType(n.attr_int("to", 0)), x ? x->shape : Shape::unknown_rank())};
+  if (op == "CastLike") return {with_shape(n.input(1) ? n.input(1)->dtype : DType::Undefined, x ? x->shape : Shape::unknown_rank())};
+  if (op == "Dropout") {
+    ValueInfo mask = same();
+    mask.dtype = DType::Bool;
+    return {same(), mask};
+  }
+  if (op == "BatchNormalization" || op == "LayerNormalization") return {same()};
+  if (op == "Conv" || op == "ConvInteger") {
+    auto outs = infer_window(n, true);
+    if (op == "ConvInteger") outs[0].dtype = DType::Int32;
+    return outs;
+  }
+  if (op == "MaxPool" || op == "AveragePool" || op == "LpPool") return infer_window(n, false);
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "GlobalLpPool") {
+    if (!n.rank_known(0)) return {unknown_like(dt)};
+    Shape s = x->shape;
+    for (size_t i = 2; i < s.dims.size(); ++i) s.dims[i] = Dim::known(1);
+    return {with_shape(dt, s)};
+  }
+  if (op == "MatMul" || op == "MatMulInteger") {
+    auto outs = infer_matmul(n);
+    if (op == "MatMulInteger") outs[0].dtype = DType::Int32;
+    return outs;
+  }
+  if (op == "Gemm") {
+    const ValueInfo* b = n.input(1);
+    if (!n.rank_known(0) || !n.rank_known(1)) return {unknown_like(dt)};
+    if (x->shape.rank() != 2 || b->shape.rank() != 2)
+      n.fail("A and B must be matrices, got " + x->shape.to_string() + " and " + b->shape.to_string());
+    bool ta = n.attr_int("transA", 0), tb = n.attr_int("transB", 0);
+    Dim m = x->shape.dims[ta ? 1 : 0], k1 = x->shape.dims[ta ? 0 : 1];
+    Dim k2 = b->shape.dims[tb ? 1 : 0], nn = b->shape.dims[tb ? 0 : 1];
+    if (k1.is_known() && k2.is_known() && *k1.value != *k2.value)
+      n.fail("inner dimensions differ: A " + x->shape.to_string() + " and B " + b->shape.to_string());
+    return {with_shape(dt, Shape{{m, nn}, true})};
+  }
+  if (op == "Flatten") {
+    if (!n.rank_known(0)) return {unknown_like(dt)};
+    int64_t rank = x->shape.rank();
+    int64_t axis = n.attr_int("axis", 1);
+    if (axis < -rank || axis > rank) n.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+    if (axis < 0) axis += rank;
+    auto product = [&](int64_t from, int64_t to) -> Dim {
+      int64_t p = 1;
+      std::vector<Dim> syms;
+      for (int64_t i = from; i < to; ++i) {
+        const Dim& d = x->shape.dims[size_t(i)];
+        if (d.is_known()) p *= *d.value;
+        else syms.push_back(d);
+      }
+      if (syms.empty()) return Dim::known(p);
+      if (syms.size() == 1 && p == 1) return syms[0];
+      return Dim::unknown();
+    };
+    return {with_shape(dt, Shape{{product(0, axis), product(axis, rank)}, true})};
+  }
+  if (op == "Reshape") return infer_reshape(n);
+  if (op == "Transpose") {
+    if (!n.rank_known(0)) return {unknown_like(dt)};
+    int64_t rank = x->shape.rank();
+    auto perm = n.attr_ints("perm");
+    std::vector<int64_t> p;
+    if (perm) p = *perm;
+    else
+      for (int64_t i = rank - 1; i >= 0; --i) p.push_back(i);
+    if (int64_t(p.size()) != rank) n.fail("perm has " + std::to_string(p.size()) + " entries for rank " + std::to_string(rank));
+    Shape s;
+    std::set<int64_t> seen;
+    for (int64_t a : p) {
+      int64_t ax = norm_axis(n, a, rank);
+      if (!seen.insert(ax).second) n.fail("perm repeats axis " + std::to_string(a));
+      s.dims.push_back(x->shape.dims[size_t(ax)]);
+    }
+    return {with_shape(dt, s)};
+  }
+  if (op == "Squeeze" || op == "Unsqueeze") {
+    if (!n.rank_known(0)) return {unknown_like(dt)};
+    std::optional<std::vector<int64_t>> axes = n.ints_from("axes", 1);
+    if (!axes && n.input(1)) return {unknown_like(dt)};
+    Shape s;
+    if (op == "Squeeze") {
+      int64_t rank = x->shape.rank();
+      std::set<int64_t> drop;
+      if (axes) {
+        for (int64_t a : *axes) {
+          int64_t ax = norm_axis(n, a, rank);
+          const Dim& d = x->shape.dims[size_t(ax)];
+          if (d.is_known() && *d.value != 1) n.fail("cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(*d.value));
+          drop.insert(ax);
+        }
+      } else {
+        for (int64_t i = 0; i < rank; ++i) {
+          const Dim& d = x->shape.dims[size_t(i)];
+          if (!d.is_known()) return {unknown_like(dt)};
+          if (*d.value == 1) drop.insert(i);
+        }
+      }
+      for (int64_t i = 0; i < rank; ++i)
+        if (!drop.count(i)) s.dims.push_back(x->shape.dims[size_t(i)]);
+    } else {
+      if (!axes) n.fail("axes are required");
+      int64_t rank = x->shape.rank() + int64_t(axes->size());
+      std::set<int64_t> add;
+      for (int64_t a : *axes)
+        if (!add.insert(norm_axis(n, a, rank)).second) n.fail("axes repeat axis " + std::to_string(a));
+      size_t j = 0;
+      for (int64_t i = 0; i < rank; ++i) s.dims.push_back(add.count(i) ? Dim::known(1) : x->shape.dims[j++]);
+    }
+    return {with_shape(dt, s)};
+  }
+  if (op == "Concat") {
+    const ValueInfo* first = nullptr;
+    for (auto* v : n.in)
+      if (v && v->shape.rank_known) first = v;
+    if (!first) return {unknown_like(dt)};
+    int64_t rank = first->shape.rank();
+    int64_t axis = norm_axis(n, n.attr_int("axis", 0), rank);
+    Shape s = first->shape;
+    int64_t total = 0;
+    bool total_known = true;
+    for (auto* v : n.in) {
+      if (!v || !v->shape.rank_known) return {unknown_like(dt)};
+      if (v->shape.rank() != rank)
+        n.fail("inputs have different ranks: " + first->shape.to_string() + " and " + v->shape.to_string());
+      for (int64_t i = 0; i < rank; ++i) {
+        const Dim& d = v->shape.dims[size_t(i)];
+        if (i == axis) {
+          if (d.is_known()) total += *d.value;
+          else total_known = false;
+        } else if (d.is_known() && s.dims[size_t(i)].is_known() && *d.value != *s.dims[size_t(i)].value) {
+          n.fail("inputs " + first->shape.to_string() + " and " + v->shape.to_string() + " differ outside axis " + std::to_string(axis));
+        } else if (!s.dims[size_t(i)].is_known() && d.is_known()) {
+          s.dims[size_t(i)] = d;
+        }
+      }
+    }
+    s.dims[size_t(axis)] = total_known ? Dim::known(total) : (n.in.size() == 1 ? first->shape.dims[size_t(axis)] : Dim::unknown());
+    return {with_shape(dt, s)};
+  }
+  if (op == "Shape") {
+    int64_t r = x && x->shape.rank_known ? x->shape.rank() : -1;
+    if (r < 0) return {with_shape(DType::Int64, Shape{{Dim::unknown()}, true})};
+    int64_t start = n.attr_int("start", 0), end = n.attr_int("end", r);
+    if (start < 0) start += r;
+    if (end < 0) end += r;
+    start = std::clamp<int64_t>(start, 0, r);
+    end = std::clamp<int64_t>(end, 0, r);
+    return {with_shape(DType::Int64, Shape{{Dim::known(std::max<int64_t>(0, end - start))}, true})};
+  }
+  if (op == "Size") return {with_shape(DType::Int64, Shape{})};
+  if (op == "Gather") {
+    const ValueInfo* idx = n.input(1);
+    if (!n.rank_known(0) || !n.rank_known(1)) return {unknown_like(dt)};
+    int64_t rank = x->shape.rank();
+    int64_t axis = norm_axis(n, n.attr_int("axis", 0), rank);
+    Shape s;
+    for (int64_t i = 0; i < axis; ++i) s.dims.push_back(x->shape.dims[size_t(i)]);
+    for (const auto& d : idx->shape.dims) s.dims.push_back(d);
+    for (int64_t i = axis + 1; i < rank; ++i) s.dims.push_back(x->shape.dims[size_t(i)]);
+    return {with_shape(dt, s)};
+  }
+  if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd" ||
+      op == "ReduceL1" || op == "ReduceL2" || op == "ReduceLogSum" || op == "ReduceLogSumExp" || op == "ReduceSumSquare")
+    return infer_reduce(n, false);
+  if (op == "ArgMax" || op == "ArgMin") return infer_reduce(n, true);
+  if (op == "ConstantOfShape") {
+    const Attribute* v = n.node.attr("value");
+    DType t = v && v->kind == Attribute::Kind::Tensor ? v->t.dtype() : DType::Float32;
+    if (const Tensor* shape = n.value(0)) return {with_shape(t, Shape::from_dims(shape->to_int64_vector()))};
+    if (n.rank_known(0) && x->shape.rank() == 1 && x->shape.dims[0].is_known()) {
+      Shape s;
+      s.dims.assign(size_t(*x->shape.dims[0].value), Dim::unknown());
+      return {with_shape(t, s)};
+    }
+    return {unknown_like(t)};
+  }
+  if (op == "Expand") {
+    const Tensor* shape = n.value(1);
+    if (!shape) return {unknown_like(dt)};
+    ValueInfo target = with_shape(dt, Shape::from_dims(shape->to_int64_vector()));
+    auto s = broadcast(n, {x, &target});
+    return {s ? with_shape(dt, *s) : unknown_like(dt)};
+  }
+  if (op == "Slice") {
+    if (!n.rank_known(0)) return {unknown_like(dt)};
+    auto starts = n.ints_from("starts", 1), ends = n.ints_from("ends", 2);
+    if (!starts || !ends) return {unknown_like(dt)};
+    int64_t rank = x->shape.rank();
+    std::vector<int64_t> axes, steps;
+    if (auto a = n.ints_from("axes", 3)) axes = *a;
+    else if (n.input(3)) return {unknown_like(dt)};
+    else
+      for (size_t i = 0; i < starts->size(); ++i) axes.push_back(int64_t(i));
+    if (n.input(4)) {
+      if (!n.value(4)) return {unknown_like(dt)};
+      steps = n.value(4)->to_int64_vector();
+    } else {
+      steps.assign(starts->size(), 1);
+    }
+    if (ends->size() != starts->size() || axes.size() != starts->size() || steps.size() != starts->size())
+      n.fail("starts, ends, axes and steps must have the same length");
+    Shape s = x->shape;
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t ax = norm_axis(n, axes[i], rank);
+      const Dim& d = x->shape.dims[size_t(ax)];
+      if (steps[i] == 0) n.fail("slice step cannot be 0");
+      if (!d.is_known()) {
+        s.dims[size_t(ax)] = Dim::unknown();
+        continue;
+      }
+      int64_t dim = *d.value, st = (*starts)[i], en = (*ends)[i], step = steps[i];
+      if (st < 0) st += dim;
+      if (en < 0) en += dim;
+      if (step > 0) {
+        st = std::clamp<int64_t>(st, 0, dim);
+        en = std::clamp<int64_t>(en, 0, dim);
+        s.dims[size_t(ax)] = Dim::known(en > st ? (en - st + step - 1) / step : 0);
+      } else {
+        st = std::clamp<int64_t>(st, 0, dim - 1);
+        en = std::clamp<int64_t>(en, -1, dim - 1);
+        s.dims[size_t(ax)] = Dim::known(st > en ? (st - en + (-step) - 1) / (-step) : 0);
+      }
+    }
+    return {with_shape(dt, s)};
+  }
+  if (op == "Split") {
+    if (!n.rank_known(0)) {
+      std::vector<ValueInfo> outs(n.node.outputs.size(), unknown_like(dt));
+      return outs;
+    }
+    int64_t rank = x->shape.rank();
+    int64_t axis = norm_axis(n, n.attr_int("axis", 0), rank);
+    const Dim& d = x->shape.dims[size_t(axis)];
+    size_t count = n.node.outputs.size();
+    std::vector<int64_t> sizes;
+    if (auto sp = n.ints_from("split", 1)) sizes = *sp;
+    else if (n.input(1)) return std::vector<ValueInfo>(count, unknown_like(dt));
+    std::vector<ValueInfo> outs;
+    for (size_t i = 0; i < count; ++i) {
+      Shape s = x->shape;
+      if (!sizes.empty()) {
+        if (sizes.size() != count) n.fail("split has " + std::to_string(sizes.size()) + " sizes for " + std::to_string(count) + " outputs");
+        s.dims[size_t(axis)] = Dim::known(sizes[i]);
+      } else if (d.is_known()) {
+        int64_t chunk = (*d.value + int64_t(count) - 1) / int64_t(count);
+        int64_t size = std::min<int64_t>(chunk, std::max<int64_t>(0, *d.value - chunk * int64_t(i)));
+        s.dims[size_t(axis)] = Dim::known(size);
+      } else {
+        s.dims[size_t(axis)] = Dim::unknown();
+      }
+      outs.push_back(with_shape(dt, s));
+    }
+    return outs;
+  }
+  if (op == "Pad") {
+    if (!n.rank_known(0)) return {unknown_like(dt)};
+    auto pads = n.ints_from("pads", 1);
+    if (!pads || n.input(3)) return {unknown_like(dt)};
+    int64_t rank = x->shape.rank();
+    if (int64_t(pads->size()) != 2 * rank) n.fail("pads has " + std::to_string(pads->size()) + " entries for rank " + std::to_string(rank));
+    Shape s = x->shape;
+    for (int64_t i = 0; i < rank; ++i)
+      if (s.dims[size_t(i)].is_known()) s.dims[size_t(i)] = Dim::known(*s.dims[size_t(i)].value + (*pads)[size_t(i)] + (*pads)[size_t(i + rank)]);
+      else if ((*pads)[size_t(i)] || (*pads)[size_t(i + rank)]) s.dims[size_t(i)] = Dim::unknown();
+    return {with_shape(dt, s)};
+  }
+  if (op == "Tile") {
+    if (!n.rank_known(0) || !n.value(1)) return {unknown_like(dt)};
+    auto reps = n.value(1)->to_int64_vector();
+    if (int64_t(reps.size()) != x->shape.rank()) n.fail("repeats has " + std::to_string(reps.size()) + " entries for rank " + std::to_string(x->shape.rank()));
+    Shape s = x->shape;
+    for (size_t i = 0; i < reps.size(); ++i)
+      s.dims[i] = s.dims[i].is_known() ? Dim::known(*s.dims[i].value * reps[i]) : reps[i] == 1 ? s.dims[i] : Dim::unknown();
+    return {with_shape(dt, s)};
+  }
+  // No rule: fall back on the model's own annotations, if any.
+  std::vector<ValueInfo> outs;
+  for (const auto& o : n.node.outputs) {
+    auto it = graph.value_info.find(o);
+    outs.push_back(it != graph.value_info.end() ? it->second : ValueInfo{});
+  }
+  return outs;
+}
+
+bool foldable(const NodeView& n) {
+  static const std::set<std::string> never = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                                              "Multinomial", "Bernoulli", "If", "Loop", "Scan", "Dropout"};
+  if (never.count(n.node.op_type) || !n.node.domain.empty()) return false;
+  bool any = false;
+  for (size_t i = 0; i < n.in.size(); ++i) {
+    if (!n.in[i]) continue;
+    if (!n.values[i] || n.values[i]->numel() > kMaxFoldElements) return false;
+    any = true;
+  }
+  return any || n.node.op_type == "Range" || n.node.op_type == "EyeLike";
+}
+
+// Unifies an inferred value with the model's declaration: declared fixed dims
+// fill in unknown ones; contradictions are errors.
+ValueInfo reconcile(const Node& node, const std::string& name, ValueInfo inferred, const ValueInfo* declared) {
+  inferred.name = name;
+  if (!declared) return inferred;
+  if (inferred.dtype == DType::Undefined) inferred.dtype = declared->dtype;
+  if (!inferred.shape.rank_known) {
+    inferred.shape = declared->shape;
+    return inferred;
+  }
+  if (!declared->shape.rank_known || declared->shape.rank() != inferred.shape.rank()) return inferred;
+  for (size_t i = 0; i < inferred.shape.dims.size(); ++i) {
+    Dim& got = inferred.shape.dims[i];
+    const Dim& want = declared->shape.dims[i];
+    if (!got.is_known() && got.symbol.empty()) got = want;
+  }
+  return inferred;
+}
+
+}  // namespace
+
+InferenceResult infer_shapes(const Graph& graph, const std::vector<ValueInfo>& inputs, const ConstantEvaluator& evaluator) {
+  InferenceResult r;
+  for (const auto& [name, t] : graph.initializers) {
+    r.values[name] = with_shape(t.dtype(), Shape::from_dims(t.dims()));
+    r.values[name].name = name;
+    r.constants[name] = t;
+  }
+  for (const auto& in : graph.inputs) {
+    ValueInfo v = in;
+    for (const auto& o : inputs)
+      if (o.name == in.name) v = o;
+    if (graph.initializers.count(in.name)) {
+      bool overridden = false;
+      for (const auto& o : inputs) overridden |= o.name == in.name;
+      if (!overridden) continue;  // keeps the initializer's own shape and value
+      r.constants.erase(in.name);
+    }
+    r.values[in.name] = v;
+  }
+
+  for (const Node& node : graph.nodes) {
+    NodeView view{node, {}, {}};
+    for (const auto& name : node.inputs) {
+      if (name.empty()) {
+        view.in.push_back(nullptr);
+        view.values.push_back(nullptr);
+        continue;
+      }
+      auto it = r.values.find(name);
+      // Outer-scope names of a subgraph are unknown here: treat them as untyped.
+      static const ValueInfo untyped;
+      view.in.push_back(it == r.values.end() ? &untyped : &it->second);
+      auto c = r.constants.find(name);
+      view.values.push_back(c == r.constants.end() ? nullptr : &c->second);
+    }
+
+    std::vector<ValueInfo> outs;
+    bool folded = false;
+    if (evaluator && foldable(view)) {
+      std::optional<std::vector<Tensor>> values;
+      try {
+        values = evaluator(node, view.values);
+      } catch (const Error& e) {
+        // A constant subexpression that fails to evaluate is an error of the model.
+        fail(ErrorKind::InvalidModel, e.what());
+      }
+      if (values) {
+        folded = true;
+        for (size_t i = 0; i < node.outputs.size() && i < values->size(); ++i) {
+          if (node.outputs[i].empty()) continue;
+          r.constants[node.outputs[i]] = (*values)[i];
+          outs.push_back(with_shape((*values)[i].dtype(), Shape::from_dims((*values)[i].dims())));
+        }
+      }
+    }
+    if (!folded) {
+      outs = infer_node(view, graph);
+      // Shape of a concrete shape is a constant: the heart of shape-arithmetic folding.
+      if (node.op_type == "Shape" && node.domain.empty() && view.in[0] && view.in[0]->shape.is_concrete() &&
+          !node.outputs.empty()) {
+        Dims d = view.in[0]->shape.concrete();
+        int64_t rank = int64_t(d.size());
+        int64_t start = view.attr_int("start", 0), end = view.attr_int("end", rank);
+        if (start < 0) start += rank;
+        if (end < 0) end += rank;
+        start = std::clamp<int64_t>(start, 0, rank);
+        end = std::clamp<int64_t>(end, start, rank);
+        r.constants[node.outputs[0]] = Tensor::from_vector<int64_t>({end - start}, std::vector<int64_t>(d.begin() + start, d.begin() + end));
+      } else if (node.op_type == "Size" && node.domain.empty() && view.in[0] && view.in[0]->shape.is_concrete() &&
+                 !node.outputs.empty()) {
+        r.constants[node.outputs[0]] = Tensor::scalar<int64_t>(checked_numel(view.in[0]->shape.concrete()));
+      }
+    }
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      const std::string& name = node.outputs[i];
+      if (name.empty()) continue;
+      ValueInfo inferred = i < outs.size() ? outs[i] : ValueInfo{};
+      const ValueInfo* declared = nullptr;
+      auto vi = graph.value_info.find(name);
+      if (vi != graph.value_info.end()) declared = &vi->second;
+      for (const auto& o : graph.outputs)
+        if (o.name == name) declared = &o;
+      r.values[name] = reconcile(node, name, inferred, declared);
+    }
+  }
+  return r;
+}
+
+Specialization specialize(const Graph& graph, const std::map<std::string, std::pair<DType, Dims>>& input_shapes,
+                          const ConstantEvaluator& evaluator) {
+  std::vector<ValueInfo> inputs;
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, spec] : input_shapes) {
+    const ValueInfo* decl = graph.find_input(name);
+    if (!decl) fail(ErrorKind::InvalidArgument, "the model has no input '" + name + "'");
+    const auto& [dtype, dims] = spec;
+    if (decl->dtype != DType::Undefined && decl->dtype != dtype)
+      fail(ErrorKind::InvalidArgument, "input '" + name + "' must be " + dtype_name(decl->dtype) + ", got " + dtype_name(dtype));
+    if (decl->shape.rank_known) {
+      if (decl->shape.rank() != int(dims.size()))
+        fail(ErrorKind::InvalidArgument, "input '" + name + "' must have shape " + decl->shape.to_string() + ", got " + dims_to_string(dims));
+      for (size_t i = 0; i < dims.size(); ++i) {
+        const Dim& d = decl->shape.dims[i];
+        if (d.is_known() && *d.value != dims[i])
+          fail(ErrorKind::InvalidArgument, "input '" + name + "' must have shape " + decl->shape.to_string() + ", got " + dims_to_string(dims));
+        if (!d.is_known() && !d.symbol.empty()) {
+          auto [it, fresh] = symbols.emplace(d.symbol, dims[i]);
+          if (!fresh && it->second != dims[i])
+            fail(ErrorKind::InvalidArgument, "input '" + name + "' sets '" + d.symbol + "' to " + std::to_string(dims[i]) +
+                                                 ", another input set it to " + std::to_string(it->second));
+        }
+      }
+    }
+    ValueInfo v;
+    v.name = name;
+    v.dtype = dtype;
+    v.shape = Shape::from_dims(dims);
+    inputs.push_back(v);
+  }
+  for (const auto* req : graph.required_inputs())
+    if (!input_shapes.count(req->name)) fail(ErrorKind::InvalidArgument, "no shape given for input '" + req->name + "'");
+
+  Specialization s;
+  s.result = infer_shapes(graph, inputs, evaluator);
+  for (const auto& node : graph.nodes)
+    for (const auto& o : node.outputs)
+      if (!o.empty() && !s.result.values[o].shape.is_concrete()) s.dynamic.push_back(o);
+  return s;
+}
+
+}  // namespace kiln::ir

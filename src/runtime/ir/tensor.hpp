@@ -41,6 +41,8 @@ class Tensor {
 
   void* raw() { return data_; }
   const void* raw() const { return data_; }
+  // The handle keeping the bytes alive (null for unowned views).
+  const std::shared_ptr<void>& owner() const { return storage_; }
   template <typename T> T* data() { check_type(DTypeOf<T>::value); return static_cast<T*>(data_); }
   template <typename T> const T* data() const { check_type(DTypeOf<T>::value); return static_cast<const T*>(data_); }
 

@@ -104,23 +104,31 @@ class Importer {
       if (want_bytes) std::memcpy(t.raw(), tp.raw_data().data(), want_bytes);
       return t;
     }
+    // Check the element count before allocating: a hostile file may claim
+    // a huge shape and carry no data at all.
+    int64_t have;
+    switch (dt) {
+      case DType::Float32: have = tp.float_data_size(); break;
+      case DType::Float64: have = tp.double_data_size(); break;
+      case DType::Int64: have = tp.int64_data_size(); break;
+      case DType::UInt32:
+      case DType::UInt64: have = tp.uint64_data_size(); break;
+      default: have = tp.int32_data_size();
+    }
+    if (have != numel) count_error(size_t(have));
     ir::Tensor t(dt, dims);
     switch (dt) {
       case DType::Float32:
-        if (tp.float_data_size() != numel) count_error(size_t(tp.float_data_size()));
         std::copy(tp.float_data().begin(), tp.float_data().end(), t.data<float>());
         break;
       case DType::Float64:
-        if (tp.double_data_size() != numel) count_error(size_t(tp.double_data_size()));
         std::copy(tp.double_data().begin(), tp.double_data().end(), t.data<double>());
         break;
       case DType::Int64:
-        if (tp.int64_data_size() != numel) count_error(size_t(tp.int64_data_size()));
         std::copy(tp.int64_data().begin(), tp.int64_data().end(), t.data<int64_t>());
         break;
       case DType::UInt32:
       case DType::UInt64: {
-        if (tp.uint64_data_size() != numel) count_error(size_t(tp.uint64_data_size()));
         for (int64_t i = 0; i < numel; ++i) {
           uint64_t v = tp.uint64_data(int(i));
           if (dt == DType::UInt32) t.data<uint32_t>()[i] = uint32_t(v);
@@ -130,7 +138,6 @@ class Importer {
       }
       default: {
         // int32_data carries every type of 32 bits or less, 16-bit floats as bit patterns.
-        if (tp.int32_data_size() != numel) count_error(size_t(tp.int32_data_size()));
         for (int64_t i = 0; i < numel; ++i) {
           int32_t v = tp.int32_data(int(i));
           switch (dt) {

@@ -1,0 +1,170 @@
+#pragma once
+// Kiln: load an ONNX model and run it.
+//
+//   kiln::Runtime runtime;                                  // options: threads, cache dir, logging
+//   kiln::Model model = kiln::Model::load(runtime, "net.onnx");
+//   kiln::Tensor x = kiln::Tensor::view(kiln::DType::Float32, {1, 64}, pixels);
+//   std::vector<kiln::Tensor> y = model.run({{"input", x}});
+//
+// Every failure throws kiln::Error whose message says what, where (model,
+// node, input name) and what was expected. A Model may be run from several
+// threads at once.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln {
+
+// Element types; the values equal ONNX's TensorProto.DataType.
+enum class DType : int32_t {
+  Float32 = 1,
+  UInt8 = 2,
+  Int8 = 3,
+  UInt16 = 4,
+  Int16 = 5,
+  Int32 = 6,
+  Int64 = 7,
+  Bool = 9,
+  Float16 = 10,
+  Float64 = 11,
+  UInt32 = 12,
+  UInt64 = 13,
+  BFloat16 = 16,
+};
+const char* dtype_name(DType t);   // "float32"
+size_t dtype_size(DType t);        // bytes per element
+
+enum class ErrorCode : int32_t {
+  InvalidArgument = 1,  // wrong input from the caller: name, dtype, shape
+  InvalidModel = 2,     // malformed or inconsistent model file
+  Unsupported = 3,      // valid ONNX that Kiln does not implement
+  Io = 4,               // file system
+  Internal = 5,
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+using Shape = std::vector<int64_t>;
+std::string shape_to_string(const Shape& s);  // "1x3x224x224"
+
+// A dense row-major tensor: either owning (allocated, 64-byte aligned) or a
+// view of memory the caller owns and keeps alive. Copies share the data.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(DType dtype, Shape shape);  // owning, zero-filled
+  static Tensor view(DType dtype, Shape shape, void* data);
+  // Shares ownership of `owner`, which keeps `data` alive.
+  static Tensor view(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner);
+  template <typename T>
+  static Tensor from_vector(DType dtype, Shape shape, const std::vector<T>& values);
+
+  bool defined() const { return data_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t numel() const;
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  // Typed access; throws if sizeof(T) does not match the dtype.
+  template <typename T> T* data_as() { check_size(sizeof(T)); return static_cast<T*>(data_); }
+  template <typename T> const T* data_as() const { check_size(sizeof(T)); return static_cast<const T*>(data_); }
+  const std::shared_ptr<void>& owner() const { return owner_; }
+
+ private:
+  void check_size(size_t element_size) const;
+  DType dtype_ = DType::Float32;
+  Shape shape_;
+  std::shared_ptr<void> owner_;
+  void* data_ = nullptr;
+};
+
+// One dimension of a declared shape: a size, a symbol ("batch") or unknown.
+struct Dim {
+  int64_t value = -1;  // -1 when not a fixed size
+  std::string symbol;  // set for named dynamic dims
+  bool is_fixed() const { return value >= 0; }
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::Float32;
+  std::vector<Dim> shape;
+  bool rank_known = true;
+  bool has_default = false;  // an initializer backs it: the input may be omitted
+  std::string shape_string() const;  // "[batch,3,224,224]"
+};
+
+enum class LogLevel { Debug = 0, Info = 1, Warning = 2, Error = 3, Off = 4 };
+
+struct RuntimeOptions {
+  int threads = 0;        // 0: every core this process may use
+  std::string cache_dir;  // compiled-code cache; "" = default location (used from the cache issue on)
+  LogLevel log_level = LogLevel::Warning;
+  // Receives every message at or above log_level; default: stderr.
+  std::function<void(LogLevel, const std::string&)> logger;
+};
+
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options = {});
+  const RuntimeOptions& options() const;
+  int threads() const;  // the resolved thread count
+  void log(LogLevel level, const std::string& message) const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+  friend class Model;
+};
+
+class Model {
+ public:
+  static Model load(const Runtime& runtime, const std::string& path);
+  // `external_data_dir` is where external weight files live, if the model has any.
+  static Model load_from_memory(const Runtime& runtime, const void* data, size_t size,
+                                const std::string& external_data_dir = "");
+
+  const std::vector<TensorInfo>& inputs() const;   // inputs with defaults come last
+  const std::vector<TensorInfo>& outputs() const;
+  int64_t opset() const;                 // the ai.onnx opset imported
+  std::string producer() const;          // "pytorch 2.1"
+  std::string source() const;            // path, or "<memory>"
+  std::map<std::string, int> op_histogram() const;  // op type -> node count, subgraphs included
+  std::vector<std::string> unsupported_ops() const; // op types no backend can run
+
+  // Runs the model. Inputs by name; inputs with defaults may be omitted.
+  // Outputs come in the order of outputs().
+  std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& inputs) const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+template <typename T>
+Tensor Tensor::from_vector(DType dtype, Shape shape, const std::vector<T>& values) {
+  Tensor t(dtype, std::move(shape));
+  if (sizeof(T) != dtype_size(dtype) || values.size() != size_t(t.numel()))
+    throw Error(ErrorCode::InvalidArgument, "Tensor::from_vector: " + std::to_string(values.size()) +
+                                                " values of " + std::to_string(sizeof(T)) + " bytes do not fill a " +
+                                                dtype_name(dtype) + " tensor of shape " + shape_to_string(t.shape()));
+  T* out = t.data_as<T>();
+  for (size_t i = 0; i < values.size(); ++i) out[i] = values[i];
+  return t;
+}
+
+}  // namespace kiln

@@ -1,0 +1,190 @@
+// The public C++ API on the shipped digits model: results, errors, threads.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "cli/npy.hpp"
+#include "kiln/kiln.hpp"
+#include "model_builder.hpp"
+
+namespace {
+
+const std::string kDigits = std::string(KILN_SOURCE_DIR) + "/examples/digits/";
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Api, DescribesInputsAndOutputs) {
+  kiln::Runtime rt;
+  auto model = kiln::Model::load(rt, kDigits + "digits.onnx");
+  ASSERT_EQ(model.inputs().size(), 1u);
+  EXPECT_EQ(model.inputs()[0].name, "image");
+  EXPECT_EQ(model.inputs()[0].shape_string(), "[batch,1,8,8]");
+  EXPECT_EQ(model.outputs()[0].shape_string(), "[batch,10]");
+  EXPECT_EQ(model.opset(), 13);
+  EXPECT_EQ(model.op_histogram().at("Gemm"), 2);
+  EXPECT_TRUE(model.unsupported_ops().empty());
+  EXPECT_GE(rt.threads(), 1);
+}
+
+TEST(Api, ClassifiesHeldOutDigits) {
+  kiln::Runtime rt;
+  auto model = kiln::Model::load(rt, kDigits + "digits.onnx");
+  kiln::Tensor images = kiln::npy::load(kDigits + "test_images.npy");
+  kiln::Tensor labels = kiln::npy::load(kDigits + "test_labels.npy");
+  auto out = model.run({{"image", images}});
+  ASSERT_EQ(out.size(), 1u);
+  const int64_t n = images.shape()[0];
+  ASSERT_EQ(out[0].shape(), (kiln::Shape{n, 10}));
+  int correct = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* p = out[0].data_as<float>() + i * 10;
+    float sum = 0;
+    int best = 0;
+    for (int c = 0; c < 10; ++c) {
+      sum += p[c];
+      if (p[c] > p[best]) best = c;
+    }
+    EXPECT_NEAR(sum, 1.0f, 1e-4);
+    correct += best == labels.data_as<int64_t>()[i];
+  }
+  // The training script measured 96.9% on these images.
+  EXPECT_GE(double(correct) / double(n), 0.95);
+}
+
+TEST(Api, WrongInputsNameTheInputAndWhatWasExpected) {
+  kiln::Runtime rt;
+  auto model = kiln::Model::load(rt, kDigits + "digits.onnx");
+  std::vector<float> pixels(64, 0.5f);
+  auto good = kiln::Tensor::view(kiln::DType::Float32, {1, 1, 8, 8}, pixels.data());
+
+  std::string e = error_of([&] { model.run({{"pixels", good}}); });
+  EXPECT_NE(e.find("unknown input 'pixels'"), std::string::npos) << e;
+  EXPECT_NE(e.find("'image'"), std::string::npos) << e;
+
+  e = error_of([&] { model.run({}); });
+  EXPECT_NE(e.find("'image'"), std::string::npos) << e;
+  EXPECT_NE(e.find("required"), std::string::npos) << e;
+
+  auto wrong_shape = kiln::Tensor::view(kiln::DType::Float32, {1, 64}, pixels.data());
+  e = error_of([&] { model.run({{"image", wrong_shape}}); });
+  EXPECT_NE(e.find("'image'"), std::string::npos) << e;
+  EXPECT_NE(e.find("[batch,1,8,8]"), std::string::npos) << e;
+  EXPECT_NE(e.find("1x64"), std::string::npos) << e;
+
+  auto wrong_dim = kiln::Tensor::view(kiln::DType::Float32, {1, 1, 4, 16}, pixels.data());
+  e = error_of([&] { model.run({{"image", wrong_dim}}); });
+  EXPECT_NE(e.find("dimension 2 must be 8"), std::string::npos) << e;
+
+  std::vector<int64_t> ints(64);
+  auto wrong_type = kiln::Tensor::view(kiln::DType::Int64, {1, 1, 8, 8}, ints.data());
+  e = error_of([&] { model.run({{"image", wrong_type}}); });
+  EXPECT_NE(e.find("must be float32, got int64"), std::string::npos) << e;
+
+  e = error_of([&] { model.run({{"image", good}, {"image", good}}); });
+  EXPECT_NE(e.find("twice"), std::string::npos) << e;
+}
+
+TEST(Api, SymbolsMustAgreeAcrossInputs) {
+  kiln::test::ModelBuilder b;
+  b.input("a", onnx::TensorProto::FLOAT, {"batch", 2}).input("b", onnx::TensorProto::FLOAT, {"batch", 2});
+  b.output("y", onnx::TensorProto::FLOAT, {"batch", 2});
+  b.node("Add", {"a", "b"}, {"y"});
+  std::string bytes = b.bytes();
+  kiln::Runtime rt;
+  auto model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
+  kiln::Tensor a(kiln::DType::Float32, {3, 2}), c(kiln::DType::Float32, {4, 2});
+  std::string e = error_of([&] { model.run({{"a", a}, {"b", c}}); });
+  EXPECT_NE(e.find("'batch'"), std::string::npos) << e;
+  auto y = model.run({{"a", a}, {"b", a}});
+  EXPECT_EQ(y[0].shape(), (kiln::Shape{3, 2}));
+}
+
+TEST(Api, BadFilesAreErrorsWithCodes) {
+  kiln::Runtime rt;
+  try {
+    kiln::Model::load(rt, "/does/not/exist.onnx");
+    FAIL();
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), kiln::ErrorCode::Io);
+  }
+  std::string junk = "definitely not onnx";
+  try {
+    kiln::Model::load_from_memory(rt, junk.data(), junk.size());
+    FAIL();
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), kiln::ErrorCode::InvalidModel);
+  }
+}
+
+TEST(Api, UnsupportedOperatorsAreReportedAndRunFailsCleanly) {
+  kiln::test::ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  b.node("NoSuchOperator", {"x"}, {"y"}, "mystery");
+  std::string bytes = b.bytes();
+  kiln::RuntimeOptions opts;
+  std::vector<std::string> logged;
+  opts.logger = [&](kiln::LogLevel, const std::string& m) { logged.push_back(m); };
+  kiln::Runtime rt(opts);
+  auto model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
+  EXPECT_EQ(model.unsupported_ops(), (std::vector<std::string>{"NoSuchOperator"}));
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_NE(logged[0].find("NoSuchOperator"), std::string::npos);
+  kiln::Tensor x(kiln::DType::Float32, {2});
+  try {
+    model.run({{"x", x}});
+    FAIL();
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), kiln::ErrorCode::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("mystery"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Api, ConcurrentRunsOnOneModelAgree) {
+  kiln::Runtime rt;
+  auto model = kiln::Model::load(rt, kDigits + "digits.onnx");
+  kiln::Tensor images = kiln::npy::load(kDigits + "test_images.npy");
+  auto expected = model.run({{"image", images}})[0];
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 5; ++i) {
+        auto out = model.run({{"image", images}})[0];
+        if (std::memcmp(out.data(), expected.data(), expected.nbytes()) != 0) ++mismatches;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST(Api, OutputsNeverAliasInputsOrWeights) {
+  kiln::test::ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  b.node("Identity", {"x"}, {"y"});
+  std::string bytes = b.bytes();
+  kiln::Runtime rt;
+  auto model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
+  std::vector<float> x = {1, 2};
+  auto y = model.run({{"x", kiln::Tensor::view(kiln::DType::Float32, {2}, x.data())}})[0];
+  EXPECT_NE(y.data(), static_cast<void*>(x.data()));
+  EXPECT_EQ(y.data_as<float>()[1], 2.0f);
+}
+
+TEST(Api, NpyRoundTrip) {
+  kiln::Tensor t = kiln::Tensor::from_vector<int32_t>(kiln::DType::Int32, {2, 3}, {1, -2, 3, -4, 5, -6});
+  std::string path = ::testing::TempDir() + "/roundtrip.npy";
+  kiln::npy::save(path, t);
+  kiln::Tensor back = kiln::npy::load(path);
+  EXPECT_EQ(back.dtype(), kiln::DType::Int32);
+  EXPECT_EQ(back.shape(), t.shape());
+  EXPECT_EQ(std::memcmp(back.data(), t.data(), t.nbytes()), 0);
+}

@@ -1,0 +1,137 @@
+// The kiln command, run as a user would: exit codes, stdout, stderr, files.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/npy.hpp"
+#include "kiln/kiln.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kDigits = std::string(KILN_SOURCE_DIR) + "/examples/digits/";
+
+struct Result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Result kiln_cmd(const std::string& args) {
+  std::string err_path = ::testing::TempDir() + "/kiln_stderr.txt";
+  std::string cmd = std::string(KILN_CLI_PATH) + " " + args + " 2>" + err_path;
+  FILE* p = popen(cmd.c_str(), "r");
+  Result r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  return r;
+}
+
+}  // namespace
+
+TEST(Cli, InspectShowsInputsOutputsAndOperators) {
+  auto r = kiln_cmd("inspect " + kDigits + "digits.onnx");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("image  float32 [batch,1,8,8]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("probabilities  float32 [batch,10]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Gemm"), std::string::npos);
+  EXPECT_NE(r.out.find("all operators are supported"), std::string::npos) << r.out;
+}
+
+TEST(Cli, InspectJson) {
+  auto r = kiln_cmd("inspect --json " + kDigits + "digits.onnx");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["opset"], 13);
+  EXPECT_EQ(j["inputs"][0]["shape"][0], "batch");
+  EXPECT_EQ(j["operators"]["Gemm"], 2);
+  EXPECT_TRUE(j["supported"].get<bool>());
+}
+
+TEST(Cli, RunWritesOutputsThatRoundTripThroughNpy) {
+  fs::path dir = fs::path(::testing::TempDir()) / "kiln_cli_out";
+  fs::remove_all(dir);
+  auto r = kiln_cmd("run " + kDigits + "digits.onnx --input image=" + kDigits + "digit.npy --output-dir " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("predicted class): 7"), std::string::npos) << r.out;
+
+  kiln::Tensor written = kiln::npy::load((dir / "probabilities.npy").string());
+  kiln::Runtime rt;
+  auto model = kiln::Model::load(rt, kDigits + "digits.onnx");
+  auto expected = model.run({{"image", kiln::npy::load(kDigits + "digit.npy")}})[0];
+  ASSERT_EQ(written.shape(), expected.shape());
+  EXPECT_EQ(std::memcmp(written.data(), expected.data(), expected.nbytes()), 0);
+}
+
+TEST(Cli, RunJsonWithRepeatAndRandomInputs) {
+  auto r = kiln_cmd("run " + kDigits + "digits.onnx --random-inputs --dim batch=3 --repeat 5 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["outputs"][0]["shape"], nlohmann::json({3, 10}));
+  EXPECT_EQ(j["outputs"][0]["argmax"].size(), 3u);
+  EXPECT_EQ(j["latency_ms"]["runs"], 5);
+  EXPECT_LE(j["latency_ms"]["min"].get<double>(), j["latency_ms"]["p90"].get<double>());
+}
+
+TEST(Cli, OutputNamesAreMadeFileSafe) {
+  // Output names with '/' and ':' (common in exported graphs) must not escape the directory.
+  fs::path dir = fs::path(::testing::TempDir()) / "kiln_cli_safe";
+  fs::remove_all(dir);
+  auto model = fs::path(::testing::TempDir()) / "odd_names.onnx";
+  {
+    // A model whose output is called "../out:0".
+    kiln::Runtime rt;
+    std::string src;
+    std::ifstream in(kDigits + "digits.onnx", std::ios::binary);
+    src.assign(std::istreambuf_iterator<char>(in), {});
+    size_t pos;
+    while ((pos = src.find("probabilities")) != std::string::npos) src.replace(pos, 13, "../prob:ties0");
+    std::ofstream out(model, std::ios::binary);
+    out << src;
+  }
+  auto r = kiln_cmd("run " + model.string() + " --random-inputs --output-dir " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir / ".._prob_ties0.npy"));
+}
+
+TEST(Cli, ErrorsGoToStderrWithExitCode1) {
+  fs::path trunc = fs::path(::testing::TempDir()) / "truncated.onnx";
+  {
+    std::ifstream in(kDigits + "digits.onnx", std::ios::binary);
+    std::string bytes(std::istreambuf_iterator<char>(in), {});
+    std::ofstream out(trunc, std::ios::binary);
+    out << bytes.substr(0, bytes.size() / 2);
+  }
+  for (const std::string& cmd : {"inspect " + trunc.string(), "run " + trunc.string() + " --random-inputs"}) {
+    auto r = kiln_cmd(cmd);
+    EXPECT_EQ(r.code, 1) << cmd;
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  auto r = kiln_cmd("run " + kDigits + "digits.onnx --input image=" + kDigits + "test_labels.npy");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("'image'"), std::string::npos) << r.err;
+  r = kiln_cmd("run " + kDigits + "digits.onnx");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--random-inputs"), std::string::npos) << r.err;
+}
+
+TEST(Cli, EverySubcommandHasHelp) {
+  for (const std::string& sub : {"inspect", "run"}) {
+    auto r = kiln_cmd(sub + " --help");
+    EXPECT_EQ(r.code, 0) << sub;
+    EXPECT_NE(r.out.find("MODEL"), std::string::npos) << r.out;
+  }
+  EXPECT_NE(kiln_cmd("--help").out.find("inspect"), std::string::npos);
+  EXPECT_NE(kiln_cmd("frobnicate").code, 0);
+}

@@ -1,0 +1,257 @@
+// Import of real and hostile ONNX files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "model_builder.hpp"
+#include "runtime/onnx/onnx_importer.hpp"
+
+namespace fs = std::filesystem;
+using kiln::ir::ErrorKind;
+using kiln::onnx_import::import_model_bytes;
+using kiln::onnx_import::import_model_file;
+using kiln::test::ModelBuilder;
+
+namespace {
+
+std::string digits_path() { return std::string(KILN_SOURCE_DIR) + "/examples/digits/digits.onnx"; }
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Expects import to fail with `kind` and a message containing `needle`.
+void expect_error(const std::string& bytes, ErrorKind kind, const std::string& needle, const kiln::onnx_import::ImportOptions& opts = {}) {
+  try {
+    import_model_bytes(bytes.data(), bytes.size(), "test.onnx", opts);
+    FAIL() << "import succeeded, expected an error containing '" << needle << "'";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(int(e.kind()), int(kind)) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(OnnxImporter, LoadsTheShippedDigitsModel) {
+  auto m = import_model_file(digits_path());
+  ASSERT_TRUE(m.graph);
+  EXPECT_EQ(m.opset(), 13);
+  ASSERT_EQ(m.graph->inputs.size(), 1u);
+  const auto& in = m.graph->inputs[0];
+  EXPECT_EQ(in.name, "image");
+  EXPECT_EQ(in.dtype, kiln::ir::DType::Float32);
+  ASSERT_EQ(in.shape.rank(), 4);
+  EXPECT_EQ(in.shape.dims[0].symbol, "batch");
+  EXPECT_EQ(*in.shape.dims[1].value, 1);
+  EXPECT_EQ(m.graph->nodes.size(), 5u);
+  EXPECT_EQ(m.graph->initializers.at("w1").dims(), (kiln::ir::Dims{64, 64}));
+}
+
+TEST(OnnxImporter, EveryTruncationIsAnErrorNeverACrash) {
+  std::string bytes = read_all(digits_path());
+  ASSERT_GT(bytes.size(), 1000u);
+  int errors = 0;
+  for (size_t len = 0; len < bytes.size(); len += (len < 200 ? 1 : 61)) {
+    try {
+      import_model_bytes(bytes.data(), len, "truncated.onnx");
+    } catch (const kiln::ir::Error& e) {
+      ++errors;
+      EXPECT_NE(std::string(e.what()).find("truncated.onnx"), std::string::npos);
+    }
+  }
+  EXPECT_GT(errors, 100);
+}
+
+TEST(OnnxImporter, FlippedBytesAreAnErrorOrAValidModelNeverACrash) {
+  std::string bytes = read_all(digits_path());
+  std::mt19937 rng(7);
+  for (int i = 0; i < 300; ++i) {
+    std::string copy = bytes;
+    for (int k = 0; k < 4; ++k) copy[rng() % copy.size()] ^= char(1 << (rng() % 8));
+    try {
+      import_model_bytes(copy.data(), copy.size(), "flipped.onnx");
+    } catch (const kiln::ir::Error&) {
+    }
+  }
+}
+
+TEST(OnnxImporter, GarbageAndEmptyFiles) {
+  expect_error("", ErrorKind::InvalidModel, "empty");
+  expect_error("this is not a protobuf at all \xff\xff\xff\xff", ErrorKind::InvalidModel, "not a valid ONNX model");
+  try {
+    import_model_file("/nonexistent/model.onnx");
+    FAIL();
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Io);
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/model.onnx"), std::string::npos);
+  }
+}
+
+TEST(OnnxImporter, RawDataOfTheWrongSizeNamesTheTensor) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  onnx::TensorProto w;
+  w.set_name("weights");
+  w.set_data_type(onnx::TensorProto::FLOAT);
+  w.add_dims(1000);
+  w.set_raw_data(std::string(12, '\0'));
+  b.initializer(w);
+  b.node("Add", {"x", "weights"}, {"y"});
+  expect_error(b.bytes(), ErrorKind::InvalidModel, "'weights'");
+}
+
+TEST(OnnxImporter, HugeDimensionsAreRejectedBeforeAllocating) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  onnx::TensorProto w;
+  w.set_name("huge");
+  w.set_data_type(onnx::TensorProto::FLOAT);
+  w.add_dims(int64_t(1) << 40);
+  w.add_dims(int64_t(1) << 40);
+  b.initializer(w);
+  expect_error(b.bytes(), ErrorKind::InvalidModel, "huge");
+
+  ModelBuilder c;
+  onnx::TensorProto big;
+  big.set_name("big");
+  big.set_data_type(onnx::TensorProto::FLOAT);
+  big.add_dims(int64_t(1) << 33);  // 32 GiB claimed, no data
+  c.initializer(big);
+  expect_error(c.bytes(), ErrorKind::InvalidModel, "big");
+}
+
+TEST(OnnxImporter, NegativeDimensionsAndUnknownTypes) {
+  ModelBuilder b;
+  onnx::TensorProto w = ModelBuilder::float_tensor("neg", {}, {});
+  w.add_dims(-3);
+  b.initializer(w);
+  expect_error(b.bytes(), ErrorKind::InvalidModel, "negative");
+
+  ModelBuilder c;
+  onnx::TensorProto t = ModelBuilder::float_tensor("odd", {1}, {1.0f});
+  t.set_data_type(99);
+  c.initializer(t);
+  expect_error(c.bytes(), ErrorKind::InvalidModel, "unknown element type");
+}
+
+TEST(OnnxImporter, SequenceInputsAreUnsupportedWithAReason) {
+  ModelBuilder b;
+  auto* in = b.graph().add_input();
+  in->set_name("seq");
+  in->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(1);
+  expect_error(b.bytes(), ErrorKind::Unsupported, "sequence");
+}
+
+TEST(OnnxImporter, UnknownDomainIsAnErrorOnlyIfNotImported) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  b.node("Custom", {"x"}, {"y"}).set_domain("com.example");
+  expect_error(b.bytes(), ErrorKind::InvalidModel, "com.example");
+
+  auto* o = b.model().add_opset_import();
+  o->set_domain("com.example");
+  o->set_version(1);
+  std::string bytes = b.bytes();
+  auto m = import_model_bytes(bytes.data(), bytes.size(), "custom.onnx");
+  EXPECT_EQ(m.graph->nodes[0].domain, "com.example");
+}
+
+TEST(OnnxImporter, ConstantsBecomeInitializersAndInitializerInputsHaveDefaults) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"batch", 2}).input("bias", onnx::TensorProto::FLOAT, {2});
+  b.output("y", onnx::TensorProto::FLOAT, {"batch", 2});
+  b.initializer(ModelBuilder::float_tensor("bias", {2}, {1, 2}));
+  auto& c = b.node("Constant", {}, {"k"});
+  ModelBuilder::attr_tensor(c, "value", ModelBuilder::float_tensor("", {2}, {3, 4}));
+  b.node("Add", {"x", "bias"}, {"t"});
+  b.node("Mul", {"t", "k"}, {"y"});
+  std::string bytes = b.bytes();
+  auto m = import_model_bytes(bytes.data(), bytes.size(), "const.onnx");
+  EXPECT_EQ(m.graph->nodes.size(), 2u);
+  ASSERT_TRUE(m.graph->initializers.count("k"));
+  EXPECT_FLOAT_EQ(m.graph->initializers.at("k").data<float>()[1], 4.0f);
+  auto required = m.graph->required_inputs();
+  ASSERT_EQ(required.size(), 1u);
+  EXPECT_EQ(required[0]->name, "x");
+}
+
+TEST(OnnxImporter, UnnamedDimsAndNodesGetNames) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"", 3}).output("y", onnx::TensorProto::FLOAT, {"", 3});
+  b.node("Relu", {"x"}, {"y"});
+  std::string bytes = b.bytes();
+  auto m = import_model_bytes(bytes.data(), bytes.size(), "m.onnx");
+  EXPECT_FALSE(m.graph->inputs[0].shape.dims[0].is_known());
+  EXPECT_TRUE(m.graph->inputs[0].shape.dims[0].symbol.empty());
+  EXPECT_EQ(m.graph->nodes[0].name, "Relu_0");
+}
+
+TEST(OnnxImporter, ExternalDataIsReadCheckedAndConfined) {
+  fs::path dir = fs::temp_directory_path() / ("kiln_ext_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream out(dir / "weights.bin", std::ios::binary);
+    float values[4] = {1, 2, 3, 4};
+    out.write("PAD!", 4);
+    out.write(reinterpret_cast<const char*>(values), sizeof(values));
+  }
+  auto make = [&](const std::string& location, const std::string& offset, int64_t dim) {
+    ModelBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, {dim}).output("y", onnx::TensorProto::FLOAT, {dim});
+    onnx::TensorProto w;
+    w.set_name("w");
+    w.set_data_type(onnx::TensorProto::FLOAT);
+    w.add_dims(dim);
+    w.set_data_location(onnx::TensorProto::EXTERNAL);
+    auto* kv = w.add_external_data();
+    kv->set_key("location");
+    kv->set_value(location);
+    kv = w.add_external_data();
+    kv->set_key("offset");
+    kv->set_value(offset);
+    b.initializer(w);
+    b.node("Add", {"x", "w"}, {"y"});
+    return b.bytes();
+  };
+  kiln::onnx_import::ImportOptions opts;
+  opts.external_data_dir = dir.string();
+
+  std::string good = make("weights.bin", "4", 4);
+  auto m = import_model_bytes(good.data(), good.size(), "ext.onnx", opts);
+  EXPECT_FLOAT_EQ(m.graph->initializers.at("w").data<float>()[3], 4.0f);
+
+  expect_error(make("weights.bin", "4", 5), ErrorKind::InvalidModel, "too short", opts);
+  expect_error(make("weights.bin", "999", 4), ErrorKind::InvalidModel, "offset", opts);
+  expect_error(make("../etc/passwd", "0", 4), ErrorKind::InvalidModel, "inside the model's directory", opts);
+  expect_error(make("/etc/passwd", "0", 4), ErrorKind::InvalidModel, "inside the model's directory", opts);
+  expect_error(make("missing.bin", "0", 4), ErrorKind::Io, "missing.bin", opts);
+  expect_error(make("weights.bin", "4", 4), ErrorKind::InvalidModel, "loaded from memory");
+  fs::remove_all(dir);
+}
+
+TEST(OnnxImporter, DeeplyNestedSubgraphsAreRejected) {
+  onnx::GraphProto inner;
+  inner.set_name("leaf");
+  for (int depth = 0; depth < 80; ++depth) {
+    onnx::GraphProto outer;
+    outer.set_name("level" + std::to_string(depth));
+    auto* n = outer.add_node();
+    n->set_op_type("If");
+    n->add_input("c");
+    ModelBuilder::attr_graph(*n, "then_branch", inner);
+    inner = outer;
+  }
+  ModelBuilder b;
+  b.graph() = inner;
+  std::string bytes = b.bytes();
+  try {
+    import_model_bytes(bytes.data(), bytes.size(), "deep.onnx");
+    FAIL();
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidModel);
+  }
+}
