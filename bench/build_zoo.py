@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""Builds the benchmark model zoo as ONNX files (bench time only, not CI).
+
+Needs Debian's python3-torch, python3-torchvision and python3-onnx; run with
+/usr/bin/python3. Weights are torchvision's random initialisation (nothing
+can be downloaded here): the zoo measures speed and agreement between
+backends, not accuracy.
+
+  /usr/bin/python3 bench/build_zoo.py [OUT_DIR] [--only NAME,NAME]
+"""
+import argparse
+import os
+
+import torch
+import torchvision
+
+torch.manual_seed(0)
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(),
+            torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class LeNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 6, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(6, 16, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2))
+        self.classifier = torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(400, 120), torch.nn.ReLU(),
+            torch.nn.Linear(120, 84), torch.nn.ReLU(), torch.nn.Linear(84, 10))
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
+class Encoder(torch.nn.Module):
+    def __init__(self, vocab=1000, d_model=256, heads=4, layers=4):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, d_model)
+        layer = torch.nn.TransformerEncoderLayer(d_model, heads, dim_feedforward=4 * d_model,
+                                                 activation="gelu", batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+    def forward(self, tokens):
+        return self.encoder(self.embed(tokens))
+
+
+def export(model, example, path, input_name, dynamic):
+    model.eval()
+    torch.onnx.export(model, example, path, input_names=[input_name], output_names=["output"],
+                      dynamic_axes={input_name: dynamic, "output": {0: "batch"}}, opset_version=17,
+                      do_constant_folding=True)
+    print(f"wrote {path}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", nargs="?", default=os.path.join(os.path.dirname(__file__), "models"))
+    parser.add_argument("--only", default="")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    only = set(filter(None, args.only.split(",")))
+    image = torch.randn(1, 3, 224, 224)
+    zoo = {
+        "mlp": (Mlp(), torch.randn(1, 1, 28, 28), "input", {0: "batch"}),
+        "lenet": (LeNet(), torch.randn(1, 1, 28, 28), "input", {0: "batch"}),
+        "squeezenet1_1": (torchvision.models.squeezenet1_1(), image, "input", {0: "batch"}),
+        "mobilenet_v2": (torchvision.models.mobilenet_v2(), image, "input", {0: "batch"}),
+        "resnet18": (torchvision.models.resnet18(), image, "input", {0: "batch"}),
+        "resnet50": (torchvision.models.resnet50(), image, "input", {0: "batch"}),
+        "efficientnet_b0": (torchvision.models.efficientnet_b0(), image, "input", {0: "batch"}),
+        "encoder": (Encoder(), torch.randint(0, 1000, (1, 128)), "tokens", {0: "batch", 1: "sequence"}),
+    }
+    for name, (model, example, input_name, dynamic) in zoo.items():
+        if only and name not in only:
+            continue
+        # Exported with autograd on: under no_grad the transformer layers take a
+        # fused fast path that has no ONNX export.
+        export(model, example, os.path.join(args.out, name + ".onnx"), input_name, dynamic)
+
+
+if __name__ == "__main__":
+    main()
