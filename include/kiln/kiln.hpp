@@ -111,11 +111,21 @@ struct TensorInfo {
 enum class LogLevel { Debug = 0, Info = 1, Warning = 2, Error = 3, Off = 4 };
 
 struct RuntimeOptions {
+  std::string backend = "reference";  // which backend compiles specializations
   int threads = 0;        // 0: every core this process may use
   std::string cache_dir;  // compiled-code cache; "" = default location (used from the cache issue on)
   LogLevel log_level = LogLevel::Warning;
   // Receives every message at or above log_level; default: stderr.
   std::function<void(LogLevel, const std::string&)> logger;
+};
+
+// One compiled specialization of a model: the input shapes it was compiled
+// for, what the compile cost and how often it ran.
+struct SpecializationStats {
+  std::string key;  // "image:float32:1x1x8x8"
+  std::string backend;
+  double compile_ms = 0;
+  int64_t runs = 0;
 };
 
 class Runtime {
@@ -147,8 +157,13 @@ class Model {
   std::vector<std::string> unsupported_ops() const; // op types no backend can run
 
   // Runs the model. Inputs by name; inputs with defaults may be omitted.
-  // Outputs come in the order of outputs().
+  // Outputs come in the order of outputs(). The first run with new input
+  // shapes compiles that specialization (once, even if several threads ask
+  // at the same time); later runs with those shapes reuse it.
   std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& inputs) const;
+
+  // Every specialization compiled so far, in the order they were made.
+  std::vector<SpecializationStats> specializations() const;
 
  private:
   struct Impl;

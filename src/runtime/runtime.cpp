@@ -5,10 +5,12 @@
 
 #include <iostream>
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <thread>
 
+#include "backends/backend.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "kiln/kiln.hpp"
 #include "runtime/ir/shape_inference.hpp"
@@ -131,10 +133,17 @@ std::string TensorInfo::shape_string() const {
 struct Runtime::Impl {
   RuntimeOptions options;
   int threads = 1;
+  std::unique_ptr<backends::Backend> backend;
   mutable std::mutex log_mutex;
 };
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
+  impl_->backend = backends::make_backend(options.backend);
+  if (!impl_->backend) {
+    std::string names;
+    for (const auto& n : backends::backend_names()) names += (names.empty() ? "'" : ", '") + n + "'";
+    throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::backend '" + options.backend + "' is unknown; available: " + names);
+  }
   if (options.threads < 0)
     throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::threads must be 0 (all cores) or positive, got " +
                                                 std::to_string(options.threads));
@@ -163,6 +172,18 @@ struct Model::Impl {
   ir::Model model;
   std::vector<TensorInfo> inputs;
   std::vector<TensorInfo> outputs;
+
+  // One entry per specialization key; `once` makes concurrent first runs
+  // compile it a single time while other keys compile in parallel.
+  struct Specialized {
+    std::once_flag once;
+    std::shared_ptr<const backends::Executable> executable;
+    SpecializationStats stats;
+    std::atomic<int64_t> runs{0};
+  };
+  mutable std::mutex table_mutex;
+  mutable std::map<std::string, std::shared_ptr<Specialized>> table;
+  mutable std::vector<std::string> table_order;
 
   Impl(const Runtime& rt, ir::Model m) : runtime(rt), model(std::move(m)) {
     const ir::Graph& g = *model.graph;
@@ -275,10 +296,64 @@ std::map<std::string, int> Model::op_histogram() const {
 
 std::vector<std::string> Model::unsupported_ops() const { return ref::unsupported_ops(*impl_->model.graph); }
 
+namespace {
+
+std::string model_label(const ir::Model& m) { return "model '" + m.source_path + "'"; }
+
+std::string specialization_key(const std::map<std::string, ir::Tensor>& inputs) {
+  std::string key;
+  for (const auto& [name, t] : inputs)
+    key += (key.empty() ? "" : ",") + name + ":" + ir::dtype_name(t.dtype()) + ":" + ir::dims_to_string(t.dims());
+  return key;
+}
+
+}  // namespace
+
+std::vector<SpecializationStats> Model::specializations() const {
+  std::lock_guard<std::mutex> lock(impl_->table_mutex);
+  std::vector<SpecializationStats> out;
+  for (const auto& key : impl_->table_order) {
+    const auto& entry = impl_->table.at(key);
+    if (!entry->executable) continue;
+    SpecializationStats s = entry->stats;
+    s.runs = entry->runs.load();
+    out.push_back(s);
+  }
+  return out;
+}
+
 std::vector<Tensor> Model::run(const std::vector<std::pair<std::string, Tensor>>& inputs) const {
   return translate_errors([&] {
     auto ins = impl_->validate(inputs);
-    std::vector<ir::Tensor> outs = ref::run_graph(*impl_->model.graph, ins);
+    const std::string key = specialization_key(ins);
+    std::shared_ptr<Impl::Specialized> entry;
+    {
+      std::lock_guard<std::mutex> lock(impl_->table_mutex);
+      auto& slot = impl_->table[key];
+      if (!slot) {
+        slot = std::make_shared<Impl::Specialized>();
+        impl_->table_order.push_back(key);
+      }
+      entry = slot;
+    }
+    // A compile that throws leaves the flag unset: the next run tries again.
+    std::call_once(entry->once, [&] {
+      const auto start = std::chrono::steady_clock::now();
+      std::map<std::string, std::pair<ir::DType, ir::Dims>> shapes;
+      for (const auto& [name, t] : ins) shapes[name] = {t.dtype(), t.dims()};
+      const auto& backend = *impl_->runtime.impl_->backend;
+      ir::Specialization spec = ir::specialize(*impl_->model.graph, shapes, ref::constant_evaluator());
+      backends::CompileOptions options;
+      options.threads = impl_->runtime.threads();
+      entry->executable = backend.compile(impl_->model.graph, spec, options);
+      entry->stats.key = key;
+      entry->stats.backend = backend.name();
+      entry->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      impl_->runtime.log(LogLevel::Debug, model_label(impl_->model) + ": compiled " + key + " with " + backend.name() +
+                                              " in " + std::to_string(entry->stats.compile_ms) + " ms");
+    });
+    entry->runs++;
+    std::vector<ir::Tensor> outs = entry->executable->run(ins);
     std::vector<Tensor> result;
     for (size_t i = 0; i < outs.size(); ++i) {
       ir::Tensor& o = outs[i];

@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backends/reference/reference_executor.hpp"
+#include "runtime/ir/shape_inference.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
 
 namespace fs = std::filesystem;
@@ -84,7 +85,31 @@ bool is_scope_limit(const kiln::ir::Error& e) {
           m.find("domain") != std::string::npos || m.find("sparse") != std::string::npos);
 }
 
-Result run_test(const fs::path& dir, const std::string& id, double rtol, double atol) {
+// Specializes the graph to the test's input shapes and holds the inferred
+// output shapes against the ones the run produced.
+std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::string, Tensor>& inputs,
+                                  const std::vector<Tensor>& got) {
+  std::map<std::string, std::pair<DType, kiln::ir::Dims>> shapes;
+  for (const auto& [name, t] : inputs) shapes[name] = {t.dtype(), t.dims()};
+  kiln::ir::Specialization spec;
+  try {
+    spec = kiln::ir::specialize(g, shapes, kiln::ref::constant_evaluator());
+  } catch (const kiln::ir::Error& e) {
+    return std::string("shape inference failed: ") + e.what();
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    const auto& v = spec.result.values[g.outputs[i].name];
+    if (v.shape.is_concrete() && v.shape.concrete() != got[i].dims())
+      return "shape inference gives " + v.shape.to_string() + " for output '" + g.outputs[i].name + "', the run gave " +
+             kiln::ir::dims_to_string(got[i].dims());
+    if (v.dtype != DType::Undefined && v.dtype != got[i].dtype())
+      return std::string("shape inference gives dtype ") + kiln::ir::dtype_name(v.dtype) + " for output '" +
+             g.outputs[i].name + "', the run gave " + kiln::ir::dtype_name(got[i].dtype());
+  }
+  return {};
+}
+
+Result run_test(const fs::path& dir, const std::string& id, double rtol, double atol, bool check_shapes) {
   Result r;
   r.id = id;
   kiln::ir::Model model;
@@ -149,6 +174,14 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
         return r;
       }
     }
+    if (check_shapes) {
+      std::string diff = check_inferred_shapes(g, inputs, got);
+      if (!diff.empty()) {
+        r.outcome = Outcome::Fail;
+        r.detail = diff;
+        return r;
+      }
+    }
   }
   return r;
 }
@@ -181,15 +214,18 @@ int main(int argc, char** argv) {
   CLI::App app{"Runs the ONNX backend conformance tests through Kiln"};
   std::string data_root = "/usr/share/libonnx-testdata/data";
   std::vector<std::string> suites = {"node", "pytorch-converted", "pytorch-operator", "simple"};
-  std::string filter, expected_path, tsv_path, backend = "reference";
-  bool verbose = false;
+  std::string filter, expected_path, tsv_path, write_expected_path, backend = "reference";
+  bool verbose = false, check_shapes = false;
   app.add_option("--data-root", data_root, "folder holding the suites");
   app.add_option("--suite", suites, "suites to run")->delimiter(',');
   app.add_option("--filter", filter, "only tests whose id (suite/name) matches this regex");
   app.add_option("--expected-failures", expected_path, "list of test ids expected to fail");
   app.add_option("--tsv", tsv_path, "write one line per test here");
+  app.add_option("--write-expected-failures", write_expected_path,
+                 "write the failing tests as an expected-failures list (the reason is the error)");
   app.add_option("--backend", backend, "backend to run")->check(CLI::IsMember({"reference"}));
   app.add_flag("-v,--verbose", verbose, "print every failure");
+  app.add_flag("--check-shapes", check_shapes, "also hold shape inference against the shapes each run produced");
   CLI11_PARSE(app, argc, argv);
 
   std::map<std::string, std::string> expected;
@@ -215,7 +251,7 @@ int main(int argc, char** argv) {
     for (const auto& d : dirs) {
       std::string id = suite + "/" + d.filename().string();
       if (!std::regex_search(id, re)) continue;
-      results.push_back(run_test(d, id, 1e-3, 1e-7));
+      results.push_back(run_test(d, id, 1e-3, 1e-7, check_shapes));
     }
   }
 
@@ -251,6 +287,17 @@ int main(int argc, char** argv) {
         if (verbose) std::cout << "skip   " << r.id << ": " << one_line(r.detail) << "\n";
         break;
     }
+  }
+  if (!write_expected_path.empty()) {
+    std::ofstream out(write_expected_path);
+    out << "# Conformance tests the " << backend << " backend fails, one id per line, '#' and the reason after it.\n"
+        << "# This list may only shrink: a listed test that passes fails the run until it is removed.\n";
+    for (const auto& r : results)
+      if (r.outcome == Outcome::Fail) {
+        auto it = expected.find(r.id);
+        std::string reason = it != expected.end() && !it->second.empty() ? it->second : " " + one_line(r.detail).substr(0, 160);
+        out << r.id << "  #" << reason << "\n";
+      }
   }
   std::cout << "conformance (" << backend << "): " << passed << " passed, " << failed << " failed, " << skipped
             << " skipped; " << (failed - regressions) << " failures expected, " << regressions

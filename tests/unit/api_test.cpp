@@ -188,3 +188,36 @@ TEST(Api, NpyRoundTrip) {
   EXPECT_EQ(back.shape(), t.shape());
   EXPECT_EQ(std::memcmp(back.data(), t.data(), t.nbytes()), 0);
 }
+
+TEST(Api, EachInputShapeIsSpecializedOnceEvenUnderConcurrency) {
+  kiln::Runtime rt;
+  auto model = kiln::Model::load(rt, kDigits + "digits.onnx");
+  EXPECT_TRUE(model.specializations().empty());
+  kiln::Tensor one(kiln::DType::Float32, {1, 1, 8, 8}), five(kiln::DType::Float32, {5, 1, 8, 8});
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 3; ++i) model.run({{"image", one}});
+    });
+  for (auto& t : threads) t.join();
+  model.run({{"image", five}});
+  auto stats = model.specializations();
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats[0].key, "image:float32:1x1x8x8");
+  EXPECT_EQ(stats[0].runs, 12);
+  EXPECT_EQ(stats[0].backend, "reference");
+  EXPECT_EQ(stats[1].key, "image:float32:5x1x8x8");
+  EXPECT_EQ(stats[1].runs, 1);
+}
+
+TEST(Api, UnknownBackendIsAnError) {
+  kiln::RuntimeOptions opts;
+  opts.backend = "gpu";
+  try {
+    kiln::Runtime rt(opts);
+    FAIL();
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), kiln::ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'reference'"), std::string::npos) << e.what();
+  }
+}

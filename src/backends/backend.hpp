@@ -1,0 +1,46 @@
+#pragma once
+// The contract between the runtime and a backend. A backend says which nodes
+// it can take and compiles a specialization (a graph with every input shape
+// fixed) into an Executable that the runtime calls for each run. The plugin
+// C ABI of a later issue wraps exactly this shape: claim, compile, run.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/ir/graph.hpp"
+#include "runtime/ir/shape_inference.hpp"
+
+namespace kiln::backends {
+
+// One compiled specialization. run() must be safe to call from several
+// threads at once.
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Inputs by name (every required input, optionally inputs with defaults);
+  // outputs in the order of the graph's outputs.
+  virtual std::vector<ir::Tensor> run(const std::map<std::string, ir::Tensor>& inputs) const = 0;
+};
+
+struct CompileOptions {
+  int threads = 1;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Identifies the code a backend produces, for cache keys.
+  virtual std::string version() const = 0;
+  virtual bool supports(const ir::Node& node) const = 0;
+  // `spec` holds the concrete shape of every value. Throws ir::Error.
+  virtual std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
+                                              const CompileOptions& options) const = 0;
+};
+
+// The backends built into libkiln, by name ("reference"); nullptr if unknown.
+std::unique_ptr<Backend> make_backend(const std::string& name);
+std::vector<std::string> backend_names();
+
+}  // namespace kiln::backends
