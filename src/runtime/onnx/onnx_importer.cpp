@@ -217,8 +217,8 @@ class Importer {
     if (!vp.has_type()) return v;  // type unknown: allowed for intermediates and some outputs
     const auto& type = vp.type();
     if (type.has_sequence_type() || type.has_optional_type() || type.has_map_type() || type.has_sparse_tensor_type())
-      fail(ErrorKind::Unsupported, label_ + ": " + where + " '" + vp.name() + "' is a " +
-                                       (type.has_sequence_type() ? "sequence" : type.has_optional_type() ? "optional" : type.has_map_type() ? "map" : "sparse tensor") +
+      fail(ErrorKind::Unsupported, label_ + ": " + where + " '" + vp.name() + "' is " +
+                                       (type.has_sequence_type() ? "a sequence" : type.has_optional_type() ? "an optional" : type.has_map_type() ? "a map" : "a sparse tensor") +
                                        "; Kiln supports dense tensors only");
     if (!type.has_tensor_type()) return v;
     const auto& tt = type.tensor_type();
