@@ -13,6 +13,7 @@ const KernelRegistry& KernelRegistry::instance() {
     register_signal_ops(r);
     register_control_flow_ops(r);
     register_rnn_ops(r);
+    register_matrix_ops(r);
     register_quantization_ops(r);
     register_feature_ops(r);
     return r;

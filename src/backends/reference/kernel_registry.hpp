@@ -32,5 +32,6 @@ void register_control_flow_ops(KernelRegistry& r);
 void register_rnn_ops(KernelRegistry& r);
 void register_quantization_ops(KernelRegistry& r);
 void register_feature_ops(KernelRegistry& r);
+void register_matrix_ops(KernelRegistry& r);
 
 }  // namespace kiln::ref

@@ -1,0 +1,130 @@
+// Reference MatMul and Gemm: numpy matrix-product semantics, accumulated in
+// double (floats) or int64 (integers) and converted back once.
+#include <type_traits>
+
+#include "backends/reference/kernel_registry.hpp"
+#include "backends/reference/ops/op_util.hpp"
+
+namespace kiln::ref {
+namespace {
+
+template <typename T>
+using Acc = std::conditional_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int64_t, double>;
+
+template <typename T>
+T store(Acc<T> v) {
+  if constexpr (std::is_same_v<T, ir::Half> || std::is_same_v<T, ir::BFloat16>) return T(float(v));
+  else return static_cast<T>(v);
+}
+
+void require_numeric(const KernelContext& ctx, const Tensor& t, const char* what) {
+  if (t.dtype() == DType::Bool) ctx.fail(std::string(what) + " must be numeric, is bool");
+}
+
+void matmul(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  require_numeric(ctx, a, "A");
+  if (a.dtype() != b.dtype())
+    ctx.fail(std::string("A is ") + ir::dtype_name(a.dtype()) + " but B is " + ir::dtype_name(b.dtype()));
+  if (a.rank() == 0 || b.rank() == 0) ctx.fail("operands must have rank 1 or more");
+  // 1-D operands are promoted to matrices and the added axis dropped afterwards.
+  Dims ad = a.dims(), bd = b.dims();
+  const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
+  if (a_vec) ad.insert(ad.begin(), 1);
+  if (b_vec) bd.push_back(1);
+  const int64_t m = ad[ad.size() - 2], k = ad.back(), k2 = bd[bd.size() - 2], n = bd.back();
+  if (k != k2)
+    ctx.fail("inner dimensions differ: A is " + ir::dims_to_string(a.dims()) + ", B is " + ir::dims_to_string(b.dims()));
+  Dims a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
+  Dims batch = broadcast_shapes(ctx, a_batch, b_batch);
+  Dims out_dims = batch;
+  if (!a_vec) out_dims.push_back(m);
+  if (!b_vec) out_dims.push_back(n);
+  Tensor out(a.dtype(), out_dims);
+
+  auto a_strides = broadcast_strides(a_batch, batch), b_strides = broadcast_strides(b_batch, batch);
+  ir::dispatch_dtype(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      const T* pa = a.data<T>();
+      const T* pb = b.data<T>();
+      T* po = out.data<T>();
+      int64_t batch_index = 0;
+      for (BroadcastIterator it(batch, {a_strides, b_strides}); !it.done(); it.next(), ++batch_index) {
+        const T* ma = pa + it.offset(0) * m * k;
+        const T* mb = pb + it.offset(1) * k * n;
+        T* mo = po + batch_index * m * n;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            Acc<T> acc = 0;
+            for (int64_t p = 0; p < k; ++p) {
+              if constexpr (std::is_integral_v<T>) acc += Acc<T>(ma[i * k + p]) * Acc<T>(mb[p * n + j]);
+              else acc += double(ma[i * k + p]) * double(mb[p * n + j]);
+            }
+            mo[i * n + j] = store<T>(acc);
+          }
+      }
+    }
+  });
+  ctx.set_output(0, out);
+}
+
+void gemm(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  require_numeric(ctx, a, "A");
+  if (a.rank() != 2 || b.rank() != 2)
+    ctx.fail("A and B must be matrices, got " + ir::dims_to_string(a.dims()) + " and " + ir::dims_to_string(b.dims()));
+  if (a.dtype() != b.dtype())
+    ctx.fail(std::string("A is ") + ir::dtype_name(a.dtype()) + " but B is " + ir::dtype_name(b.dtype()));
+  const bool ta = ctx.attr_int("transA", 0) != 0, tb = ctx.attr_int("transB", 0) != 0;
+  const double alpha = ctx.attr_float("alpha", 1.0f), beta = ctx.attr_float("beta", 1.0f);
+  const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
+  const int64_t k2 = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
+  if (k != k2)
+    ctx.fail("inner dimensions differ: A " + ir::dims_to_string(a.dims()) + (ta ? " (transposed)" : "") + ", B " +
+             ir::dims_to_string(b.dims()) + (tb ? " (transposed)" : ""));
+  Tensor out(a.dtype(), {m, n});
+  const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  std::vector<int64_t> c_strides;
+  if (c) {
+    // C broadcasts to [M, N] in one direction only (old opsets: when `broadcast` is set).
+    Dims target{m, n};
+    if (c->rank() > 2) ctx.fail("C must have rank 2 or less, has shape " + ir::dims_to_string(c->dims()));
+    for (int i = 0; i < c->rank(); ++i) {
+      int64_t d = c->dims()[size_t(i)], want = target[size_t(2 - c->rank() + i)];
+      if (d != 1 && d != want)
+        ctx.fail("C of shape " + ir::dims_to_string(c->dims()) + " does not broadcast to " + ir::dims_to_string(target));
+    }
+    c_strides = broadcast_strides(c->dims(), target);
+  }
+  ir::dispatch_dtype(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      const T* pa = a.data<T>();
+      const T* pb = b.data<T>();
+      T* po = out.data<T>();
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double acc = 0;
+          for (int64_t p = 0; p < k; ++p) {
+            acc += double(pa[ta ? p * a.dim(1) + i : i * k + p]) * double(pb[tb ? j * b.dim(1) + p : p * n + j]);
+          }
+          double v = alpha * acc;
+          if (c) v += beta * c->as_double(i * c_strides[0] + j * c_strides[1]);
+          po[i * n + j] = store<T>(Acc<T>(v));
+        }
+    }
+  });
+  ctx.set_output(0, out);
+}
+
+}  // namespace
+
+void register_matrix_ops(KernelRegistry& r) {
+  r.add("MatMul", &matmul);
+  r.add("Gemm", &gemm);
+}
+
+}  // namespace kiln::ref
