@@ -129,3 +129,15 @@ TEST(ShapeInference, ReshapeKeepsTheSymbolWhenTheRestIsFixed) {
   auto r = kiln::ir::infer_shapes(*import(b).graph);
   EXPECT_EQ(r.values.at("y").shape.to_string(), "[batch,12]");
 }
+
+TEST(ShapeInference, MatMulBroadcastsBatchDimensions) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"batch", "seq", 256}).input("w", onnx::TensorProto::FLOAT, {256, 64});
+  b.input("v", onnx::TensorProto::FLOAT, {64});
+  b.output("y", onnx::TensorProto::FLOAT, {}).output("z", onnx::TensorProto::FLOAT, {});
+  b.node("MatMul", {"x", "w"}, {"y"});
+  b.node("MatMul", {"y", "v"}, {"z"});
+  auto r = kiln::ir::infer_shapes(*import(b).graph);
+  EXPECT_EQ(r.values.at("y").shape.to_string(), "[batch,seq,64]");
+  EXPECT_EQ(r.values.at("z").shape.to_string(), "[batch,seq]");
+}

@@ -171,11 +171,9 @@ std::vector<ValueInfo> infer_matmul(const NodeView& n) {
   const Dim& k2 = bs.dims[bs.dims.size() - 2];
   if (k1.is_known() && k2.is_known() && *k1.value != *k2.value)
     n.fail("inner dimensions differ: " + a->shape.to_string() + " times " + b->shape.to_string());
-  ValueInfo ba, bb;
-  ba.shape.dims.assign(as.dims.begin(), as.dims.end() - 2);
-  bb.shape.dims.assign(bs.dims.begin(), bs.dims.end() - 2);
-  auto batch = broadcast(n, {&ba, &bb});
-  Shape out = *batch;
+  ValueInfo ba = with_shape(dt, Shape{{as.dims.begin(), as.dims.end() - 2}, true});
+  ValueInfo bb = with_shape(dt, Shape{{bs.dims.begin(), bs.dims.end() - 2}, true});
+  Shape out = *broadcast(n, {&ba, &bb});  // both ranks are known, so there is a result
   if (!a_vec) out.dims.push_back(as.dims[as.dims.size() - 2]);
   if (!b_vec) out.dims.push_back(bs.dims.back());
   return {with_shape(dt, out)};
