@@ -17,52 +17,6 @@
 namespace kiln::ref {
 namespace {
 
-// ---------------------------------------------------------------------------
-// Element conversion
-
-std::vector<double> to_doubles(const Tensor& t) {
-  std::vector<double> v(size_t(t.numel()));
-  ir::dispatch_dtype(t.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = t.data<T>();
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(p[i]);
-  });
-  return v;
-}
-
-template <typename T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, ir::Half> || std::is_same_v<T, ir::BFloat16>) {
-    return T(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return v != 0;
-  } else if constexpr (std::is_integral_v<T>) {
-    if (std::isnan(v)) return 0;
-    v = std::round(v);
-    if (v <= double(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
-    if (v >= double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
-    return static_cast<T>(v);
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
-Tensor from_doubles(DType dtype, const Dims& dims, const std::vector<double>& v) {
-  Tensor t(dtype, dims);
-  ir::dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = t.data<T>();
-    for (size_t i = 0; i < v.size(); ++i) p[i] = from_double<T>(v[i]);
-  });
-  return t;
-}
-
-void require_float(const KernelContext& ctx, const Tensor& t, const char* what) {
-  if (!ir::dtype_is_float(t.dtype()))
-    ctx.fail(std::string(what) + " has element type " + ir::dtype_name(t.dtype()) +
-             ", expected a floating-point type");
-}
-
 void require_shape(const KernelContext& ctx, const Tensor& t, const char* what, const Dims& expected,
                    const char* description) {
   if (t.dims() != expected)
@@ -257,7 +211,7 @@ void resize_impl(KernelContext& ctx, const ResizeParams& p, const std::vector<do
       idx[d] = 0;
     }
   }
-  ctx.set_output(0, from_doubles(x.dtype(), out_dims, out));
+  ctx.set_output(0, from_doubles_rounded(x.dtype(), out_dims, out));
 }
 
 std::vector<double> doubles_of_input(const KernelContext& ctx, size_t i) {
@@ -400,7 +354,7 @@ void grid_sample_kernel(KernelContext& ctx) {
         out[size_t((n * C + ch) * out_plane + o)] = accumulate(accumulate, 0, 0, 1.0);
       }
     }
-  ctx.set_output(0, from_doubles(x.dtype(), out_dims, out));
+  ctx.set_output(0, from_doubles_rounded(x.dtype(), out_dims, out));
 }
 
 // ---------------------------------------------------------------------------
@@ -479,7 +433,7 @@ void roi_align_kernel(KernelContext& ctx) {
         }
     }
   }
-  ctx.set_output(0, from_doubles(x.dtype(), {R, C, oh, ow}, out));
+  ctx.set_output(0, from_doubles_rounded(x.dtype(), {R, C, oh, ow}, out));
 }
 
 // ---------------------------------------------------------------------------

@@ -17,43 +17,6 @@
 namespace kiln::ref {
 namespace {
 
-// ---------------------------------------------------------------------------
-// Element conversion
-
-std::vector<double> to_doubles(const Tensor& t) {
-  std::vector<double> v(size_t(t.numel()));
-  ir::dispatch_dtype(t.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = t.data<T>();
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(p[i]);
-  });
-  return v;
-}
-
-template <typename T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, ir::Half> || std::is_same_v<T, ir::BFloat16>)
-    return T(static_cast<float>(v));
-  else
-    return static_cast<T>(v);
-}
-
-Tensor from_doubles(DType dtype, const Dims& dims, const std::vector<double>& v) {
-  Tensor t(dtype, dims);
-  ir::dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = t.data<T>();
-    for (size_t i = 0; i < v.size(); ++i) p[i] = from_double<T>(v[i]);
-  });
-  return t;
-}
-
-void require_float(const KernelContext& ctx, const Tensor& t, const char* what) {
-  if (!ir::dtype_is_float(t.dtype()))
-    ctx.fail(std::string(what) + " has element type " + ir::dtype_name(t.dtype()) +
-             ", expected a floating-point type");
-}
-
 // Maximum that propagates NaN, like numpy.
 double max_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
 

@@ -39,6 +39,36 @@ int64_t normalize_axis(const KernelContext& ctx, int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+void require_float(const KernelContext& ctx, const Tensor& t, const char* what) {
+  if (!ir::dtype_is_float(t.dtype()))
+    ctx.fail(std::string(what) + " has element type " + ir::dtype_name(t.dtype()) +
+             ", expected a floating-point type");
+}
+
+std::vector<double> to_doubles(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  ir::dispatch_dtype(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = t.data<T>();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(p[i]);
+  });
+  return v;
+}
+
+static Tensor convert(DType dtype, const Dims& dims, const std::vector<double>& v, bool round) {
+  Tensor t(dtype, dims);
+  ir::dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = t.data<T>();
+    const bool r = round && std::is_integral_v<T> && !std::is_same_v<T, bool>;
+    for (size_t i = 0; i < v.size(); ++i) p[i] = saturate_cast<T>(r ? std::round(v[i]) : v[i]);
+  });
+  return t;
+}
+
+Tensor from_doubles(DType dtype, const Dims& dims, const std::vector<double>& v) { return convert(dtype, dims, v, false); }
+Tensor from_doubles_rounded(DType dtype, const Dims& dims, const std::vector<double>& v) { return convert(dtype, dims, v, true); }
+
 BroadcastIterator::BroadcastIterator(const Dims& out, std::vector<std::vector<int64_t>> strides)
     : dims_(out), strides_(std::move(strides)), index_(out.size(), 0), offsets_(strides_.size(), 0) {
   done_ = ir::checked_numel(out) == 0;

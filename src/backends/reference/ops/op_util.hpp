@@ -1,7 +1,10 @@
 #pragma once
 // Small helpers shared by the reference kernels: broadcasting, strides, axes.
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/reference/kernel_context.hpp"
@@ -20,6 +23,35 @@ std::vector<int64_t> broadcast_strides(const Dims& in, const Dims& out);
 
 // Maps a possibly negative axis into [0, rank); fails naming the node.
 int64_t normalize_axis(const KernelContext& ctx, int64_t axis, int64_t rank);
+
+// Every element as double: kernels of floating-point math compute in double
+// and convert back once, one code path for every element type.
+std::vector<double> to_doubles(const Tensor& t);
+
+// double -> element type. Integers truncate and saturate, NaN becomes 0
+// (never undefined behaviour); bool is v != 0; 16-bit floats round via float.
+template <typename T>
+T saturate_cast(double v) {
+  if constexpr (std::is_same_v<T, ir::Half> || std::is_same_v<T, ir::BFloat16>) {
+    return T(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return v != 0;
+  } else if constexpr (std::is_integral_v<T>) {
+    if (std::isnan(v)) return 0;
+    if (v <= double(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+    if (v >= double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    return static_cast<T>(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+Tensor from_doubles(DType dtype, const Dims& dims, const std::vector<double>& v);
+// As from_doubles, but integer types round to nearest (interpolating ops).
+Tensor from_doubles_rounded(DType dtype, const Dims& dims, const std::vector<double>& v);
+
+// Fails naming the node unless `t` holds a floating-point type.
+void require_float(const KernelContext& ctx, const Tensor& t, const char* what);
 
 // Iterates over every multi-index of `dims` in row-major order, keeping one
 // running flat offset per stride vector. f(out_index, offsets...).

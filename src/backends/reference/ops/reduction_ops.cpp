@@ -17,53 +17,6 @@
 namespace kiln::ref {
 namespace {
 
-// ---------------------------------------------------------------------------
-// Element conversion
-
-std::vector<double> to_doubles(const Tensor& t) {
-  std::vector<double> v(size_t(t.numel()));
-  ir::dispatch_dtype(t.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = t.data<T>();
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(p[i]);
-  });
-  return v;
-}
-
-// Integer targets saturate on infinities and map NaN to 0 rather than invoking
-// undefined behaviour (e.g. ReduceMean of an empty integer tensor).
-template <typename T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, ir::Half> || std::is_same_v<T, ir::BFloat16>) {
-    return T(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return v != 0;
-  } else if constexpr (std::is_integral_v<T>) {
-    if (std::isnan(v)) return 0;
-    if (v <= double(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
-    if (v >= double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
-    return static_cast<T>(v);
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
-Tensor from_doubles(DType dtype, const Dims& dims, const std::vector<double>& v) {
-  Tensor t(dtype, dims);
-  ir::dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = t.data<T>();
-    for (size_t i = 0; i < v.size(); ++i) p[i] = from_double<T>(v[i]);
-  });
-  return t;
-}
-
-void require_float(const KernelContext& ctx, const Tensor& t, const char* what) {
-  if (!ir::dtype_is_float(t.dtype()))
-    ctx.fail(std::string(what) + " has element type " + ir::dtype_name(t.dtype()) +
-             ", expected a floating-point type");
-}
-
 int64_t product(const Dims& d, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= d[i];
@@ -134,7 +87,7 @@ T reduce_group(Reduce op, const std::vector<T>& v) {
   }
   std::vector<double> d(v.size());
   for (size_t i = 0; i < v.size(); ++i) d[i] = static_cast<double>(v[i]);
-  return from_double<T>(reduce_doubles(op, d));
+  return saturate_cast<T>(reduce_doubles(op, d));
 }
 
 // Axes come from the `axes` input from opset 13 (ReduceSum) / 18 (the others)
