@@ -33,11 +33,6 @@ Tensor tensor_from_doubles(const KernelContext& ctx, DType dtype, const Dims& di
   return out;
 }
 
-void require_float(const KernelContext& ctx, const Tensor& t, const char* what) {
-  if (!ir::dtype_is_float(t.dtype()))
-    ctx.fail(std::string(what) + " has type " + ir::dtype_name(t.dtype()) + ", expected a floating-point type");
-}
-
 int64_t scalar_int(const KernelContext& ctx, const Tensor& t, const char* what) {
   if (t.numel() != 1 || !ir::dtype_is_int(t.dtype()))
     ctx.fail(std::string(what) + " must be a single integer, got shape " + ir::dims_to_string(t.dims()) + " of " +
