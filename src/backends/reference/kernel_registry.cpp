@@ -15,6 +15,7 @@ const KernelRegistry& KernelRegistry::instance() {
     register_rnn_ops(r);
     register_matrix_ops(r);
     register_quantization_ops(r);
+    register_integer_ops(r);
     register_feature_ops(r);
     return r;
   }();

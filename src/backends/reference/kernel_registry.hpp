@@ -33,5 +33,6 @@ void register_rnn_ops(KernelRegistry& r);
 void register_quantization_ops(KernelRegistry& r);
 void register_feature_ops(KernelRegistry& r);
 void register_matrix_ops(KernelRegistry& r);
+void register_integer_ops(KernelRegistry& r);
 
 }  // namespace kiln::ref
