@@ -14,6 +14,7 @@ const KernelRegistry& KernelRegistry::instance() {
     register_control_flow_ops(r);
     register_rnn_ops(r);
     register_matrix_ops(r);
+    register_quantize_ops(r);
     register_quantization_ops(r);
     register_integer_ops(r);
     register_feature_ops(r);

@@ -34,5 +34,6 @@ void register_quantization_ops(KernelRegistry& r);
 void register_feature_ops(KernelRegistry& r);
 void register_matrix_ops(KernelRegistry& r);
 void register_integer_ops(KernelRegistry& r);
+void register_quantize_ops(KernelRegistry& r);
 
 }  // namespace kiln::ref
