@@ -210,6 +210,9 @@ void run(const RunArgs& args) {
     if (!times.empty())
       j["latency_ms"] = {{"runs", times.size()}, {"min", *std::min_element(times.begin(), times.end())},
                          {"median", percentile(times, 0.5)}, {"p90", percentile(times, 0.9)}};
+    j["specializations"] = nlohmann::json::array();
+    for (const auto& sp : model.specializations())
+      j["specializations"].push_back({{"key", sp.key}, {"backend", sp.backend}, {"compile_ms", sp.compile_ms}, {"runs", sp.runs}});
     j["notes"] = notes;
     std::cout << j.dump(2) << "\n";
     return;
@@ -217,6 +220,8 @@ void run(const RunArgs& args) {
 
   for (const auto& n : notes) std::cerr << "note: " << n << "\n";
   std::printf("model %s: loaded in %.2f ms, first run %.3f ms\n", model.source().c_str(), load_ms, first_ms);
+  for (const auto& sp : model.specializations())
+    std::printf("specialization %s: %s backend, compiled in %.3f ms\n", sp.key.c_str(), sp.backend.c_str(), sp.compile_ms);
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& t = outputs[i];
     std::ostringstream values;

@@ -5,6 +5,7 @@
 
 #include <iostream>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -179,6 +180,7 @@ struct Model::Impl {
     std::once_flag once;
     std::shared_ptr<const backends::Executable> executable;
     SpecializationStats stats;
+    std::atomic<bool> ready{false};  // set once executable and stats are written
     std::atomic<int64_t> runs{0};
   };
   mutable std::mutex table_mutex;
@@ -314,7 +316,7 @@ std::vector<SpecializationStats> Model::specializations() const {
   std::vector<SpecializationStats> out;
   for (const auto& key : impl_->table_order) {
     const auto& entry = impl_->table.at(key);
-    if (!entry->executable) continue;
+    if (!entry->ready.load(std::memory_order_acquire)) continue;
     SpecializationStats s = entry->stats;
     s.runs = entry->runs.load();
     out.push_back(s);
@@ -349,6 +351,7 @@ std::vector<Tensor> Model::run(const std::vector<std::pair<std::string, Tensor>>
       entry->stats.key = key;
       entry->stats.backend = backend.name();
       entry->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      entry->ready.store(true, std::memory_order_release);
       impl_->runtime.log(LogLevel::Debug, model_label(impl_->model) + ": compiled " + key + " with " + backend.name() +
                                               " in " + std::to_string(entry->stats.compile_ms) + " ms");
     });
