@@ -49,3 +49,10 @@ TEST(ReferenceEinsum, BadEquationsAreErrors) {
   EXPECT_THROW(einsum("ijk->i", {m}), kiln::ir::Error);
   EXPECT_THROW(einsum("ij,ij->i", {m, Tensor::from_vector<float>({3, 2}, {1, 2, 3, 4, 5, 6})}), kiln::ir::Error);
 }
+
+TEST(ReferenceTensor, HugeShapesAreErrorsNotOverflows) {
+  EXPECT_THROW(Tensor(kiln::ir::DType::Float64, {int64_t(1) << 61}), kiln::ir::Error);
+  EXPECT_THROW(Tensor(kiln::ir::DType::Float32, {int64_t(1) << 40, int64_t(1) << 30}), kiln::ir::Error);
+  // Large but representable: the allocation fails cleanly.
+  EXPECT_THROW(Tensor(kiln::ir::DType::UInt8, {int64_t(1) << 55}), kiln::ir::Error);
+}

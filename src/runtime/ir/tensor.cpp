@@ -31,6 +31,10 @@ std::string dims_to_string(const Dims& dims) {
 Tensor::Tensor(DType dtype, Dims dims) : dtype_(dtype), dims_(std::move(dims)) {
   if (!dtype_supported(dtype)) fail(ErrorKind::Unsupported, std::string("tensors of ") + dtype_name(dtype) + " are not supported");
   numel_ = checked_numel(dims_);
+  // Refuse sizes whose byte count would overflow; aligned_alloc then reports
+  // anything merely too large for the machine.
+  if (uint64_t(numel_) > (uint64_t(1) << 62) / dtype_size(dtype))
+    fail(ErrorKind::InvalidArgument, "tensor of shape " + dims_to_string(dims_) + " is too large to allocate");
   size_t bytes = nbytes();
   // 64-byte alignment suits every vector width; at least one byte so data_ is never null.
   size_t alloc = (bytes + 63) / 64 * 64;
