@@ -15,6 +15,8 @@ const KernelRegistry& KernelRegistry::instance() {
     register_rnn_ops(r);
     register_matrix_ops(r);
     register_quantize_ops(r);
+    register_tfidf_vectorizer(r);
+    register_mel_weight_matrix(r);
     register_quantization_ops(r);
     register_integer_ops(r);
     register_feature_ops(r);

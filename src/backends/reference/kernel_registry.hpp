@@ -35,5 +35,7 @@ void register_feature_ops(KernelRegistry& r);
 void register_matrix_ops(KernelRegistry& r);
 void register_integer_ops(KernelRegistry& r);
 void register_quantize_ops(KernelRegistry& r);
+void register_tfidf_vectorizer(KernelRegistry& r);
+void register_mel_weight_matrix(KernelRegistry& r);
 
 }  // namespace kiln::ref
