@@ -1,0 +1,130 @@
+// Google Benchmark suite over ONNX model files: steady-state latency at batch
+// 1 and 8, and the cost of load + first run (which includes specialization).
+//
+//   build/bench/kiln_model_benchmarks [--models DIR] [--backend NAME] [benchmark flags]
+//
+// DIR defaults to $KILN_BENCH_MODELS or bench/models (bench/build_zoo.py
+// writes it). Symbolic dimensions other than the batch take --dim-default.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include "kiln/kiln.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Config {
+  std::string models_dir;
+  std::string backend = "reference";
+  int threads = 0;
+  int64_t dim_default = 128;  // e.g. the encoder's sequence length
+};
+Config config;
+
+// Random inputs for the declared shapes: symbols named batch-like take
+// `batch`, others dim_default.
+std::vector<std::pair<std::string, kiln::Tensor>> make_inputs(const kiln::Model& model, int64_t batch) {
+  std::mt19937 rng(1);
+  std::vector<std::pair<std::string, kiln::Tensor>> inputs;
+  for (const auto& info : model.inputs()) {
+    if (info.has_default) continue;
+    kiln::Shape shape;
+    for (size_t d = 0; d < info.shape.size(); ++d) {
+      const auto& dim = info.shape[d];
+      shape.push_back(dim.is_fixed() ? dim.value : d == 0 ? batch : config.dim_default);
+    }
+    kiln::Tensor t(info.dtype, shape);
+    if (info.dtype == kiln::DType::Float32) {
+      std::uniform_real_distribution<float> u(-1, 1);
+      for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = u(rng);
+    } else if (info.dtype == kiln::DType::Int64) {
+      std::uniform_int_distribution<int64_t> u(0, 99);
+      for (int64_t i = 0; i < t.numel(); ++i) t.data_as<int64_t>()[i] = u(rng);
+    }
+    inputs.emplace_back(info.name, t);
+  }
+  return inputs;
+}
+
+kiln::Runtime make_runtime() {
+  kiln::RuntimeOptions opts;
+  opts.backend = config.backend;
+  opts.threads = config.threads;
+  opts.log_level = kiln::LogLevel::Error;
+  return kiln::Runtime(opts);
+}
+
+void latency(benchmark::State& state, std::string path, int64_t batch) {
+  try {
+    kiln::Runtime runtime = make_runtime();
+    kiln::Model model = kiln::Model::load(runtime, path);
+    auto inputs = make_inputs(model, batch);
+    model.run(inputs);  // specialize outside the timed loop
+    for (auto _ : state) benchmark::DoNotOptimize(model.run(inputs));
+    state.SetItemsProcessed(state.iterations() * batch);
+  } catch (const kiln::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void first_run(benchmark::State& state, std::string path) {
+  try {
+    for (auto _ : state) {
+      kiln::Runtime runtime = make_runtime();
+      kiln::Model model = kiln::Model::load(runtime, path);
+      benchmark::DoNotOptimize(model.run(make_inputs(model, 1)));
+    }
+  } catch (const kiln::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* env = std::getenv("KILN_BENCH_MODELS");
+  config.models_dir = env ? env : "bench/models";
+  // Our flags first; the rest goes to Google Benchmark.
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    auto value = [&](const char* flag) -> const char* {
+      return std::strcmp(argv[i], flag) == 0 && i + 1 < argc ? argv[++i] : nullptr;
+    };
+    if (const char* v = value("--models")) config.models_dir = v;
+    else if (const char* v = value("--backend")) config.backend = v;
+    else if (const char* v = value("--threads")) config.threads = std::atoi(v);
+    else if (const char* v = value("--dim-default")) config.dim_default = std::atoll(v);
+    else rest.push_back(argv[i]);
+  }
+  std::vector<fs::path> models;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(config.models_dir, ec))
+    if (e.path().extension() == ".onnx") models.push_back(e.path());
+  if (models.empty()) {
+    std::cerr << "error: no .onnx files in '" << config.models_dir
+              << "'; run /usr/bin/python3 bench/build_zoo.py or pass --models DIR\n";
+    return 1;
+  }
+  std::sort(models.begin(), models.end());
+  for (const auto& m : models) {
+    const std::string name = m.stem().string();
+    for (int64_t batch : {1, 8})
+      benchmark::RegisterBenchmark(("latency/" + name + "/batch:" + std::to_string(batch)).c_str(), latency, m.string(), batch)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    benchmark::RegisterBenchmark(("first_run/" + name).c_str(), first_run, m.string())
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->Iterations(3);
+  }
+  int rest_argc = int(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
