@@ -50,7 +50,7 @@ class KernelContext {
   // Runs a subgraph (If/Loop/Scan bodies) with outer-scope values visible.
   std::vector<Tensor> run_subgraph(const ir::Graph& g, const std::vector<Tensor>& inputs) const;
 
-  // Error naming the node: "Conv node 'conv1': <message>".
+  // Throws an error naming the node: "node 'conv1' (Conv): <message>".
   [[noreturn]] void fail(const std::string& message) const;
   [[noreturn]] void unsupported(const std::string& message) const;
 

@@ -280,7 +280,7 @@ class Importer {
     return a;
   }
 
-  // Turns a Constant node into a tensor, or returns false if it is not a plain dense constant.
+  // The value of a Constant node; sparse and string constants are unsupported.
   ir::Tensor constant_value(const ir::Node& n) {
     if (n.attributes.size() != 1) fail(ErrorKind::InvalidModel, label_ + ": " + n.describe() + " must have exactly one value attribute");
     const auto& [key, a] = *n.attributes.begin();
