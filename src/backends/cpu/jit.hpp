@@ -1,0 +1,61 @@
+#pragma once
+// The cpu backend's code generator host: one LLJIT per Jit, targeting the
+// host CPU, with the module optimised at O2 on ORC's IR transform layer and
+// the host functions generated code may call handed over as an explicit table
+// of absolute symbols (no process-wide symbol search: see TOOLCHAIN-FACTS.md).
+//
+// LLVM headers stay inside jit.cpp: including ORC costs seconds per file.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class LLVMContext;
+class Module;
+}  // namespace llvm
+
+namespace kiln::cpu {
+
+struct HostInfo {
+  std::string triple;                 // "x86_64-pc-linux-gnu"
+  std::string cpu;                    // "znver5"
+  std::vector<std::string> features;  // sorted, "+avx2"-style; part of cache keys
+};
+HostInfo detect_host();
+
+class Jit {
+ public:
+  // Host functions generated code may call, by symbol name. memcpy, memset
+  // and the libm functions the code generator emits are always included.
+  using SymbolTable = std::map<std::string, const void*>;
+
+  // Throws ir::Error(Internal) if LLVM cannot target this machine.
+  explicit Jit(const SymbolTable& host_symbols = {});
+  ~Jit();
+  Jit(const Jit&) = delete;
+  Jit& operator=(const Jit&) = delete;
+
+  // A context and an empty module with this JIT's data layout and triple.
+  struct ModuleUnit {
+    std::unique_ptr<llvm::LLVMContext> context;
+    std::unique_ptr<llvm::Module> module;
+  };
+  ModuleUnit new_module(const std::string& name) const;
+
+  // Verifies, optimises and compiles the module; its symbols become
+  // callable. Throws ir::Error(Internal) naming what failed.
+  void add(ModuleUnit unit);
+  void* lookup(const std::string& symbol) const;
+
+  const HostInfo& host() const;
+  // Modules compiled so far (for stats: a warm cache hit keeps this at 0).
+  int64_t codegen_runs() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::cpu

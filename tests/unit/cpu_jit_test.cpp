@@ -1,0 +1,87 @@
+// The cpu backend's JIT host: generated code compiles, runs, calls host
+// functions through the explicit symbol table, and bad IR is an error.
+#include <gtest/gtest.h>
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <cmath>
+
+#include "backends/cpu/jit.hpp"
+#include "runtime/ir/error.hpp"
+
+namespace {
+
+// out[i] = f(a[i]) + b[i] for i < n, where f is a host function float(float).
+void build_kernel(llvm::Module& m, const char* name, const char* host_fn) {
+  llvm::LLVMContext& c = m.getContext();
+  llvm::IRBuilder<> b(c);
+  auto* f32 = b.getFloatTy();
+  auto* ptr = b.getPtrTy();
+  auto* i64 = b.getInt64Ty();
+  auto* fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, ptr, i64}, false),
+                                    llvm::Function::ExternalLinkage, name, m);
+  llvm::FunctionCallee callee = m.getOrInsertFunction(host_fn, llvm::FunctionType::get(f32, {f32}, false));
+  auto* entry = llvm::BasicBlock::Create(c, "entry", fn);
+  auto* loop = llvm::BasicBlock::Create(c, "loop", fn);
+  auto* done = llvm::BasicBlock::Create(c, "done", fn);
+  b.SetInsertPoint(entry);
+  b.CreateCondBr(b.CreateICmpSGT(fn->getArg(3), b.getInt64(0)), loop, done);
+  b.SetInsertPoint(loop);
+  auto* i = b.CreatePHI(i64, 2);
+  i->addIncoming(b.getInt64(0), entry);
+  auto* a = b.CreateLoad(f32, b.CreateGEP(f32, fn->getArg(0), i));
+  auto* bv = b.CreateLoad(f32, b.CreateGEP(f32, fn->getArg(1), i));
+  b.CreateStore(b.CreateFAdd(b.CreateCall(callee, {a}), bv), b.CreateGEP(f32, fn->getArg(2), i));
+  auto* next = b.CreateAdd(i, b.getInt64(1));
+  i->addIncoming(next, loop);
+  b.CreateCondBr(b.CreateICmpSLT(next, fn->getArg(3)), loop, done);
+  b.SetInsertPoint(done);
+  b.CreateRetVoid();
+}
+
+float twice(float x) { return 2 * x; }
+
+}  // namespace
+
+TEST(CpuJit, DetectsTheHost) {
+  auto h = kiln::cpu::detect_host();
+  EXPECT_FALSE(h.triple.empty());
+  EXPECT_FALSE(h.cpu.empty());
+  EXPECT_TRUE(std::is_sorted(h.features.begin(), h.features.end()));
+}
+
+TEST(CpuJit, CompilesAndRunsGeneratedCodeCallingHostFunctions) {
+  kiln::cpu::Jit jit({{"kiln_test_twice", reinterpret_cast<const void*>(&twice)}});
+  auto unit = jit.new_module("kernels");
+  build_kernel(*unit.module, "exp_add", "expf");
+  build_kernel(*unit.module, "twice_add", "kiln_test_twice");
+  jit.add(std::move(unit));
+  EXPECT_EQ(jit.codegen_runs(), 0);  // compiled lazily, at the first lookup
+  using Kernel = void (*)(const float*, const float*, float*, int64_t);
+  auto exp_add = reinterpret_cast<Kernel>(jit.lookup("exp_add"));
+  auto twice_add = reinterpret_cast<Kernel>(jit.lookup("twice_add"));
+  EXPECT_EQ(jit.codegen_runs(), 1);
+
+  std::vector<float> a(37), b(37), out(37);
+  for (int i = 0; i < 37; ++i) {
+    a[i] = float(i) / 10;
+    b[i] = float(i);
+  }
+  exp_add(a.data(), b.data(), out.data(), 37);
+  for (int i = 0; i < 37; ++i) EXPECT_NEAR(out[i], std::exp(a[i]) + b[i], 1e-5f * out[i]);
+  twice_add(a.data(), b.data(), out.data(), 37);
+  for (int i = 0; i < 37; ++i) EXPECT_FLOAT_EQ(out[i], 2 * a[i] + b[i]);
+}
+
+TEST(CpuJit, InvalidModulesAndMissingSymbolsAreErrors) {
+  kiln::cpu::Jit jit;
+  auto unit = jit.new_module("broken");
+  llvm::IRBuilder<> b(*unit.context);
+  auto* fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), false), llvm::Function::ExternalLinkage,
+                                    "no_terminator", *unit.module);
+  llvm::BasicBlock::Create(*unit.context, "entry", fn);  // a block without a terminator
+  EXPECT_THROW(jit.add(std::move(unit)), kiln::ir::Error);
+  EXPECT_THROW(jit.lookup("does_not_exist"), kiln::ir::Error);
+}
