@@ -19,7 +19,6 @@ const KernelRegistry& KernelRegistry::instance() {
     register_mel_weight_matrix(r);
     register_quantization_ops(r);
     register_integer_ops(r);
-    register_feature_ops(r);
     return r;
   }();
   return registry;
