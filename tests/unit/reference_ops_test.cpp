@@ -56,3 +56,12 @@ TEST(ReferenceTensor, HugeShapesAreErrorsNotOverflows) {
   // Large but representable: the allocation fails cleanly.
   EXPECT_THROW(Tensor(kiln::ir::DType::UInt8, {int64_t(1) << 55}), kiln::ir::Error);
 }
+
+TEST(ReferenceEinsum, EllipsisOfHighRankAndRepeatedOutputLabels) {
+  // Six ellipsis dims next to a real 'z' label: they must not collide.
+  Tensor x(kiln::ir::DType::Float32, {1, 1, 1, 1, 1, 2, 3});
+  for (int i = 0; i < 6; ++i) x.data<float>()[i] = float(i);
+  EXPECT_EQ(einsum("...z->...", {x}), (std::vector<float>{3, 12}));
+  Tensor m = Tensor::from_vector<float>({2, 2}, {1, 2, 3, 4});
+  EXPECT_THROW(einsum("ij->ii", {m}), kiln::ir::Error);
+}

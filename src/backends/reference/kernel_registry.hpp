@@ -30,7 +30,6 @@ void register_image_ops(KernelRegistry& r);
 void register_signal_ops(KernelRegistry& r);
 void register_control_flow_ops(KernelRegistry& r);
 void register_rnn_ops(KernelRegistry& r);
-void register_quantization_ops(KernelRegistry& r);
 void register_matrix_ops(KernelRegistry& r);
 void register_integer_ops(KernelRegistry& r);
 void register_quantize_ops(KernelRegistry& r);

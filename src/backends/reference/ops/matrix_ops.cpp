@@ -107,12 +107,19 @@ void gemm(KernelContext& ctx) {
       T* po = out.data<T>();
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
-          double acc = 0;
-          for (int64_t p = 0; p < k; ++p) {
-            acc += double(pa[ta ? p * a.dim(1) + i : i * k + p]) * double(pb[tb ? j * b.dim(1) + p : p * n + j]);
+          Acc<T> acc = 0;
+          for (int64_t p = 0; p < k; ++p)
+            acc += Acc<T>(pa[ta ? p * a.dim(1) + i : i * k + p]) * Acc<T>(pb[tb ? j * b.dim(1) + p : p * n + j]);
+          const int64_t c_index = c ? i * c_strides[0] + j * c_strides[1] : 0;
+          if constexpr (std::is_integral_v<T>) {
+            // Exact integer arithmetic unless alpha or beta scale it.
+            if (alpha == 1 && beta == 1) {
+              po[i * n + j] = store<T>(acc + (c ? c->as_int64(c_index) : 0));
+              continue;
+            }
           }
-          double v = alpha * acc;
-          if (c) v += beta * c->as_double(i * c_strides[0] + j * c_strides[1]);
+          double v = alpha * double(acc);
+          if (c) v += beta * c->as_double(c_index);
           po[i * n + j] = store<T>(Acc<T>(v));
         }
     }

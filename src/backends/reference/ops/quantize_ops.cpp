@@ -23,6 +23,21 @@ double clamp_to(DType t, double v) {
   return v;
 }
 
+// A per-tensor parameter (scale or zero point): exactly one value.
+double scalar_param(const KernelContext& ctx, size_t input, const char* what) {
+  const Tensor& t = ctx.input(input);
+  if (t.numel() != 1) ctx.fail(std::string(what) + " must hold one value, has shape " + ir::dims_to_string(t.dims()));
+  return t.as_double(0);
+}
+
+// A per-tensor or per-channel parameter: 1 or `channels` values.
+std::vector<double> channel_param(const KernelContext& ctx, size_t input, int64_t channels, const char* what) {
+  std::vector<double> v = to_doubles(ctx.input(input));
+  if (v.size() != 1 && int64_t(v.size()) != channels)
+    ctx.fail(std::string(what) + " must hold 1 or " + std::to_string(channels) + " values, holds " + std::to_string(v.size()));
+  return v;
+}
+
 void require_quantized(const KernelContext& ctx, const Tensor& t, const char* what) {
   if (t.dtype() != DType::UInt8 && t.dtype() != DType::Int8)
     ctx.fail(std::string(what) + " must be uint8 or int8, is " + ir::dtype_name(t.dtype()));
@@ -163,12 +178,12 @@ void qlinear_matmul(KernelContext& ctx) {
   const Tensor& y_zero = ctx.input(7);
   Dims dims;
   auto acc = integer_matmul(ctx, a, b, &ctx.input(2), &ctx.input(5), dims);
-  const double a_scale = ctx.input(1).as_double(0), y_scale = ctx.input(6).as_double(0);
-  auto b_scale = to_doubles(ctx.input(4));
-  const int64_t n = dims.empty() ? 1 : dims.back();
-  const double yz = y_zero.as_double(0);
+  const double a_scale = scalar_param(ctx, 1, "a_scale"), y_scale = scalar_param(ctx, 6, "y_scale");
+  const double yz = scalar_param(ctx, 7, "y_zero_point");
+  const int64_t n = b.rank() == 1 ? 1 : b.dim(-1);
+  auto b_scale = channel_param(ctx, 4, n, "b_scale");
   for (size_t i = 0; i < acc.size(); ++i) {
-    double bs = b_scale.size() == 1 ? b_scale[0] : b_scale[size_t(int64_t(i) % n)];
+    const double bs = b_scale.size() == 1 ? b_scale[0] : b_scale[size_t(int64_t(i) % n)];
     acc[i] = clamp_to(y_zero.dtype(), round_half_even(acc[i] * a_scale * bs / y_scale) + yz);
   }
   ctx.set_output(0, from_doubles(y_zero.dtype(), dims, acc));
@@ -192,6 +207,9 @@ void qlinear_conv(KernelContext& ctx) {
   auto pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
   const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
   if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp) ctx.fail("strides, dilations and pads must match the spatial rank");
+  for (size_t d = 0; d < sp; ++d)
+    if (strides[d] <= 0 || dil[d] <= 0 || kernel[d] <= 0 || pads[d] < 0 || pads[d + sp] < 0)
+      ctx.fail("strides, dilations and kernel sizes must be positive and pads non-negative");
   Dims out_dims{N, M};
   for (size_t d = 0; d < sp; ++d) {
     const int64_t in = x.dim(int(2 + d)), eff = (kernel[d] - 1) * dil[d] + 1;
@@ -207,8 +225,9 @@ void qlinear_conv(KernelContext& ctx) {
     if (out_dims.back() <= 0) ctx.fail("the kernel is larger than the padded input");
   }
   auto xv = to_doubles(x), wv = to_doubles(w);
-  const double xz = ctx.input(2).as_double(0), x_scale = ctx.input(1).as_double(0), y_scale = ctx.input(6).as_double(0);
-  auto w_scale = to_doubles(ctx.input(4)), w_zero = to_doubles(ctx.input(5));
+  const double xz = scalar_param(ctx, 2, "x_zero_point"), x_scale = scalar_param(ctx, 1, "x_scale");
+  const double y_scale = scalar_param(ctx, 6, "y_scale"), yz = scalar_param(ctx, 7, "y_zero_point");
+  auto w_scale = channel_param(ctx, 4, M, "w_scale"), w_zero = channel_param(ctx, 5, M, "w_zero_point");
   std::vector<double> bias = ctx.has_input(8) ? to_doubles(ctx.input(8)) : std::vector<double>(size_t(M), 0);
   if (int64_t(bias.size()) != M) ctx.fail("bias must have one value per output channel");
   const Dims x_sp(x.dims().begin() + 2, x.dims().end()), o_sp(out_dims.begin() + 2, out_dims.end());
@@ -238,19 +257,21 @@ void qlinear_conv(KernelContext& ctx) {
                    (wv[size_t((m * cg + c) * k_plane + kk)] - wz);
           }
         y[size_t((n * M + m) * o_plane + o)] =
-            clamp_to(y_zero.dtype(), round_half_even(acc * x_scale * ws / y_scale) + y_zero.as_double(0));
+            clamp_to(y_zero.dtype(), round_half_even(acc * x_scale * ws / y_scale) + yz);
       }
     }
   ctx.set_output(0, from_doubles(y_zero.dtype(), out_dims, y));
 }
 
 // Einsum by enumeration: every combination of every label's index, products
-// of the operands' elements accumulated into the output element.
+// of the operands' elements accumulated into the output element. Labels are
+// letters; the dims an ellipsis covers get labels -1, -2, ... so that they
+// can never collide with a letter.
 void einsum(KernelContext& ctx) {
   std::string eq = ctx.attr_string("equation", "");
   eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
   const size_t arrow = eq.find("->");
-  std::string lhs = eq.substr(0, arrow);
+  const std::string lhs = eq.substr(0, arrow);
   std::vector<std::string> terms;
   for (size_t start = 0;;) {
     size_t comma = lhs.find(',', start);
@@ -261,86 +282,90 @@ void einsum(KernelContext& ctx) {
   if (terms.size() != ctx.num_inputs())
     ctx.fail("equation '" + eq + "' names " + std::to_string(terms.size()) + " operands, got " + std::to_string(ctx.num_inputs()));
   const DType dt = ctx.input(0).dtype();
+  auto label_name = [](int l) { return l < 0 ? std::string("...") : std::string(1, char(l)); };
 
-  // Ellipsis dims become labels 'A'.. (upper-case letters are labels too, so use values past 'z').
-  std::map<char, int64_t> size;
+  // Parses one term; the ellipsis stands for `ellipsis_rank` dims (the last ones of it).
+  auto parse = [&](const std::string& term, int64_t ellipsis_rank) {
+    std::vector<int> out;
+    for (size_t i = 0; i < term.size();) {
+      if (term.compare(i, 3, "...") == 0) {
+        for (int64_t e = ellipsis_rank; e > 0; --e) out.push_back(-int(e));
+        i += 3;
+      } else if (std::isalpha(static_cast<unsigned char>(term[i]))) {
+        out.push_back(term[i++]);
+      } else {
+        ctx.fail("invalid character '" + std::string(1, term[i]) + "' in equation '" + eq + "'");
+      }
+    }
+    return out;
+  };
+
+  std::map<int, int64_t> size;
   int64_t ellipsis_rank = 0;
-  std::vector<std::vector<char>> labels(terms.size());
+  std::vector<std::vector<int>> labels(terms.size());
   for (size_t t = 0; t < terms.size(); ++t) {
     const Tensor& x = ctx.input(t);
     if (x.dtype() != dt) ctx.fail("operands have different element types");
-    std::string term = terms[t];
-    size_t dots = term.find("...");
-    int64_t named = int64_t(term.size()) - (dots == std::string::npos ? 0 : 3);
-    int64_t er = dots == std::string::npos ? 0 : x.rank() - named;
-    if (er < 0 || (dots == std::string::npos && named != x.rank()))
-      ctx.fail("term '" + term + "' does not match operand " + std::to_string(t) + " of shape " + ir::dims_to_string(x.dims()));
+    const bool has_dots = terms[t].find("...") != std::string::npos;
+    const int64_t named = int64_t(terms[t].size()) - (has_dots ? 3 : 0);
+    const int64_t er = has_dots ? x.rank() - named : 0;
+    if (er < 0 || (!has_dots && named != x.rank()))
+      ctx.fail("term '" + terms[t] + "' does not match operand " + std::to_string(t) + " of shape " + ir::dims_to_string(x.dims()));
     ellipsis_rank = std::max(ellipsis_rank, er);
-    for (size_t i = 0; i < term.size();) {
-      if (term.compare(i, 3, "...") == 0) {
-        for (int64_t e = 0; e < er; ++e) labels[t].push_back(char(127 - er + e));
-        i += 3;
-      } else {
-        if (!std::isalpha(static_cast<unsigned char>(term[i]))) ctx.fail("invalid character '" + std::string(1, term[i]) + "' in equation");
-        labels[t].push_back(term[i++]);
-      }
-    }
+    labels[t] = parse(terms[t], er);
     for (size_t d = 0; d < labels[t].size(); ++d) {
-      char l = labels[t][d];
-      int64_t s = x.dims()[d];
+      const int l = labels[t][d];
+      const int64_t s = x.dims()[d];
       auto it = size.find(l);
-      // Ellipsis dims broadcast; named labels must agree.
-      if (it == size.end() || it->second == 1) size[l] = s;
-      else if (s != it->second && !(l >= char(127 - ellipsis_rank) && s == 1))
-        ctx.fail("label '" + std::string(1, l) + "' has sizes " + std::to_string(it->second) + " and " + std::to_string(s));
+      // Ellipsis dims broadcast; letters must agree.
+      if (it == size.end() || (l < 0 && it->second == 1)) size[l] = s;
+      else if (s != it->second && !(l < 0 && s == 1))
+        ctx.fail("label '" + label_name(l) + "' has sizes " + std::to_string(it->second) + " and " + std::to_string(s));
     }
   }
-  std::vector<char> out_labels;
+  std::vector<int> out_labels;
   if (arrow != std::string::npos) {
-    std::string rhs = eq.substr(arrow + 2);
-    for (size_t i = 0; i < rhs.size();) {
-      if (rhs.compare(i, 3, "...") == 0) {
-        for (int64_t e = 0; e < ellipsis_rank; ++e) out_labels.push_back(char(127 - ellipsis_rank + e));
-        i += 3;
-      } else {
-        if (!size.count(rhs[i])) ctx.fail("output label '" + std::string(1, rhs[i]) + "' is not in any operand");
-        out_labels.push_back(rhs[i++]);
-      }
+    out_labels = parse(eq.substr(arrow + 2), ellipsis_rank);
+    std::set<int> seen;
+    for (int l : out_labels) {
+      if (!size.count(l)) ctx.fail("output label '" + label_name(l) + "' is not in any operand");
+      if (!seen.insert(l).second) ctx.fail("output label '" + label_name(l) + "' appears twice");
     }
   } else {
-    // Implicit output: the ellipsis, then labels used exactly once, in alphabetical order.
-    for (int64_t e = 0; e < ellipsis_rank; ++e) out_labels.push_back(char(127 - ellipsis_rank + e));
-    std::map<char, int> count;
+    // Implicit output: the ellipsis, then the letters used exactly once, alphabetically.
+    for (int64_t e = ellipsis_rank; e > 0; --e) out_labels.push_back(-int(e));
+    std::map<int, int> count;
     for (const auto& ls : labels)
-      for (char l : ls) count[l]++;
+      for (int l : ls) count[l]++;
     for (const auto& [l, c] : count)
-      if (c == 1 && l < char(127 - ellipsis_rank)) out_labels.push_back(l);
+      if (c == 1 && l > 0) out_labels.push_back(l);
   }
-  std::vector<char> all = out_labels;
+  std::vector<int> all = out_labels;
   for (const auto& [l, s] : size)
     if (std::find(all.begin(), all.end(), l) == all.end()) all.push_back(l);
   Dims all_dims, out_dims;
-  for (char l : all) all_dims.push_back(size[l]);
-  for (char l : out_labels) out_dims.push_back(size[l]);
+  for (int l : all) all_dims.push_back(size[l]);
+  for (int l : out_labels) out_dims.push_back(size[l]);
 
   std::vector<std::vector<double>> values;
-  std::vector<std::vector<int64_t>> strides;  // per operand, stride of each label in `all`
+  std::vector<std::vector<int64_t>> strides;  // per operand, its stride along each label of `all`
   for (size_t t = 0; t < terms.size(); ++t) {
     const Tensor& x = ctx.input(t);
     values.push_back(to_doubles(x));
-    auto own = strides_of(x.dims());
-    std::vector<int64_t> s(all.size(), 0);
+    const auto own = strides_of(x.dims());
+    std::vector<int64_t> st(all.size(), 0);
     for (size_t d = 0; d < labels[t].size(); ++d) {
-      size_t pos = size_t(std::find(all.begin(), all.end(), labels[t][d]) - all.begin());
-      if (x.dims()[d] != 1 || size[labels[t][d]] == 1) s[pos] += own[d];  // repeated labels walk the diagonal
+      const size_t pos = size_t(std::find(all.begin(), all.end(), labels[t][d]) - all.begin());
+      // Repeated labels add up (the diagonal); broadcast ellipsis dims stay 0.
+      if (x.dims()[d] != 1 || size[labels[t][d]] == 1) st[pos] += own[d];
     }
-    strides.push_back(s);
+    strides.push_back(st);
   }
   std::vector<double> out(size_t(ir::checked_numel(out_dims)), 0.0);
-  const int64_t out_count = int64_t(out.size());
-  const int64_t inner = out_count ? ir::checked_numel(all_dims) / std::max<int64_t>(out_count, 1) : 0;
+  const int64_t total = ir::checked_numel(all_dims);
+  const int64_t inner = out.empty() ? 1 : total / int64_t(out.size());  // combinations summed per output element
   std::vector<int64_t> idx(all.size(), 0);
-  for (int64_t flat = 0; flat < ir::checked_numel(all_dims); ++flat) {
+  for (int64_t flat = 0; flat < total; ++flat) {
     int64_t rem = flat;
     for (size_t d = all.size(); d-- > 0;) {
       idx[d] = rem % all_dims[d];
@@ -352,7 +377,7 @@ void einsum(KernelContext& ctx) {
       for (size_t d = 0; d < all.size(); ++d) off += idx[d] * strides[t][d];
       prod *= values[t][size_t(off)];
     }
-    out[size_t(flat / std::max<int64_t>(inner, 1))] += prod;
+    out[size_t(flat / inner)] += prod;
   }
   ctx.set_output(0, from_doubles(dt, out_dims, out));
 }
