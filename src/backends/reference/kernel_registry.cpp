@@ -17,7 +17,6 @@ const KernelRegistry& KernelRegistry::instance() {
     register_quantize_ops(r);
     register_tfidf_vectorizer(r);
     register_mel_weight_matrix(r);
-    register_integer_ops(r);
     return r;
   }();
   return registry;

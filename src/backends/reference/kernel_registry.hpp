@@ -31,7 +31,6 @@ void register_signal_ops(KernelRegistry& r);
 void register_control_flow_ops(KernelRegistry& r);
 void register_rnn_ops(KernelRegistry& r);
 void register_matrix_ops(KernelRegistry& r);
-void register_integer_ops(KernelRegistry& r);
 void register_quantize_ops(KernelRegistry& r);
 void register_tfidf_vectorizer(KernelRegistry& r);
 void register_mel_weight_matrix(KernelRegistry& r);
