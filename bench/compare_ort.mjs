@@ -1,0 +1,225 @@
+// Driven by bench/compare_ort (which installs onnxruntime-node first); run it
+// from the repository root. Times ONNX Runtime in this process and Kiln through
+// `kiln run --json`, on the same models, batches, threads and input shapes.
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { createRequire } from 'node:module';
+
+const require = createRequire(path.resolve('bench/.ort/package.json'));
+const ort = require('onnxruntime-node');
+const ORT_VERSION = require('onnxruntime-node/package.json').version;
+
+const USAGE = `usage: bench/compare_ort [MODEL.onnx ...] [options]
+  --models-dir DIR     models when none are named (default bench/models; build_zoo.py fills it)
+  --batch 1,8          batch sizes (the leading symbolic dimension of every input)
+  --dim SYM=N          other symbolic dimensions, repeatable (default sequence=128; unknown ones are 1)
+  --threads N          intra-op threads for both runtimes (default 2)
+  --repeat N           timed ORT runs (default: about 2 s worth, 5..100)
+  --kiln-repeat N      timed Kiln runs (default: about 10 s worth, 1..ORT's count)
+  --kiln-timeout S     skip Kiln when load + two runs exceed S seconds (default 120)
+  --kiln PATH          Kiln binary (default build/bin/kiln)
+  --json FILE          also write the raw numbers`;
+
+const { values: opt, positionals } = parseArgs({
+  allowPositionals: true,
+  options: {
+    'models-dir': { type: 'string', default: 'bench/models' },
+    batch: { type: 'string', default: '1,8' },
+    dim: { type: 'string', multiple: true, default: ['sequence=128'] },
+    threads: { type: 'string', default: '2' },
+    repeat: { type: 'string' },
+    'kiln-repeat': { type: 'string' },
+    'kiln-timeout': { type: 'string', default: '120' },
+    kiln: { type: 'string', default: 'build/bin/kiln' },
+    json: { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  },
+});
+if (opt.help) { console.log(USAGE); process.exit(0); }
+
+const threads = Number(opt.threads);
+const batches = opt.batch.split(',').map(Number);
+const dims = Object.fromEntries(opt.dim.map((d) => { const [k, v] = d.split('='); return [k, Number(v)]; }));
+const kilnTimeoutS = Number(opt['kiln-timeout']);
+const clamp = (x, lo, hi) => Math.max(lo, Math.min(hi, Math.round(x)));
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.ceil(s.length / 2) - 1]; };
+const firstLine = (e) => String(e?.message ?? e).trim().split('\n')[0].slice(0, 160);
+
+let models = positionals;
+if (models.length === 0) {
+  if (!fs.existsSync(opt['models-dir'])) {
+    console.error(`no models: ${opt['models-dir']} does not exist (run /usr/bin/python3 bench/build_zoo.py, or pass --models-dir)`);
+    process.exit(2);
+  }
+  models = fs.readdirSync(opt['models-dir']).filter((f) => f.endsWith('.onnx')).sort().map((f) => path.join(opt['models-dir'], f));
+}
+
+const sessionOptions = { intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all', executionMode: 'sequential' };
+
+// The same shapes Kiln's --random-inputs builds from the same --dim values: the
+// leading symbolic dimension is the batch, named ones come from --dim, others 1.
+function inputShapes(session, batch) {
+  return session.inputMetadata.map((m) => {
+    if (!m.isTensor) throw new Error(`input '${m.name}' is not a tensor`);
+    const shape = m.shape.map((d, i) => {
+      if (typeof d === 'number' && d >= 0) {
+        if (i === 0 && d !== batch) throw Object.assign(new Error(`the model's batch is fixed at ${d}`), { fixedBatch: true });
+        return d;
+      }
+      if (i === 0) return batch;
+      return dims[d] ?? 1;
+    });
+    return { name: m.name, type: m.type, shape, batchSymbol: typeof m.shape[0] === 'string' ? m.shape[0] : null };
+  });
+}
+
+const ARRAYS = { float32: Float32Array, float64: Float64Array, int64: BigInt64Array, int32: Int32Array, int8: Int8Array, uint8: Uint8Array, bool: Uint8Array };
+
+function randomFeeds(shapes) {
+  const feeds = {};
+  for (const { name, type, shape } of shapes) {
+    const Arr = ARRAYS[type];
+    if (!Arr) throw new Error(`input '${name}' has type ${type}, which this script does not fill`);
+    const n = shape.reduce((a, b) => a * b, 1);
+    const data = new Arr(n);
+    for (let i = 0; i < n; i++) {
+      // Integer inputs are usually indices (token ids): keep them small and valid.
+      const k = Math.floor(Math.random() * 10);
+      data[i] = type === 'int64' ? BigInt(k) : type.startsWith('float') ? Math.random() * 2 - 1 : type === 'bool' ? k % 2 : k;
+    }
+    feeds[name] = new ort.Tensor(type, data, shape);
+  }
+  return feeds;
+}
+
+async function timeRun(session, feeds) {
+  const t = performance.now();
+  await session.run(feeds);
+  return performance.now() - t;
+}
+
+async function timeOrt(model, batch) {
+  const t0 = performance.now();
+  const session = await ort.InferenceSession.create(model, sessionOptions);
+  const sessionMs = performance.now() - t0;
+  try {
+    const shapes = inputShapes(session, batch);
+    const feeds = randomFeeds(shapes);
+    const t1 = performance.now();
+    await session.run(feeds);
+    const firstRunMs = sessionMs + performance.now() - t1;
+    // The first run is the warm-up; a second one sizes the timed loop.
+    const probe = await timeRun(session, feeds);
+    const runs = opt.repeat ? Number(opt.repeat) : clamp(2000 / probe, 5, 100);
+    const times = [];
+    for (let i = 0; i < runs; i++) times.push(await timeRun(session, feeds));
+    const batchSymbols = [...new Set(shapes.map((s) => s.batchSymbol).filter(Boolean))];
+    return { session_ms: sessionMs, first_run_ms: firstRunMs, median_ms: median(times), runs, batchSymbols };
+  } finally {
+    await session.release();
+  }
+}
+
+function kilnRun(model, batch, batchSymbols, repeat, timeoutS) {
+  const dimArgs = [...batchSymbols.map((s) => `${s}=${batch}`), ...opt.dim].flatMap((d) => ['--dim', d]);
+  const args = ['run', model, '--random-inputs', ...dimArgs, '--threads', String(threads), '--repeat', String(repeat), '--json'];
+  const r = spawnSync(opt.kiln, args, { encoding: 'utf8', timeout: Math.round(timeoutS * 1000), killSignal: 'SIGKILL', maxBuffer: 64 << 20 });
+  if (r.error?.code === 'ETIMEDOUT' || r.signal === 'SIGKILL') throw new Error(`timed out (> ${+timeoutS.toFixed(1)} s)`);
+  if (r.error) throw r.error;
+  if (r.status !== 0) throw new Error(r.stderr.trim().split('\n').pop() || `exit status ${r.status}`);
+  const j = JSON.parse(r.stdout);
+  return { load_ms: j.load_ms, first_run_ms: j.load_ms + j.first_run_ms, median_ms: j.latency_ms.median, runs: j.latency_ms.runs };
+}
+
+function timeKiln(model, batch, batchSymbols, ortRuns) {
+  // One timed run first: it decides whether Kiln is worth waiting for and how
+  // many runs fit, since the reference interpreter can be 100x slower than ORT.
+  const probe = kilnRun(model, batch, batchSymbols, 1, kilnTimeoutS);
+  const runs = opt['kiln-repeat'] ? Number(opt['kiln-repeat']) : clamp(10000 / probe.median_ms, 1, ortRuns ?? 50);
+  if (runs <= 1) return probe;
+  return kilnRun(model, batch, batchSymbols, runs, kilnTimeoutS + (3 * runs * probe.median_ms) / 1000);
+}
+
+// A one-node Identity model, written as protobuf bytes by hand so no Python is
+// needed: its latency is what ORT spends per call regardless of the model.
+function identityModel() {
+  const varint = (n) => { const b = []; do { b.push((n & 0x7f) | (n > 0x7f ? 0x80 : 0)); n >>>= 7; } while (n); return b; };
+  const num = (f, v) => [...varint(f << 3), ...varint(v)];
+  const msg = (f, bytes) => [...varint((f << 3) | 2), ...varint(bytes.length), ...bytes];
+  const str = (f, s) => msg(f, [...Buffer.from(s)]);
+  const valueInfo = (f, name) => msg(f, [...str(1, name), ...msg(2, msg(1, [...num(1, 1), ...msg(2, msg(1, num(1, 1)))]))]);
+  const node = msg(1, [...str(1, 'x'), ...str(2, 'y'), ...str(4, 'Identity')]);
+  const graph = msg(7, [...node, ...str(2, 'identity'), ...valueInfo(11, 'x'), ...valueInfo(12, 'y')]);
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'compare_ort-')), 'identity.onnx');
+  fs.writeFileSync(file, Buffer.from([...num(1, 8), ...graph, ...msg(8, num(2, 13))]));
+  return file;
+}
+
+async function identityOverhead() {
+  const file = identityModel();
+  const session = await ort.InferenceSession.create(file, sessionOptions);
+  const feeds = { x: new ort.Tensor('float32', new Float32Array([1]), [1]) };
+  for (let i = 0; i < 100; i++) await session.run(feeds);
+  const times = [];
+  for (let i = 0; i < 1000; i++) times.push(await timeRun(session, feeds));
+  await session.release();
+  fs.rmSync(path.dirname(file), { recursive: true });
+  return median(times);
+}
+
+// Measured first, which also creates ORT's process-wide environment so that
+// the first model's session time does not carry that one-time cost.
+const overheadMs = await identityOverhead();
+const kilnMissing = !fs.existsSync(opt.kiln);
+const rows = [];
+for (const model of models) {
+  const name = path.basename(model, '.onnx');
+  let kilnTimedOut = false; // a timeout at a small batch also holds for the larger ones
+  for (const batch of batches) {
+    const row = { model: name, batch, ort: null, kiln: null, notes: [] };
+    rows.push(row);
+    try {
+      row.ort = await timeOrt(model, batch);
+    } catch (e) {
+      row.notes.push(`${e.fixedBatch ? 'skipped' : 'ORT'}: ${firstLine(e)}`);
+      if (e.fixedBatch) continue;
+    }
+    if (kilnMissing) row.notes.push(`Kiln: ${opt.kiln} is missing (scripts/build.sh builds it)`);
+    else if (kilnTimedOut) row.notes.push('Kiln: skipped, timed out at a smaller batch');
+    else {
+      try {
+        const symbols = row.ort?.batchSymbols ?? ['batch'];
+        row.kiln = timeKiln(model, batch, symbols, row.ort?.runs);
+      } catch (e) {
+        row.notes.push(`Kiln: ${firstLine(e)}`);
+        kilnTimedOut ||= /timed out/.test(e.message);
+      }
+    }
+    if (row.ort && row.kiln) row.ratio = row.kiln.median_ms / row.ort.median_ms;
+    if (row.ort) delete row.ort.batchSymbols;
+    process.stderr.write(`${name} batch ${batch}: done\n`);
+  }
+}
+
+const fmt = (x) => (x === undefined || x === null ? '-' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 1 ? x.toFixed(2) : x.toFixed(3));
+const header = ['model', 'batch', 'ORT first ms', 'Kiln first ms', 'ORT median ms', 'Kiln median ms', 'Kiln/ORT', 'runs ORT/Kiln'];
+const table = rows.map((r) => [r.model, String(r.batch), fmt(r.ort?.first_run_ms), fmt(r.kiln?.first_run_ms), fmt(r.ort?.median_ms), fmt(r.kiln?.median_ms), r.ratio ? r.ratio.toFixed(2) : '-', `${r.ort?.runs ?? '-'}/${r.kiln?.runs ?? '-'}`]);
+const widths = header.map((h, i) => Math.max(h.length, ...table.map((t) => t[i].length)));
+const line = (cells) => cells.map((c, i) => (i < 1 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
+console.log(`ONNX Runtime ${ORT_VERSION} (onnxruntime-node, CPU) vs Kiln, ${threads} thread(s); first = load/session + first run`);
+console.log(line(header));
+console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+for (const t of table) console.log(line(t));
+const ratios = rows.filter((r) => r.ratio).map((r) => r.ratio);
+const geomean = ratios.length ? Math.exp(ratios.reduce((a, r) => a + Math.log(r), 0) / ratios.length) : null;
+console.log(`geometric mean Kiln/ORT: ${geomean ? geomean.toFixed(2) : '-'} over ${ratios.length} row(s)`);
+console.log(`ORT per-call overhead (1-node Identity, median of 1000): ${overheadMs.toFixed(4)} ms; medians near it measure the call, not the model`);
+for (const r of rows) for (const n of r.notes) console.log(`note: ${r.model} batch ${r.batch}: ${n}`);
+
+if (opt.json) {
+  const out = { ort_version: ORT_VERSION, threads, batches, dims, identity_overhead_ms: overheadMs, geomean_ratio: geomean, rows };
+  fs.writeFileSync(opt.json, JSON.stringify(out, null, 2) + '\n');
+}
