@@ -34,7 +34,8 @@ double scalar_param(const KernelContext& ctx, size_t input, const char* what) {
 std::vector<double> channel_param(const KernelContext& ctx, size_t input, int64_t channels, const char* what) {
   std::vector<double> v = to_doubles(ctx.input(input));
   if (v.size() != 1 && int64_t(v.size()) != channels)
-    ctx.fail(std::string(what) + " must hold 1 or " + std::to_string(channels) + " values, holds " + std::to_string(v.size()));
+    ctx.fail(std::string(what) + " must hold one value or one per channel (" + std::to_string(channels) + "), holds " +
+             std::to_string(v.size()));
   return v;
 }
 
@@ -169,24 +170,26 @@ void matmul_integer(KernelContext& ctx) {
   ctx.set_output(0, from_doubles(DType::Int32, dims, out));
 }
 
-// y = saturate(round(acc * a_scale * b_scale / y_scale) + y_zero)
+// y = saturate(round(acc * a_scale * b_scale / y_scale) + y_zero), where a's
+// and y's parameters may be per row and b's per column.
 void qlinear_matmul(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(3);
   require_quantized(ctx, a, "a");
   require_quantized(ctx, b, "b");
-  const Tensor& y_zero = ctx.input(7);
+  const Tensor& y_zero_t = ctx.input(7);
   Dims dims;
   auto acc = integer_matmul(ctx, a, b, &ctx.input(2), &ctx.input(5), dims);
-  const double a_scale = scalar_param(ctx, 1, "a_scale"), y_scale = scalar_param(ctx, 6, "y_scale");
-  const double yz = scalar_param(ctx, 7, "y_zero_point");
-  const int64_t n = b.rank() == 1 ? 1 : b.dim(-1);
-  auto b_scale = channel_param(ctx, 4, n, "b_scale");
+  const int64_t m = a.rank() == 1 ? 1 : a.dim(-2), n = b.rank() == 1 ? 1 : b.dim(-1);
+  const auto a_scale = channel_param(ctx, 1, m, "a_scale"), b_scale = channel_param(ctx, 4, n, "b_scale");
+  const auto y_scale = channel_param(ctx, 6, m, "y_scale"), y_zero = channel_param(ctx, 7, m, "y_zero_point");
+  auto pick = [](const std::vector<double>& v, int64_t i) { return v.size() == 1 ? v[0] : v[size_t(i)]; };
   for (size_t i = 0; i < acc.size(); ++i) {
-    const double bs = b_scale.size() == 1 ? b_scale[0] : b_scale[size_t(int64_t(i) % n)];
-    acc[i] = clamp_to(y_zero.dtype(), round_half_even(acc[i] * a_scale * bs / y_scale) + yz);
+    const int64_t row = (int64_t(i) / n) % m, col = int64_t(i) % n;
+    acc[i] = clamp_to(y_zero_t.dtype(), round_half_even(acc[i] * pick(a_scale, row) * pick(b_scale, col) / pick(y_scale, row)) +
+                                            pick(y_zero, row));
   }
-  ctx.set_output(0, from_doubles(y_zero.dtype(), dims, acc));
+  ctx.set_output(0, from_doubles(y_zero_t.dtype(), dims, acc));
 }
 
 void qlinear_conv(KernelContext& ctx) {
