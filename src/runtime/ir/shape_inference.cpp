@@ -419,7 +419,8 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
       if (v && v->shape.rank_known) first = v;
     if (!first) return {unknown_like(dt)};
     int64_t rank = first->shape.rank();
-    int64_t axis = norm_axis(n, n.attr_int("axis", 0), rank);
+    // Concat-1 to -3 default to axis 1; from opset 4 the axis is required.
+    int64_t axis = norm_axis(n, n.attr_int("axis", n.node.opset < 4 ? 1 : 0), rank);
     Shape s = first->shape;
     int64_t total = 0;
     bool total_known = true;
