@@ -1,6 +1,8 @@
 // The public C++ API on the shipped digits model: results, errors, threads.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <thread>
 
 #include "cli/npy.hpp"
@@ -185,7 +187,7 @@ TEST(Api, OutputsNeverAliasInputsOrWeights) {
 
 TEST(Api, NpyRoundTrip) {
   kiln::Tensor t = kiln::Tensor::from_vector<int32_t>(kiln::DType::Int32, {2, 3}, {1, -2, 3, -4, 5, -6});
-  std::string path = ::testing::TempDir() + "/roundtrip.npy";
+  std::string path = ::testing::TempDir() + "/roundtrip_" + std::to_string(::getpid()) + ".npy";
   kiln::npy::save(path, t);
   kiln::Tensor back = kiln::npy::load(path);
   EXPECT_EQ(back.dtype(), kiln::DType::Int32);

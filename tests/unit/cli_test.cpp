@@ -1,6 +1,7 @@
 // The kiln command, run as a user would: exit codes, stdout, stderr, files.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <filesystem>
@@ -16,6 +17,11 @@ namespace {
 
 const std::string kDigits = std::string(KILN_SOURCE_DIR) + "/examples/digits/";
 
+// Per-process paths: ctest runs tests (and CI other clones) in parallel.
+fs::path temp_path(const std::string& name) {
+  return fs::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid()));
+}
+
 struct Result {
   int code;
   std::string out;
@@ -23,7 +29,9 @@ struct Result {
 };
 
 Result kiln_cmd(const std::string& args) {
-  std::string err_path = ::testing::TempDir() + "/kiln_stderr.txt";
+  // ctest runs tests in parallel processes: each call gets its own file.
+  static int calls = 0;
+  std::string err_path = temp_path("kiln_stderr_" + std::to_string(calls++)).string();
   std::string cmd = std::string(KILN_CLI_PATH) + " " + args + " 2>" + err_path;
   FILE* p = popen(cmd.c_str(), "r");
   Result r;
@@ -34,6 +42,7 @@ Result kiln_cmd(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream e(err_path);
   r.err.assign(std::istreambuf_iterator<char>(e), {});
+  fs::remove(err_path);
   return r;
 }
 
@@ -59,7 +68,7 @@ TEST(Cli, InspectJson) {
 }
 
 TEST(Cli, RunWritesOutputsThatRoundTripThroughNpy) {
-  fs::path dir = fs::path(::testing::TempDir()) / "kiln_cli_out";
+  fs::path dir = temp_path("kiln_cli_out");
   fs::remove_all(dir);
   auto r = kiln_cmd("run " + kDigits + "digits.onnx --input image=" + kDigits + "digit.npy --output-dir " + dir.string());
   ASSERT_EQ(r.code, 0) << r.err;
@@ -85,9 +94,9 @@ TEST(Cli, RunJsonWithRepeatAndRandomInputs) {
 
 TEST(Cli, OutputNamesAreMadeFileSafe) {
   // Output names with '/' and ':' (common in exported graphs) must not escape the directory.
-  fs::path dir = fs::path(::testing::TempDir()) / "kiln_cli_safe";
+  fs::path dir = temp_path("kiln_cli_safe");
   fs::remove_all(dir);
-  auto model = fs::path(::testing::TempDir()) / "odd_names.onnx";
+  auto model = temp_path("odd_names.onnx");
   {
     // A model whose output is called "../out:0".
     kiln::Runtime rt;
@@ -105,7 +114,7 @@ TEST(Cli, OutputNamesAreMadeFileSafe) {
 }
 
 TEST(Cli, ErrorsGoToStderrWithExitCode1) {
-  fs::path trunc = fs::path(::testing::TempDir()) / "truncated.onnx";
+  fs::path trunc = temp_path("truncated.onnx");
   {
     std::ifstream in(kDigits + "digits.onnx", std::ios::binary);
     std::string bytes(std::istreambuf_iterator<char>(in), {});
