@@ -156,7 +156,7 @@ const RuntimeOptions& Runtime::options() const { return impl_->options; }
 int Runtime::threads() const { return impl_->threads; }
 
 void Runtime::log(LogLevel level, const std::string& message) const {
-  if (level < impl_->options.log_level || impl_->options.log_level == LogLevel::Off) return;
+  if (level == LogLevel::Off || level < impl_->options.log_level) return;
   std::lock_guard<std::mutex> lock(impl_->log_mutex);
   if (impl_->options.logger) {
     impl_->options.logger(level, message);
