@@ -18,6 +18,7 @@
 
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/shape_inference.hpp"
+#include "runtime/passes/passes.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
 
 namespace fs = std::filesystem;
@@ -114,7 +115,7 @@ std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::
   return {};
 }
 
-Result run_test(const fs::path& dir, const std::string& id, double rtol, double atol, bool check_shapes) {
+Result run_test(const fs::path& dir, const std::string& id, double rtol, double atol, bool check_shapes, bool passes) {
   Result r;
   r.id = id;
   kiln::ir::Model model;
@@ -124,6 +125,12 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
     r.outcome = is_scope_limit(e) ? Outcome::Skip : Outcome::Fail;
     r.detail = e.what();
     return r;
+  }
+  if (passes) {
+    // The graph passes must not change any result.
+    kiln::passes::fold_constants(*model.graph, kiln::ref::constant_evaluator());
+    kiln::passes::fold_batch_norm(*model.graph);
+    kiln::passes::remove_dead_nodes(*model.graph);
   }
   const auto& g = *model.graph;
   auto sets = sorted_entries(dir, "test_data_set_");
@@ -220,7 +227,7 @@ int main(int argc, char** argv) {
   std::string data_root = "/usr/share/libonnx-testdata/data";
   std::vector<std::string> suites = {"node", "pytorch-converted", "pytorch-operator", "simple"};
   std::string filter, expected_path, tsv_path, write_expected_path, backend = "reference";
-  bool verbose = false, check_shapes = false;
+  bool verbose = false, check_shapes = false, passes = false;
   app.add_option("--data-root", data_root, "folder holding the suites");
   app.add_option("--suite", suites, "suites to run")->delimiter(',');
   app.add_option("--filter", filter, "only tests whose id (suite/name) matches this regex");
@@ -231,6 +238,7 @@ int main(int argc, char** argv) {
   app.add_option("--backend", backend, "backend to run")->check(CLI::IsMember({"reference"}));
   app.add_flag("-v,--verbose", verbose, "print every failure");
   app.add_flag("--check-shapes", check_shapes, "also hold shape inference against the shapes each run produced");
+  app.add_flag("--passes", passes, "run the graph passes (constant folding, BatchNormalization folding, dead nodes) first");
   CLI11_PARSE(app, argc, argv);
 
   std::map<std::string, std::string> expected;
@@ -256,7 +264,7 @@ int main(int argc, char** argv) {
     for (const auto& d : dirs) {
       std::string id = suite + "/" + d.filename().string();
       if (!std::regex_search(id, re)) continue;
-      results.push_back(run_test(d, id, 1e-3, 1e-7, check_shapes));
+      results.push_back(run_test(d, id, 1e-3, 1e-7, check_shapes, passes));
     }
   }
 

@@ -1,0 +1,55 @@
+#include <set>
+
+#include "runtime/passes/passes.hpp"
+
+namespace kiln::passes {
+
+int fold_constants(ir::Graph& graph, const ir::ConstantEvaluator& evaluator, int64_t max_elements) {
+  static const std::set<std::string> never = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                                              "Multinomial", "Bernoulli", "If", "Loop", "Scan"};
+  std::set<std::string> overridable;  // initializers a caller may replace
+  for (const auto& in : graph.inputs) overridable.insert(in.name);
+  std::set<std::string> graph_outputs;
+  for (const auto& o : graph.outputs) graph_outputs.insert(o.name);
+
+  int folded = 0;
+  std::vector<ir::Node> kept;
+  for (ir::Node& node : graph.nodes) {
+    bool constant = node.domain.empty() && !never.count(node.op_type) && !node.outputs.empty();
+    std::vector<const ir::Tensor*> inputs;
+    for (const auto& name : node.inputs) {
+      if (!constant) break;
+      if (name.empty()) {
+        inputs.push_back(nullptr);
+        continue;
+      }
+      auto it = graph.initializers.find(name);
+      constant = it != graph.initializers.end() && !overridable.count(name);
+      inputs.push_back(constant ? &it->second : nullptr);
+    }
+    // Dropout folds to Identity only outside training; leave it to the backend.
+    if (node.op_type == "Dropout" || (constant && inputs.empty() && node.op_type != "Range")) constant = false;
+    std::optional<std::vector<ir::Tensor>> values;
+    if (constant) {
+      try {
+        values = evaluator(node, inputs);
+      } catch (const ir::Error&) {
+        values.reset();  // let the run report it, with the caller's context
+      }
+    }
+    bool small = values.has_value();
+    if (values)
+      for (const auto& t : *values) small &= t.numel() <= max_elements;
+    if (!small) {
+      kept.push_back(std::move(node));
+      continue;
+    }
+    for (size_t i = 0; i < node.outputs.size() && i < values->size(); ++i)
+      if (!node.outputs[i].empty()) graph.initializers[node.outputs[i]] = (*values)[i];
+    ++folded;
+  }
+  graph.nodes = std::move(kept);
+  return folded;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,24 @@
+#pragma once
+// Graph passes: IR -> IR rewrites that keep the graph's meaning. Each returns
+// how many nodes it changed, so a pipeline can report what it did.
+#include "runtime/ir/graph.hpp"
+#include "runtime/ir/shape_inference.hpp"
+
+namespace kiln::passes {
+
+// Replaces nodes whose inputs are all constants (initializers that are not
+// graph inputs) by initializers holding their results, in topological order,
+// so chains fold completely. Skips random ops, subgraph ops and results
+// larger than `max_elements`.
+int fold_constants(ir::Graph& graph, const ir::ConstantEvaluator& evaluator, int64_t max_elements = int64_t(1) << 24);
+
+// Removes nodes none of whose outputs reach a graph output, and initializers
+// nothing uses.
+int remove_dead_nodes(ir::Graph& graph);
+
+// A Conv whose only consumer is an inference-mode BatchNormalization, all
+// parameters constant: the normalisation is folded into the convolution's
+// weights and bias and the BatchNormalization node disappears.
+int fold_batch_norm(ir::Graph& graph);
+
+}  // namespace kiln::passes

@@ -1,0 +1,99 @@
+// Graph passes keep results and do what they say.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "backends/reference/reference_executor.hpp"
+#include "model_builder.hpp"
+#include "runtime/onnx/onnx_importer.hpp"
+#include "runtime/passes/passes.hpp"
+
+using kiln::ir::Tensor;
+using kiln::test::ModelBuilder;
+
+namespace {
+
+kiln::ir::Model import(const ModelBuilder& b) {
+  std::string bytes = b.bytes();
+  return kiln::onnx_import::import_model_bytes(bytes.data(), bytes.size(), "test.onnx");
+}
+
+std::vector<float> random_values(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST(Passes, BatchNormFoldsIntoConvAndKeepsTheResult) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 3, 6, 6}).output("y", onnx::TensorProto::FLOAT, {1, 4, 6, 6});
+  b.initializer(ModelBuilder::float_tensor("w", {4, 3, 3, 3}, random_values(108, 1)));
+  b.initializer(ModelBuilder::float_tensor("cb", {4}, random_values(4, 2)));
+  b.initializer(ModelBuilder::float_tensor("scale", {4}, {1.5f, 0.5f, -1.0f, 2.0f}));
+  b.initializer(ModelBuilder::float_tensor("shift", {4}, {0.1f, -0.2f, 0.3f, 0.0f}));
+  b.initializer(ModelBuilder::float_tensor("mean", {4}, {0.05f, -0.1f, 0.2f, 0.0f}));
+  b.initializer(ModelBuilder::float_tensor("var", {4}, {1.0f, 0.25f, 4.0f, 0.5f}));
+  auto& conv = b.node("Conv", {"x", "w", "cb"}, {"c"}, "conv");
+  ModelBuilder::attr_ints(conv, "pads", {1, 1, 1, 1});
+  b.node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"y"}, "bn");
+  auto m = import(b);
+  Tensor x = Tensor::from_vector<float>({1, 3, 6, 6}, random_values(108, 3));
+  auto before = kiln::ref::run_graph(*m.graph, {{"x", x}})[0].to_float_vector();
+
+  EXPECT_EQ(kiln::passes::fold_batch_norm(*m.graph), 1);
+  ASSERT_EQ(m.graph->nodes.size(), 1u);
+  EXPECT_EQ(m.graph->nodes[0].op_type, "Conv");
+  EXPECT_FALSE(m.graph->initializers.count("w"));  // the unfolded weights are gone
+  auto after = kiln::ref::run_graph(*m.graph, {{"x", x}})[0].to_float_vector();
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(before[i], after[i], 1e-5f) << i;
+}
+
+TEST(Passes, BatchNormStaysWhenTheConvOutputIsUsedElsewhere) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 1, 2, 2}).output("y", onnx::TensorProto::FLOAT, {}).output("c", onnx::TensorProto::FLOAT, {});
+  b.initializer(ModelBuilder::float_tensor("w", {1, 1, 1, 1}, {2}));
+  for (const char* n : {"scale", "shift", "mean", "var"}) b.initializer(ModelBuilder::float_tensor(n, {1}, {1}));
+  b.node("Conv", {"x", "w"}, {"c"});
+  b.node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"y"});
+  auto m = import(b);
+  EXPECT_EQ(kiln::passes::fold_batch_norm(*m.graph), 0);
+  EXPECT_EQ(m.graph->nodes.size(), 2u);
+}
+
+TEST(Passes, ConstantChainsFoldButOverridableInitializersDoNot) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).input("k", onnx::TensorProto::FLOAT, {2});
+  b.output("y", onnx::TensorProto::FLOAT, {2});
+  b.initializer(ModelBuilder::float_tensor("a", {2}, {1, 2}));
+  b.initializer(ModelBuilder::float_tensor("k", {2}, {10, 10}));  // also an input: the caller may replace it
+  b.node("Mul", {"a", "a"}, {"a2"});
+  b.node("Add", {"a2", "a"}, {"c"});   // folds: depends on constants only
+  b.node("Add", {"c", "k"}, {"ck"});   // stays: k may be overridden
+  b.node("Add", {"x", "ck"}, {"y"});
+  auto m = import(b);
+  EXPECT_EQ(kiln::passes::fold_constants(*m.graph, kiln::ref::constant_evaluator()), 2);
+  EXPECT_EQ(m.graph->nodes.size(), 2u);
+  EXPECT_EQ(m.graph->initializers.at("c").to_float_vector(), (std::vector<float>{2, 6}));
+  EXPECT_EQ(kiln::passes::remove_dead_nodes(*m.graph), 0);
+  EXPECT_FALSE(m.graph->initializers.count("a2"));  // no longer used
+  auto y = kiln::ref::run_graph(*m.graph, {{"x", Tensor::from_vector<float>({2}, {0, 1})},
+                                           {"k", Tensor::from_vector<float>({2}, {100, 100})}});
+  EXPECT_EQ(y[0].to_float_vector(), (std::vector<float>{102, 107}));
+}
+
+TEST(Passes, DeadBranchesAreRemoved) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  b.node("Relu", {"x"}, {"y"});
+  b.node("Exp", {"x"}, {"unused"});
+  b.node("Neg", {"unused"}, {"unused2"});
+  auto m = import(b);
+  EXPECT_EQ(kiln::passes::remove_dead_nodes(*m.graph), 2);
+  ASSERT_EQ(m.graph->nodes.size(), 1u);
+  EXPECT_EQ(m.graph->nodes[0].op_type, "Relu");
+}
