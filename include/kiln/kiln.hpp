@@ -124,6 +124,7 @@ struct RuntimeOptions {
 struct SpecializationStats {
   std::string key;  // "image:float32:1x1x8x8"
   std::string backend;
+  int64_t nodes = 0;  // nodes left after the graph passes (constants folded, BatchNormalization fused...)
   double compile_ms = 0;
   int64_t runs = 0;
 };

@@ -212,7 +212,7 @@ void run(const RunArgs& args) {
                          {"median", percentile(times, 0.5)}, {"p90", percentile(times, 0.9)}};
     j["specializations"] = nlohmann::json::array();
     for (const auto& sp : model.specializations())
-      j["specializations"].push_back({{"key", sp.key}, {"backend", sp.backend}, {"compile_ms", sp.compile_ms}, {"runs", sp.runs}});
+      j["specializations"].push_back({{"key", sp.key}, {"backend", sp.backend}, {"nodes", sp.nodes}, {"compile_ms", sp.compile_ms}, {"runs", sp.runs}});
     j["notes"] = notes;
     std::cout << j.dump(2) << "\n";
     return;
@@ -221,7 +221,8 @@ void run(const RunArgs& args) {
   for (const auto& n : notes) std::cerr << "note: " << n << "\n";
   std::printf("model %s: loaded in %.2f ms, first run %.3f ms\n", model.source().c_str(), load_ms, first_ms);
   for (const auto& sp : model.specializations())
-    std::printf("specialization %s: %s backend, compiled in %.3f ms\n", sp.key.c_str(), sp.backend.c_str(), sp.compile_ms);
+    std::printf("specialization %s: %s backend, %lld nodes after graph passes, compiled in %.3f ms\n", sp.key.c_str(),
+                sp.backend.c_str(), static_cast<long long>(sp.nodes), sp.compile_ms);
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& t = outputs[i];
     std::ostringstream values;

@@ -16,6 +16,7 @@
 #include "kiln/kiln.hpp"
 #include "runtime/ir/shape_inference.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
+#include "runtime/passes/passes.hpp"
 
 namespace kiln {
 
@@ -345,9 +346,13 @@ std::vector<Tensor> Model::run(const std::vector<std::pair<std::string, Tensor>>
       for (const auto& [name, t] : ins) shapes[name] = {t.dtype(), t.dims()};
       const auto& backend = *impl_->runtime.impl_->backend;
       ir::Specialization spec = ir::specialize(*impl_->model.graph, shapes, ref::constant_evaluator());
+      // The specialized graph shares the model's weights; passes only add new tensors.
+      auto graph = std::make_shared<ir::Graph>(*impl_->model.graph);
+      passes::optimize_specialization(*graph, spec);
+      entry->stats.nodes = int64_t(graph->nodes.size());
       backends::CompileOptions options;
       options.threads = impl_->runtime.threads();
-      entry->executable = backend.compile(impl_->model.graph, spec, options);
+      entry->executable = backend.compile(graph, spec, options);
       entry->stats.key = key;
       entry->stats.backend = backend.name();
       entry->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

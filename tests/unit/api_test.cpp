@@ -235,3 +235,33 @@ TEST(Api, UnknownBackendIsAnError) {
     EXPECT_NE(std::string(e.what()).find("'reference'"), std::string::npos) << e.what();
   }
 }
+
+// x.view(x.size(0), -1) as exporters write it: after specialization only the
+// Reshape is left, and the result is unchanged.
+TEST(Api, SpecializationFoldsShapeArithmetic) {
+  kiln::test::ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"batch", 2, 3}).output("y", onnx::TensorProto::FLOAT, {"batch", 6});
+  b.initializer(kiln::test::ModelBuilder::int64_tensor("zero", {}, {0}));
+  b.initializer(kiln::test::ModelBuilder::int64_tensor("axes", {1}, {0}));
+  b.initializer(kiln::test::ModelBuilder::int64_tensor("minus_one", {1}, {-1}));
+  b.node("Shape", {"x"}, {"shape"});
+  b.node("Gather", {"shape", "zero"}, {"n"});
+  b.node("Unsqueeze", {"n", "axes"}, {"n1"});
+  b.node("Concat", {"n1", "minus_one"}, {"target"}).add_attribute()->CopyFrom([] {
+    onnx::AttributeProto a;
+    a.set_name("axis");
+    a.set_type(onnx::AttributeProto::INT);
+    a.set_i(0);
+    return a;
+  }());
+  b.node("Reshape", {"x", "target"}, {"y"});
+  std::string bytes = b.bytes();
+  kiln::Runtime rt;
+  auto model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
+  auto x = kiln::Tensor::from_vector<float>(kiln::DType::Float32, {2, 2, 3}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  auto y = model.run({{"x", x}})[0];
+  EXPECT_EQ(y.shape(), (kiln::Shape{2, 6}));
+  EXPECT_EQ(y.data_as<float>()[7], 7.0f);
+  ASSERT_EQ(model.specializations().size(), 1u);
+  EXPECT_EQ(model.specializations()[0].nodes, 1);
+}

@@ -52,4 +52,26 @@ int fold_constants(ir::Graph& graph, const ir::ConstantEvaluator& evaluator, int
   return folded;
 }
 
+int bake_constants(ir::Graph& graph, const std::map<std::string, ir::Tensor>& constants, int64_t max_elements) {
+  int baked = 0;
+  std::vector<ir::Node> kept;
+  for (ir::Node& node : graph.nodes) {
+    bool known = !node.outputs.empty();
+    for (const auto& o : node.outputs) {
+      if (o.empty()) continue;
+      auto it = constants.find(o);
+      known = known && it != constants.end() && it->second.numel() <= max_elements;
+    }
+    if (!known) {
+      kept.push_back(std::move(node));
+      continue;
+    }
+    for (const auto& o : node.outputs)
+      if (!o.empty()) graph.initializers[o] = constants.at(o);
+    ++baked;
+  }
+  graph.nodes = std::move(kept);
+  return baked;
+}
+
 }  // namespace kiln::passes

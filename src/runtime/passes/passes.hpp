@@ -1,6 +1,9 @@
 #pragma once
 // Graph passes: IR -> IR rewrites that keep the graph's meaning. Each returns
 // how many nodes it changed, so a pipeline can report what it did.
+#include <map>
+#include <string>
+
 #include "runtime/ir/graph.hpp"
 #include "runtime/ir/shape_inference.hpp"
 
@@ -12,6 +15,12 @@ namespace kiln::passes {
 // larger than `max_elements`.
 int fold_constants(ir::Graph& graph, const ir::ConstantEvaluator& evaluator, int64_t max_elements = int64_t(1) << 24);
 
+// Replaces every node whose outputs are all known (e.g. the constants a
+// specialization computed: Shape -> Gather -> Concat on concrete shapes) by
+// initializers holding those values.
+int bake_constants(ir::Graph& graph, const std::map<std::string, ir::Tensor>& constants,
+                   int64_t max_elements = int64_t(1) << 24);
+
 // Removes nodes none of whose outputs reach a graph output, and initializers
 // nothing uses.
 int remove_dead_nodes(ir::Graph& graph);
@@ -20,5 +29,10 @@ int remove_dead_nodes(ir::Graph& graph);
 // parameters constant: the normalisation is folded into the convolution's
 // weights and bias and the BatchNormalization node disappears.
 int fold_batch_norm(ir::Graph& graph);
+
+// The passes a specialization runs before its backend compiles it:
+// specialization constants baked in, constant folding, BatchNormalization
+// folding, dead nodes removed.
+void optimize_specialization(ir::Graph& graph, const ir::Specialization& spec);
 
 }  // namespace kiln::passes
