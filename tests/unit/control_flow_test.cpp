@@ -2,18 +2,12 @@
 #include <gtest/gtest.h>
 
 #include "backends/reference/reference_executor.hpp"
-#include "model_builder.hpp"
-#include "runtime/onnx/onnx_importer.hpp"
+#include "imported_model.hpp"
 
 using kiln::ir::Tensor;
 using kiln::test::ModelBuilder;
 
 namespace {
-
-kiln::ir::Model import(const ModelBuilder& b) {
-  std::string bytes = b.bytes();
-  return kiln::onnx_import::import_model_bytes(bytes.data(), bytes.size(), "test.onnx");
-}
 
 onnx::GraphProto branch(const std::string& name, const std::string& op) {
   ModelBuilder g;
@@ -32,7 +26,7 @@ TEST(ControlFlow, IfTakesTheBranchChosenAtRunTime) {
   auto& n = b.node("If", {"cond"}, {"out"}, "choose");
   ModelBuilder::attr_graph(n, "then_branch", branch("then", "Add"));
   ModelBuilder::attr_graph(n, "else_branch", branch("else", "Mul"));
-  auto m = import(b);
+  auto m = kiln::test::import(b);
   Tensor x = Tensor::from_vector<float>({2}, {2, 3}), y = Tensor::from_vector<float>({2}, {4, 5});
   auto yes = kiln::ref::run_graph(*m.graph, {{"cond", Tensor::scalar<bool>(true)}, {"x", x}, {"y", y}});
   EXPECT_EQ(yes[0].to_float_vector(), (std::vector<float>{6, 8}));
@@ -65,7 +59,7 @@ TEST(ControlFlow, LoopCarriesStateAndCollectsScanOutputs) {
   }());
   auto& loop = b.node("Loop", {"M", "true", "start"}, {"final", "all"}, "accumulate");
   ModelBuilder::attr_graph(loop, "body", body.graph());
-  auto m = import(b);
+  auto m = kiln::test::import(b);
   auto out = kiln::ref::run_graph(*m.graph, {{"M", Tensor::scalar<int64_t>(3)},
                                              {"x", Tensor::from_vector<float>({2}, {1, 10})},
                                              {"start", Tensor::from_vector<float>({2}, {0, 0})}});

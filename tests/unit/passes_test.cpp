@@ -4,19 +4,13 @@
 #include <random>
 
 #include "backends/reference/reference_executor.hpp"
-#include "model_builder.hpp"
-#include "runtime/onnx/onnx_importer.hpp"
+#include "imported_model.hpp"
 #include "runtime/passes/passes.hpp"
 
 using kiln::ir::Tensor;
 using kiln::test::ModelBuilder;
 
 namespace {
-
-kiln::ir::Model import(const ModelBuilder& b) {
-  std::string bytes = b.bytes();
-  return kiln::onnx_import::import_model_bytes(bytes.data(), bytes.size(), "test.onnx");
-}
 
 std::vector<float> random_values(size_t n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -40,7 +34,7 @@ TEST(Passes, BatchNormFoldsIntoConvAndKeepsTheResult) {
   auto& conv = b.node("Conv", {"x", "w", "cb"}, {"c"}, "conv");
   ModelBuilder::attr_ints(conv, "pads", {1, 1, 1, 1});
   b.node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"y"}, "bn");
-  auto m = import(b);
+  auto m = kiln::test::import(b);
   Tensor x = Tensor::from_vector<float>({1, 3, 6, 6}, random_values(108, 3));
   auto before = kiln::ref::run_graph(*m.graph, {{"x", x}})[0].to_float_vector();
 
@@ -60,7 +54,7 @@ TEST(Passes, BatchNormStaysWhenTheConvOutputIsUsedElsewhere) {
   for (const char* n : {"scale", "shift", "mean", "var"}) b.initializer(ModelBuilder::float_tensor(n, {1}, {1}));
   b.node("Conv", {"x", "w"}, {"c"});
   b.node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"y"});
-  auto m = import(b);
+  auto m = kiln::test::import(b);
   EXPECT_EQ(kiln::passes::fold_batch_norm(*m.graph), 0);
   EXPECT_EQ(m.graph->nodes.size(), 2u);
 }
@@ -75,7 +69,7 @@ TEST(Passes, ConstantChainsFoldButOverridableInitializersDoNot) {
   b.node("Add", {"a2", "a"}, {"c"});   // folds: depends on constants only
   b.node("Add", {"c", "k"}, {"ck"});   // stays: k may be overridden
   b.node("Add", {"x", "ck"}, {"y"});
-  auto m = import(b);
+  auto m = kiln::test::import(b);
   EXPECT_EQ(kiln::passes::fold_constants(*m.graph, kiln::ref::constant_evaluator()), 2);
   EXPECT_EQ(m.graph->nodes.size(), 2u);
   EXPECT_EQ(m.graph->initializers.at("c").to_float_vector(), (std::vector<float>{2, 6}));
@@ -92,7 +86,7 @@ TEST(Passes, DeadBranchesAreRemoved) {
   b.node("Relu", {"x"}, {"y"});
   b.node("Exp", {"x"}, {"unused"});
   b.node("Neg", {"unused"}, {"unused2"});
-  auto m = import(b);
+  auto m = kiln::test::import(b);
   EXPECT_EQ(kiln::passes::remove_dead_nodes(*m.graph), 2);
   ASSERT_EQ(m.graph->nodes.size(), 1u);
   EXPECT_EQ(m.graph->nodes[0].op_type, "Relu");

@@ -2,22 +2,12 @@
 #include <gtest/gtest.h>
 
 #include "backends/reference/reference_executor.hpp"
-#include "model_builder.hpp"
+#include "imported_model.hpp"
 #include "runtime/ir/shape_inference.hpp"
-#include "runtime/onnx/onnx_importer.hpp"
 
 using kiln::ir::DType;
 using kiln::ir::Dims;
 using kiln::test::ModelBuilder;
-
-namespace {
-
-kiln::ir::Model import(const ModelBuilder& b) {
-  std::string bytes = b.bytes();
-  return kiln::onnx_import::import_model_bytes(bytes.data(), bytes.size(), "test.onnx");
-}
-
-}  // namespace
 
 TEST(ShapeInference, SymbolicBatchFlowsThroughTheDigitsModel) {
   auto m = kiln::onnx_import::import_model_file(std::string(KILN_SOURCE_DIR) + "/examples/digits/digits.onnx");
@@ -42,7 +32,7 @@ TEST(ShapeInference, ConvPoolAndBroadcastWithSymbols) {
   ModelBuilder::attr_ints(pool, "strides", {2, 2});
   b.node("GlobalAveragePool", {"p"}, {"g"});
   b.node("Flatten", {"g"}, {"z"});
-  auto r = kiln::ir::infer_shapes(*import(b).graph);
+  auto r = kiln::ir::infer_shapes(*kiln::test::import(b).graph);
   EXPECT_EQ(r.values.at("c").shape.to_string(), "[N,16,16,16]");
   EXPECT_EQ(r.values.at("p").shape.to_string(), "[N,16,8,8]");
   EXPECT_EQ(r.values.at("z").shape.to_string(), "[N,16]");
@@ -54,7 +44,7 @@ TEST(ShapeInference, InconsistentShapesNameTheNode) {
   b.output("y", onnx::TensorProto::FLOAT, {});
   b.node("MatMul", {"a", "b"}, {"y"}, "projection");
   try {
-    kiln::ir::infer_shapes(*import(b).graph);
+    kiln::ir::infer_shapes(*kiln::test::import(b).graph);
     FAIL();
   } catch (const kiln::ir::Error& e) {
     EXPECT_NE(std::string(e.what()).find("projection"), std::string::npos) << e.what();
@@ -65,7 +55,7 @@ TEST(ShapeInference, InconsistentShapesNameTheNode) {
   c.input("a", onnx::TensorProto::FLOAT, {2, 3}).input("b", onnx::TensorProto::FLOAT, {4, 3});
   c.output("y", onnx::TensorProto::FLOAT, {});
   c.node("Add", {"a", "b"}, {"y"}, "sum");
-  EXPECT_THROW(kiln::ir::infer_shapes(*import(c).graph), kiln::ir::Error);
+  EXPECT_THROW(kiln::ir::infer_shapes(*kiln::test::import(c).graph), kiln::ir::Error);
 }
 
 // The pattern exporters emit for x.view(x.size(0), -1): it must fold to a
@@ -85,7 +75,7 @@ TEST(ShapeInference, SpecializationFoldsShapeArithmetic) {
   auto& cat = b.node("Concat", {"n1", "minus_one"}, {"target"});
   ModelBuilder::attr_int(cat, "axis", 0);
   b.node("Reshape", {"x", "target"}, {"y"}, "flatten_view");
-  auto m = import(b);
+  auto m = kiln::test::import(b);
 
   auto symbolic = kiln::ir::infer_shapes(*m.graph);
   EXPECT_EQ(symbolic.values.at("shape").shape.to_string(), "[3]");
@@ -102,7 +92,7 @@ TEST(ShapeInference, SpecializationRejectsShapesThatContradictTheModel) {
   b.input("a", onnx::TensorProto::FLOAT, {"batch", 4}).input("b", onnx::TensorProto::FLOAT, {"batch", 4});
   b.output("y", onnx::TensorProto::FLOAT, {});
   b.node("Add", {"a", "b"}, {"y"});
-  auto m = import(b);
+  auto m = kiln::test::import(b);
   auto expect_msg = [&](const std::map<std::string, std::pair<DType, Dims>>& shapes, const std::string& needle) {
     try {
       kiln::ir::specialize(*m.graph, shapes);
@@ -126,7 +116,7 @@ TEST(ShapeInference, ReshapeKeepsTheSymbolWhenTheRestIsFixed) {
   b.output("y", onnx::TensorProto::FLOAT, {});
   b.initializer(ModelBuilder::int64_tensor("to", {2}, {0, -1}));
   b.node("Reshape", {"x", "to"}, {"y"});
-  auto r = kiln::ir::infer_shapes(*import(b).graph);
+  auto r = kiln::ir::infer_shapes(*kiln::test::import(b).graph);
   EXPECT_EQ(r.values.at("y").shape.to_string(), "[batch,12]");
 }
 
@@ -137,7 +127,7 @@ TEST(ShapeInference, MatMulBroadcastsBatchDimensions) {
   b.output("y", onnx::TensorProto::FLOAT, {}).output("z", onnx::TensorProto::FLOAT, {});
   b.node("MatMul", {"x", "w"}, {"y"});
   b.node("MatMul", {"y", "v"}, {"z"});
-  auto r = kiln::ir::infer_shapes(*import(b).graph);
+  auto r = kiln::ir::infer_shapes(*kiln::test::import(b).graph);
   EXPECT_EQ(r.values.at("y").shape.to_string(), "[batch,seq,64]");
   EXPECT_EQ(r.values.at("z").shape.to_string(), "[batch,seq]");
 }
