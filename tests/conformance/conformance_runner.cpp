@@ -18,6 +18,7 @@
 
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/shape_inference.hpp"
+#include "runtime/passes/memory_plan.hpp"
 #include "runtime/passes/passes.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
 
@@ -91,8 +92,8 @@ bool is_scope_limit(const kiln::ir::Error& e) {
   return false;
 }
 
-// Specializes the graph to the test's input shapes and holds the inferred
-// output shapes against the ones the run produced.
+// Specializes the graph to the test's input shapes, holds the inferred output
+// shapes against the ones the run produced, and checks the memory plan.
 std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::string, Tensor>& inputs,
                                   const std::vector<Tensor>& got) {
   std::map<std::string, std::pair<DType, kiln::ir::Dims>> shapes;
@@ -103,6 +104,9 @@ std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::
   } catch (const kiln::ir::Error& e) {
     return std::string("shape inference failed: ") + e.what();
   }
+  // The memory plan of the same specialization must be sound.
+  std::string plan_problem = kiln::passes::check_memory_plan(kiln::passes::plan_memory(g, spec));
+  if (!plan_problem.empty()) return "memory plan: " + plan_problem;
   for (size_t i = 0; i < got.size(); ++i) {
     const auto& v = spec.result.values[g.outputs[i].name];
     if (v.shape.is_concrete() && v.shape.concrete() != got[i].dims())

@@ -5,6 +5,7 @@
 
 #include "backends/reference/reference_executor.hpp"
 #include "imported_model.hpp"
+#include "runtime/passes/memory_plan.hpp"
 #include "runtime/passes/passes.hpp"
 
 using kiln::ir::Tensor;
@@ -90,4 +91,33 @@ TEST(Passes, DeadBranchesAreRemoved) {
   EXPECT_EQ(kiln::passes::remove_dead_nodes(*m.graph), 2);
   ASSERT_EQ(m.graph->nodes.size(), 1u);
   EXPECT_EQ(m.graph->nodes[0].op_type, "Relu");
+}
+
+TEST(MemoryPlan, AChainNeedsTwoBuffersAndResidualsStayAlive) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"n", 256}).output("y", onnx::TensorProto::FLOAT, {"n", 256});
+  b.node("Relu", {"x"}, {"a"});
+  b.node("Exp", {"a"}, {"b"});
+  b.node("Neg", {"b"}, {"c"});
+  b.node("Abs", {"c"}, {"d"});
+  b.node("Add", {"d", "a"}, {"y"});  // `a` stays alive across the chain
+  auto m = kiln::test::import(b);
+  auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {4, 256}}}});
+  auto plan = kiln::passes::plan_memory(*m.graph, spec);
+  EXPECT_EQ(kiln::passes::check_memory_plan(plan), "");
+  const int64_t one = 4 * 256 * 4;
+  EXPECT_EQ(plan.intermediate_bytes, 4 * one);
+  EXPECT_EQ(plan.arena_bytes, 3 * one);  // a, plus two buffers alternating along b, c, d
+  EXPECT_EQ(plan.slots.count("y"), 0u);  // outputs are the caller's
+  EXPECT_NE(plan.slots.at("a").offset, plan.slots.at("d").offset);
+}
+
+TEST(MemoryPlan, CheckerCatchesOverlaps) {
+  kiln::passes::MemoryPlan plan;
+  plan.arena_bytes = 128;
+  plan.slots["p"] = {0, 128, 0, 2};
+  plan.slots["q"] = {64, 64, 1, 3};
+  EXPECT_NE(kiln::passes::check_memory_plan(plan), "");
+  plan.slots["q"] = {0, 128, 3, 4};  // same bytes, disjoint lifetimes: fine
+  EXPECT_EQ(kiln::passes::check_memory_plan(plan), "");
 }
