@@ -348,7 +348,7 @@ std::vector<Tensor> Model::run(const std::vector<std::pair<std::string, Tensor>>
       ir::Specialization spec = ir::specialize(*impl_->model.graph, shapes, ref::constant_evaluator());
       // The specialized graph shares the model's weights; passes only add new tensors.
       auto graph = std::make_shared<ir::Graph>(*impl_->model.graph);
-      passes::optimize_specialization(*graph, spec);
+      passes::optimize_specialization(*graph, spec, ref::constant_evaluator());
       entry->stats.nodes = int64_t(graph->nodes.size());
       backends::CompileOptions options;
       options.threads = impl_->runtime.threads();
@@ -365,11 +365,9 @@ std::vector<Tensor> Model::run(const std::vector<std::pair<std::string, Tensor>>
     std::vector<Tensor> result;
     for (size_t i = 0; i < outs.size(); ++i) {
       ir::Tensor& o = outs[i];
-      // An output that aliases an input or a weight is copied: callers own what run returns.
-      bool aliases = false;
-      for (const auto& [n, t] : ins) aliases |= t.raw() == o.raw();
-      for (const auto& [n, t] : impl_->model.graph->initializers) aliases |= t.raw() == o.raw();
-      if (aliases) o = o.clone();
+      // Callers own what run returns: storage anything else still holds (an
+      // input, a weight, a constant of the specialization, another output) is copied.
+      if (!o.owner() || o.owner().use_count() > 1) o = o.clone();
       result.push_back(Tensor::view(DType(int32_t(o.dtype())), o.dims(), o.raw(), o.owner()));
     }
     return result;

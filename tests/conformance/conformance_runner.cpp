@@ -167,7 +167,7 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
         std::map<std::string, std::pair<DType, kiln::ir::Dims>> shapes;
         for (const auto& [name, t] : inputs) shapes[name] = {t.dtype(), t.dims()};
         auto spec = kiln::ir::specialize(g, shapes, kiln::ref::constant_evaluator());
-        kiln::passes::optimize_specialization(optimized, spec);
+        kiln::passes::optimize_specialization(optimized, spec, kiln::ref::constant_evaluator());
         got = kiln::ref::run_graph(optimized, inputs);
       } else {
         got = kiln::ref::run_graph(g, inputs);

@@ -265,3 +265,22 @@ TEST(Api, SpecializationFoldsShapeArithmetic) {
   ASSERT_EQ(model.specializations().size(), 1u);
   EXPECT_EQ(model.specializations()[0].nodes, 1);
 }
+
+// An output the specialization computed at compile time must still be the
+// caller's own memory: writing into it cannot change the next run.
+TEST(Api, OutputsFoldedToConstantsAreFreshEachRun) {
+  kiln::test::ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  b.output("z", onnx::TensorProto::FLOAT, {2});
+  b.initializer(kiln::test::ModelBuilder::float_tensor("a", {2}, {1, 2}));
+  b.node("Add", {"a", "a"}, {"y"});
+  b.node("Relu", {"x"}, {"z"});
+  std::string bytes = b.bytes();
+  kiln::Runtime rt;
+  auto model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
+  kiln::Tensor x(kiln::DType::Float32, {2});
+  auto first = model.run({{"x", x}});
+  first[0].data_as<float>()[0] = 99;
+  auto second = model.run({{"x", x}});
+  EXPECT_EQ(second[0].data_as<float>()[0], 2.0f);
+}

@@ -33,6 +33,7 @@ int fold_batch_norm(ir::Graph& graph);
 // The passes a specialization runs before its backend compiles it:
 // specialization constants baked in, constant folding, BatchNormalization
 // folding, dead nodes removed.
-void optimize_specialization(ir::Graph& graph, const ir::Specialization& spec);
+void optimize_specialization(ir::Graph& graph, const ir::Specialization& spec,
+                             const ir::ConstantEvaluator& evaluator);
 
 }  // namespace kiln::passes
