@@ -49,7 +49,10 @@ decltype(auto) translate_errors(F&& f) {
   }
 }
 
-bool public_dtype(ir::DType t) { return ir::dtype_supported(t); }
+// The public enum mirrors the IR's (both are ONNX's codes): conversions are casts.
+static_assert(int(DType::Float32) == int(ir::DType::Float32) && int(DType::Int64) == int(ir::DType::Int64) &&
+              int(DType::Bool) == int(ir::DType::Bool) && int(DType::Float16) == int(ir::DType::Float16) &&
+              int(DType::BFloat16) == int(ir::DType::BFloat16) && int(DType::UInt64) == int(ir::DType::UInt64));
 
 int usable_cores() {
   cpu_set_t set;
@@ -60,21 +63,11 @@ int usable_cores() {
 TensorInfo to_info(const ir::ValueInfo& v, bool has_default) {
   TensorInfo info;
   info.name = v.name;
-  info.dtype = public_dtype(v.dtype) ? DType(int32_t(v.dtype)) : DType::Float32;
+  info.dtype = ir::dtype_supported(v.dtype) ? DType(int32_t(v.dtype)) : DType::Float32;
   info.rank_known = v.shape.rank_known;
   info.has_default = has_default;
   for (const auto& d : v.shape.dims) info.shape.push_back(Dim{d.value.value_or(-1), d.symbol});
   return info;
-}
-
-void count_ops(const ir::Graph& g, std::map<std::string, int>& hist) {
-  for (const auto& n : g.nodes) {
-    hist[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type]++;
-    for (const auto& [k, a] : n.attributes) {
-      if (a.g) count_ops(*a.g, hist);
-      for (const auto& sg : a.graphs) count_ops(*sg, hist);
-    }
-  }
 }
 
 }  // namespace
@@ -193,19 +186,24 @@ struct Model::Impl {
     for (const auto* v : g.required_inputs()) inputs.push_back(to_info(*v, false));
     for (const auto& v : g.inputs)
       if (g.initializers.count(v.name)) inputs.push_back(to_info(v, true));
-    // Outputs declared without a (full) shape get the inferred one.
+    // Outputs declared without a (full) shape get the inferred one; most
+    // models declare them all, and then loading infers nothing.
+    auto declared_full = [](const ir::ValueInfo& v) {
+      return v.shape.rank_known && v.dtype != ir::DType::Undefined &&
+             std::all_of(v.shape.dims.begin(), v.shape.dims.end(),
+                         [](const ir::Dim& d) { return d.is_known() || !d.symbol.empty(); });
+    };
     std::map<std::string, ir::ValueInfo> inferred;
-    try {
-      inferred = ir::infer_shapes(g, {}, ref::constant_evaluator()).values;
-    } catch (const ir::Error& e) {
-      runtime.log(LogLevel::Warning, model.source_path + ": shape inference failed: " + e.what());
+    if (!std::all_of(g.outputs.begin(), g.outputs.end(), declared_full)) {
+      try {
+        inferred = ir::infer_shapes(g, {}, ref::constant_evaluator()).values;
+      } catch (const ir::Error& e) {
+        runtime.log(LogLevel::Warning, model.source_path + ": shape inference failed: " + e.what());
+      }
     }
     for (const auto& v : g.outputs) {
       auto it = inferred.find(v.name);
-      bool declared_full = v.shape.rank_known && v.dtype != ir::DType::Undefined &&
-                           std::all_of(v.shape.dims.begin(), v.shape.dims.end(),
-                                       [](const ir::Dim& d) { return d.is_known() || !d.symbol.empty(); });
-      outputs.push_back(to_info(declared_full || it == inferred.end() ? v : it->second, false));
+      outputs.push_back(to_info(declared_full(v) || it == inferred.end() ? v : it->second, false));
     }
     auto unsupported = ref::unsupported_ops(g);
     if (!unsupported.empty()) {
@@ -293,7 +291,7 @@ std::string Model::producer() const {
 
 std::map<std::string, int> Model::op_histogram() const {
   std::map<std::string, int> h;
-  count_ops(*impl_->model.graph, h);
+  ir::visit_nodes(*impl_->model.graph, [&](const ir::Node& n) { h[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type]++; });
   return h;
 }
 

@@ -1,30 +1,22 @@
 // oneDNN convolutions with fused post-ops against the reference backend.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "backends/cpu/onednn_convolution.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "imported_model.hpp"
+#include "random_data.hpp"
 
 using kiln::cpu::ConvolutionShape;
 using kiln::cpu::PostOp;
 using kiln::ir::Tensor;
 using kiln::test::ModelBuilder;
+using kiln::test::random_values;
 
 namespace {
 
-std::vector<float> random_values(int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-int64_t count(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
+size_t count(const std::vector<int64_t>& dims) {
+  size_t n = 1;
+  for (int64_t d : dims) n *= size_t(d);
   return n;
 }
 
@@ -63,12 +55,12 @@ std::vector<float> reference(const ConvolutionShape& s, const std::vector<float>
 
 void check(const ConvolutionShape& s, bool with_bias, bool with_residual, const std::string& act, PostOp::Kind kind) {
   auto x = random_values(count(s.input), 1), w = random_values(count(s.weights), 2);
-  auto bias = random_values(s.weights[0], 3), residual = random_values(count(s.output()), 4);
+  auto bias = random_values(size_t(s.weights[0]), 3), residual = random_values(count(s.output()), 4);
   std::vector<PostOp> ops;
   if (with_residual) ops.push_back({PostOp::Kind::Sum});
   if (!act.empty()) ops.push_back({kind});
   kiln::cpu::OneDnnConvolution conv(s, w.data(), with_bias ? bias.data() : nullptr, ops);
-  std::vector<float> got(size_t(count(s.output())));
+  std::vector<float> got(count(s.output()));
   conv.run(x.data(), got.data(), with_residual ? residual.data() : nullptr);
   auto want = reference(s, x, w, with_bias ? &bias : nullptr, with_residual ? &residual : nullptr, act);
   ASSERT_EQ(got.size(), want.size());

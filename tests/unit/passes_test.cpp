@@ -1,27 +1,16 @@
 // Graph passes keep results and do what they say.
 #include <gtest/gtest.h>
 
-#include <random>
 
 #include "backends/reference/reference_executor.hpp"
 #include "imported_model.hpp"
+#include "random_data.hpp"
 #include "runtime/passes/memory_plan.hpp"
 #include "runtime/passes/passes.hpp"
 
 using kiln::ir::Tensor;
 using kiln::test::ModelBuilder;
-
-namespace {
-
-std::vector<float> random_values(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-}  // namespace
+using kiln::test::random_values;
 
 TEST(Passes, BatchNormFoldsIntoConvAndKeepsTheResult) {
   ModelBuilder b;

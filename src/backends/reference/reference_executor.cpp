@@ -44,15 +44,8 @@ static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope) {
 
   // Last use of each value in this graph, so intermediates are freed early.
   std::map<std::string, size_t> last_use;
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    for (const auto& in : graph.nodes[i].inputs) last_use[in] = i;
-    for (const auto& [k, a] : graph.nodes[i].attributes) {
-      if (a.g)
-        for (const auto& r : a.g->outer_references()) last_use[r] = i;
-      for (const auto& g : a.graphs)
-        for (const auto& r : g->outer_references()) last_use[r] = i;
-    }
-  }
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    for (const auto& name : ir::values_read(graph.nodes[i])) last_use[name] = i;
   std::set<std::string> keep;
   for (const auto& o : graph.outputs) keep.insert(o.name);
 
@@ -111,16 +104,6 @@ bool has_kernel(const std::string& domain, const std::string& op_type) {
   return (domain.empty() || domain == "ai.onnx") && KernelRegistry::instance().find(op_type) != nullptr;
 }
 
-static void collect_unsupported(const ir::Graph& g, std::set<std::string>& out) {
-  for (const auto& n : g.nodes) {
-    if (!has_kernel(n.domain, n.op_type)) out.insert(n.domain.empty() ? n.op_type : n.domain + "." + n.op_type);
-    for (const auto& [k, a] : n.attributes) {
-      if (a.g) collect_unsupported(*a.g, out);
-      for (const auto& sg : a.graphs) collect_unsupported(*sg, out);
-    }
-  }
-}
-
 ir::ConstantEvaluator constant_evaluator() {
   return [](const ir::Node& node, const std::vector<const Tensor*>& inputs) -> std::optional<std::vector<Tensor>> {
     if (!node.domain.empty() && node.domain != "ai.onnx") return std::nullopt;
@@ -136,7 +119,9 @@ ir::ConstantEvaluator constant_evaluator() {
 
 std::vector<std::string> unsupported_ops(const ir::Graph& graph) {
   std::set<std::string> s;
-  collect_unsupported(graph, s);
+  ir::visit_nodes(graph, [&](const ir::Node& n) {
+    if (!has_kernel(n.domain, n.op_type)) s.insert(n.domain.empty() ? n.op_type : n.domain + "." + n.op_type);
+  });
   return {s.begin(), s.end()};
 }
 

@@ -87,17 +87,34 @@ std::vector<std::string> Graph::outer_references() const {
     if (!n.empty() && !defined.count(n) && seen.insert(n).second) out.push_back(n);
   };
   for (const auto& node : nodes) {
-    for (const auto& in : node.inputs) use(in);
-    for (const auto& [k, a] : node.attributes) {
-      if (a.g)
-        for (const auto& r : a.g->outer_references()) use(r);
-      for (const auto& g : a.graphs)
-        for (const auto& r : g->outer_references()) use(r);
-    }
+    for (const auto& r : values_read(node)) use(r);
     for (const auto& o : node.outputs) defined.insert(o);
   }
   for (const auto& o : outputs) use(o.name);
   return out;
+}
+
+std::vector<std::string> values_read(const Node& node) {
+  std::vector<std::string> out;
+  for (const auto& in : node.inputs)
+    if (!in.empty()) out.push_back(in);
+  for (const auto& [k, a] : node.attributes) {
+    if (a.g)
+      for (const auto& r : a.g->outer_references()) out.push_back(r);
+    for (const auto& g : a.graphs)
+      for (const auto& r : g->outer_references()) out.push_back(r);
+  }
+  return out;
+}
+
+void visit_nodes(const Graph& graph, const std::function<void(const Node&)>& f) {
+  for (const auto& n : graph.nodes) {
+    f(n);
+    for (const auto& [k, a] : n.attributes) {
+      if (a.g) visit_nodes(*a.g, f);
+      for (const auto& g : a.graphs) visit_nodes(*g, f);
+    }
+  }
 }
 
 int64_t Model::opset(const std::string& domain) const {

@@ -1,6 +1,7 @@
 #pragma once
 // Kiln's graph IR: values are named, nodes refer to values by name, shapes
 // may be symbolic. Nothing here knows about ONNX protobufs or any backend.
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -91,6 +92,13 @@ struct Graph {
   // Names this graph uses but does not define (outer-scope references of a subgraph).
   std::vector<std::string> outer_references() const;
 };
+
+// Every value `node` reads: its inputs and what its subgraphs take from the
+// enclosing scope. Omitted optional inputs ("") are left out.
+std::vector<std::string> values_read(const Node& node);
+
+// Calls f on every node of `graph` and of its subgraphs, depth first.
+void visit_nodes(const Graph& graph, const std::function<void(const Node&)>& f);
 
 struct OpsetImport {
   std::string domain;

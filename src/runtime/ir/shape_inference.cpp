@@ -39,6 +39,15 @@ struct NodeView {
   }
 };
 
+// The [start, end) range of dims a Shape node (opset 15: start/end) returns.
+std::pair<int64_t, int64_t> shape_range(const NodeView& n, int64_t rank) {
+  int64_t start = n.attr_int("start", 0), end = n.attr_int("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  return {start, std::clamp<int64_t>(end, start, rank)};
+}
+
 ValueInfo unknown_like(DType dt) {
   ValueInfo v;
   v.dtype = dt;
@@ -446,12 +455,8 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
   if (op == "Shape") {
     int64_t r = x && x->shape.rank_known ? x->shape.rank() : -1;
     if (r < 0) return {with_shape(DType::Int64, Shape{{Dim::unknown()}, true})};
-    int64_t start = n.attr_int("start", 0), end = n.attr_int("end", r);
-    if (start < 0) start += r;
-    if (end < 0) end += r;
-    start = std::clamp<int64_t>(start, 0, r);
-    end = std::clamp<int64_t>(end, 0, r);
-    return {with_shape(DType::Int64, Shape{{Dim::known(std::max<int64_t>(0, end - start))}, true})};
+    auto [start, end] = shape_range(n, r);
+    return {with_shape(DType::Int64, Shape{{Dim::known(end - start)}, true})};
   }
   if (op == "Size") return {with_shape(DType::Int64, Shape{})};
   if (op == "Gather") {
@@ -589,9 +594,7 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
 }
 
 bool foldable(const NodeView& n) {
-  static const std::set<std::string> never = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                                              "Multinomial", "Bernoulli", "If", "Loop", "Scan", "Dropout"};
-  if (never.count(n.node.op_type) || !n.node.domain.empty()) return false;
+  if (!may_fold(n.node)) return false;
   bool any = false;
   for (size_t i = 0; i < n.in.size(); ++i) {
     if (!n.in[i]) continue;
@@ -621,6 +624,12 @@ ValueInfo reconcile(const Node& node, const std::string& name, ValueInfo inferre
 }
 
 }  // namespace
+
+bool may_fold(const Node& node) {
+  static const std::set<std::string> never = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                                              "Multinomial", "Bernoulli", "If", "Loop", "Scan", "Dropout"};
+  return node.domain.empty() && !never.count(node.op_type);
+}
 
 InferenceResult infer_shapes(const Graph& graph, const std::vector<ValueInfo>& inputs, const ConstantEvaluator& evaluator) {
   InferenceResult r;
@@ -683,12 +692,7 @@ InferenceResult infer_shapes(const Graph& graph, const std::vector<ValueInfo>& i
       if (node.op_type == "Shape" && node.domain.empty() && view.in[0] && view.in[0]->shape.is_concrete() &&
           !node.outputs.empty()) {
         Dims d = view.in[0]->shape.concrete();
-        int64_t rank = int64_t(d.size());
-        int64_t start = view.attr_int("start", 0), end = view.attr_int("end", rank);
-        if (start < 0) start += rank;
-        if (end < 0) end += rank;
-        start = std::clamp<int64_t>(start, 0, rank);
-        end = std::clamp<int64_t>(end, start, rank);
+        auto [start, end] = shape_range(view, int64_t(d.size()));
         r.constants[node.outputs[0]] = Tensor::from_vector<int64_t>({end - start}, std::vector<int64_t>(d.begin() + start, d.begin() + end));
       } else if (node.op_type == "Size" && node.domain.empty() && view.in[0] && view.in[0]->shape.is_concrete() &&
                  !node.outputs.empty()) {

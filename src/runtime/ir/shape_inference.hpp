@@ -19,6 +19,11 @@ namespace kiln::ir {
 // IR does not depend on one.
 using ConstantEvaluator = std::function<std::optional<std::vector<Tensor>>(const Node&, const std::vector<const Tensor*>&)>;
 
+// Whether a node may be evaluated at compile time when its inputs are known:
+// not for random ops, control flow, Dropout (training mode is random) or
+// domains other than ai.onnx.
+bool may_fold(const Node& node);
+
 struct InferenceResult {
   std::map<std::string, ValueInfo> values;   // every value of the graph
   std::map<std::string, Tensor> constants;   // values known at compile time (initializers included)

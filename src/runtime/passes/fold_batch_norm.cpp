@@ -12,15 +12,8 @@ namespace {
 
 std::map<std::string, int> count_uses(const ir::Graph& g) {
   std::map<std::string, int> uses;
-  for (const auto& n : g.nodes) {
-    for (const auto& in : n.inputs) uses[in]++;
-    for (const auto& [k, a] : n.attributes) {
-      if (a.g)
-        for (const auto& r : a.g->outer_references()) uses[r]++;
-      for (const auto& sg : a.graphs)
-        for (const auto& r : sg->outer_references()) uses[r]++;
-    }
-  }
+  for (const auto& n : g.nodes)
+    for (const auto& name : ir::values_read(n)) uses[name]++;
   for (const auto& o : g.outputs) uses[o.name]++;
   return uses;
 }

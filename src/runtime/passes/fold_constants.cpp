@@ -5,17 +5,13 @@
 namespace kiln::passes {
 
 int fold_constants(ir::Graph& graph, const ir::ConstantEvaluator& evaluator, int64_t max_elements) {
-  static const std::set<std::string> never = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                                              "Multinomial", "Bernoulli", "If", "Loop", "Scan"};
   std::set<std::string> overridable;  // initializers a caller may replace
   for (const auto& in : graph.inputs) overridable.insert(in.name);
-  std::set<std::string> graph_outputs;
-  for (const auto& o : graph.outputs) graph_outputs.insert(o.name);
 
   int folded = 0;
   std::vector<ir::Node> kept;
   for (ir::Node& node : graph.nodes) {
-    bool constant = node.domain.empty() && !never.count(node.op_type) && !node.outputs.empty();
+    bool constant = ir::may_fold(node) && !node.outputs.empty();
     std::vector<const ir::Tensor*> inputs;
     for (const auto& name : node.inputs) {
       if (!constant) break;
@@ -27,8 +23,7 @@ int fold_constants(ir::Graph& graph, const ir::ConstantEvaluator& evaluator, int
       constant = it != graph.initializers.end() && !overridable.count(name);
       inputs.push_back(constant ? &it->second : nullptr);
     }
-    // Dropout folds to Identity only outside training; leave it to the backend.
-    if (node.op_type == "Dropout" || (constant && inputs.empty() && node.op_type != "Range")) constant = false;
+    if (inputs.empty()) constant = false;  // nothing to fold from
     std::optional<std::vector<ir::Tensor>> values;
     if (constant) {
       try {

@@ -25,16 +25,9 @@ MemoryPlan plan_memory(const ir::Graph& graph, const ir::Specialization& spec) {
   std::vector<std::string> order;  // definition order, for deterministic placement
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const ir::Node& node = graph.nodes[i];
-    auto use = [&](const std::string& name) {
+    for (const auto& name : ir::values_read(node)) {  // subgraphs read outer values while their node runs
       auto it = plan.slots.find(name);
       if (it != plan.slots.end()) it->second.last_node = i;
-    };
-    for (const auto& in : node.inputs) use(in);
-    for (const auto& [k, a] : node.attributes) {  // subgraphs read outer values while their node runs
-      if (a.g)
-        for (const auto& r : a.g->outer_references()) use(r);
-      for (const auto& g : a.graphs)
-        for (const auto& r : g->outer_references()) use(r);
     }
     for (const auto& out : node.outputs) {
       if (out.empty() || outside.count(out)) continue;

@@ -4,19 +4,6 @@
 
 namespace kiln::passes {
 
-namespace {
-void add_uses(const ir::Node& node, std::set<std::string>& live) {
-  for (const auto& in : node.inputs) live.insert(in);
-  // Subgraphs may read any outer value.
-  for (const auto& [k, a] : node.attributes) {
-    if (a.g)
-      for (const auto& r : a.g->outer_references()) live.insert(r);
-    for (const auto& g : a.graphs)
-      for (const auto& r : g->outer_references()) live.insert(r);
-  }
-}
-}  // namespace
-
 int remove_dead_nodes(ir::Graph& graph) {
   std::set<std::string> live;
   for (const auto& o : graph.outputs) live.insert(o.name);
@@ -24,7 +11,8 @@ int remove_dead_nodes(ir::Graph& graph) {
   for (size_t i = graph.nodes.size(); i-- > 0;) {
     const ir::Node& node = graph.nodes[i];
     for (const auto& o : node.outputs) keep[i] = keep[i] || (!o.empty() && live.count(o));
-    if (keep[i]) add_uses(node, live);
+    if (keep[i])
+      for (const auto& name : ir::values_read(node)) live.insert(name);
   }
   int removed = 0;
   std::vector<ir::Node> kept;

@@ -17,33 +17,20 @@ T store(Acc<T> v) {
   else return static_cast<T>(v);
 }
 
-void require_numeric(const KernelContext& ctx, const Tensor& t, const char* what) {
-  if (t.dtype() == DType::Bool) ctx.fail(std::string(what) + " must be numeric, is bool");
+// Both operands numeric and of one element type.
+void require_operands(const KernelContext& ctx, const Tensor& a, const Tensor& b) {
+  if (a.dtype() == DType::Bool) ctx.fail("A must be numeric, is bool");
+  if (a.dtype() != b.dtype())
+    ctx.fail(std::string("A is ") + ir::dtype_name(a.dtype()) + " but B is " + ir::dtype_name(b.dtype()));
 }
 
 void matmul(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  require_numeric(ctx, a, "A");
-  if (a.dtype() != b.dtype())
-    ctx.fail(std::string("A is ") + ir::dtype_name(a.dtype()) + " but B is " + ir::dtype_name(b.dtype()));
-  if (a.rank() == 0 || b.rank() == 0) ctx.fail("operands must have rank 1 or more");
-  // 1-D operands are promoted to matrices and the added axis dropped afterwards.
-  Dims ad = a.dims(), bd = b.dims();
-  const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
-  if (a_vec) ad.insert(ad.begin(), 1);
-  if (b_vec) bd.push_back(1);
-  const int64_t m = ad[ad.size() - 2], k = ad.back(), k2 = bd[bd.size() - 2], n = bd.back();
-  if (k != k2)
-    ctx.fail("inner dimensions differ: A is " + ir::dims_to_string(a.dims()) + ", B is " + ir::dims_to_string(b.dims()));
-  Dims a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
-  Dims batch = broadcast_shapes(ctx, a_batch, b_batch);
-  Dims out_dims = batch;
-  if (!a_vec) out_dims.push_back(m);
-  if (!b_vec) out_dims.push_back(n);
-  Tensor out(a.dtype(), out_dims);
-
-  auto a_strides = broadcast_strides(a_batch, batch), b_strides = broadcast_strides(b_batch, batch);
+  require_operands(ctx, a, b);
+  const MatMulShape s = matmul_shape(ctx, a.dims(), b.dims());
+  const int64_t m = s.m, k = s.k, n = s.n;
+  Tensor out(a.dtype(), s.out);
   ir::dispatch_dtype(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, bool>) {
@@ -51,17 +38,14 @@ void matmul(KernelContext& ctx) {
       const T* pb = b.data<T>();
       T* po = out.data<T>();
       int64_t batch_index = 0;
-      for (BroadcastIterator it(batch, {a_strides, b_strides}); !it.done(); it.next(), ++batch_index) {
+      for (BroadcastIterator it(s.batch, {s.a_batch_strides, s.b_batch_strides}); !it.done(); it.next(), ++batch_index) {
         const T* ma = pa + it.offset(0) * m * k;
         const T* mb = pb + it.offset(1) * k * n;
         T* mo = po + batch_index * m * n;
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {
             Acc<T> acc = 0;
-            for (int64_t p = 0; p < k; ++p) {
-              if constexpr (std::is_integral_v<T>) acc += Acc<T>(ma[i * k + p]) * Acc<T>(mb[p * n + j]);
-              else acc += double(ma[i * k + p]) * double(mb[p * n + j]);
-            }
+            for (int64_t p = 0; p < k; ++p) acc += Acc<T>(ma[i * k + p]) * Acc<T>(mb[p * n + j]);
             mo[i * n + j] = store<T>(acc);
           }
       }
@@ -73,11 +57,9 @@ void matmul(KernelContext& ctx) {
 void gemm(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  require_numeric(ctx, a, "A");
+  require_operands(ctx, a, b);
   if (a.rank() != 2 || b.rank() != 2)
     ctx.fail("A and B must be matrices, got " + ir::dims_to_string(a.dims()) + " and " + ir::dims_to_string(b.dims()));
-  if (a.dtype() != b.dtype())
-    ctx.fail(std::string("A is ") + ir::dtype_name(a.dtype()) + " but B is " + ir::dtype_name(b.dtype()));
   const bool ta = ctx.attr_int("transA", 0) != 0, tb = ctx.attr_int("transB", 0) != 0;
   const double alpha = ctx.attr_float("alpha", 1.0f), beta = ctx.attr_float("beta", 1.0f);
   const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);

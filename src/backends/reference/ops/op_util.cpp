@@ -69,6 +69,27 @@ static Tensor convert(DType dtype, const Dims& dims, const std::vector<double>& 
 Tensor from_doubles(DType dtype, const Dims& dims, const std::vector<double>& v) { return convert(dtype, dims, v, false); }
 Tensor from_doubles_rounded(DType dtype, const Dims& dims, const std::vector<double>& v) { return convert(dtype, dims, v, true); }
 
+MatMulShape matmul_shape(const KernelContext& ctx, const Dims& a, const Dims& b) {
+  if (a.empty() || b.empty()) ctx.fail("operands must have rank 1 or more");
+  Dims ad = a, bd = b;
+  if (a.size() == 1) ad.insert(ad.begin(), 1);
+  if (b.size() == 1) bd.push_back(1);
+  MatMulShape s;
+  s.m = ad[ad.size() - 2];
+  s.k = ad.back();
+  s.n = bd.back();
+  if (bd[bd.size() - 2] != s.k)
+    ctx.fail("inner dimensions differ: A is " + ir::dims_to_string(a) + ", B is " + ir::dims_to_string(b));
+  Dims a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
+  s.batch = broadcast_shapes(ctx, a_batch, b_batch);
+  s.a_batch_strides = broadcast_strides(a_batch, s.batch);
+  s.b_batch_strides = broadcast_strides(b_batch, s.batch);
+  s.out = s.batch;
+  if (a.size() != 1) s.out.push_back(s.m);
+  if (b.size() != 1) s.out.push_back(s.n);
+  return s;
+}
+
 BroadcastIterator::BroadcastIterator(const Dims& out, std::vector<std::vector<int64_t>> strides)
     : dims_(out), strides_(std::move(strides)), index_(out.size(), 0), offsets_(strides_.size(), 0) {
   done_ = ir::checked_numel(out) == 0;

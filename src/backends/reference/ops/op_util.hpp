@@ -53,6 +53,15 @@ Tensor from_doubles_rounded(DType dtype, const Dims& dims, const std::vector<dou
 // Fails naming the node unless `t` holds a floating-point type.
 void require_float(const KernelContext& ctx, const Tensor& t, const char* what);
 
+// numpy matmul geometry: 1-D operands are promoted to matrices (and the
+// added axis dropped from `out`), batch dims broadcast. Fails naming the node.
+struct MatMulShape {
+  int64_t m = 0, k = 0, n = 0;
+  Dims batch, out;
+  std::vector<int64_t> a_batch_strides, b_batch_strides;  // in matrices, over `batch`
+};
+MatMulShape matmul_shape(const KernelContext& ctx, const Dims& a, const Dims& b);
+
 // Iterates over every multi-index of `dims` in row-major order, keeping one
 // running flat offset per stride vector. f(out_index, offsets...).
 class BroadcastIterator {

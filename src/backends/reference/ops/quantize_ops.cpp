@@ -124,19 +124,9 @@ void dynamic_quantize_linear(KernelContext& ctx) {
 // first. Row zero points of A apply per row (axis -2), those of B per column.
 std::vector<double> integer_matmul(const KernelContext& ctx, const Tensor& a, const Tensor& b, const Tensor* a_zero,
                                    const Tensor* b_zero, Dims& out_dims) {
-  if (a.rank() < 1 || b.rank() < 1) ctx.fail("operands must have rank 1 or more");
-  Dims ad = a.dims(), bd = b.dims();
-  const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
-  if (a_vec) ad.insert(ad.begin(), 1);
-  if (b_vec) bd.push_back(1);
-  const int64_t m = ad[ad.size() - 2], k = ad.back(), n = bd.back();
-  if (bd[bd.size() - 2] != k)
-    ctx.fail("inner dimensions differ: A is " + ir::dims_to_string(a.dims()) + ", B is " + ir::dims_to_string(b.dims()));
-  Dims a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
-  Dims batch = broadcast_shapes(ctx, a_batch, b_batch);
-  out_dims = batch;
-  if (!a_vec) out_dims.push_back(m);
-  if (!b_vec) out_dims.push_back(n);
+  const MatMulShape s = matmul_shape(ctx, a.dims(), b.dims());
+  const int64_t m = s.m, k = s.k, n = s.n;
+  out_dims = s.out;
   auto av = to_doubles(a), bv = to_doubles(b);
   std::vector<double> az = a_zero ? to_doubles(*a_zero) : std::vector<double>{0};
   std::vector<double> bz = b_zero ? to_doubles(*b_zero) : std::vector<double>{0};
@@ -144,8 +134,7 @@ std::vector<double> integer_matmul(const KernelContext& ctx, const Tensor& a, co
   if (bz.size() != 1 && int64_t(bz.size()) != n) ctx.fail("b_zero_point must be a scalar or have one value per column of B");
   std::vector<double> out;
   out.reserve(size_t(ir::checked_numel(out_dims)));
-  auto as = broadcast_strides(a_batch, batch), bs = broadcast_strides(b_batch, batch);
-  for (BroadcastIterator it(batch, {as, bs}); !it.done(); it.next()) {
+  for (BroadcastIterator it(s.batch, {s.a_batch_strides, s.b_batch_strides}); !it.done(); it.next()) {
     const double* ma = av.data() + it.offset(0) * m * k;
     const double* mb = bv.data() + it.offset(1) * k * n;
     for (int64_t i = 0; i < m; ++i)
