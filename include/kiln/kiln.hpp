@@ -112,8 +112,10 @@ enum class LogLevel { Debug = 0, Info = 1, Warning = 2, Error = 3, Off = 4 };
 
 struct RuntimeOptions {
   std::string backend = "reference";  // which backend compiles specializations
-  int threads = 0;        // 0: every core this process may use
-  std::string cache_dir;  // compiled-code cache; "" = default location (used from the cache issue on)
+  int threads = 0;        // budget, 0: every usable core. The reference backend runs on one thread;
+                          // compiled backends (in progress) will use this budget.
+  std::string cache_dir;  // compiled-code cache; "" = default location. Not used yet: no backend
+                          // compiles to cached objects until the cache issue lands.
   LogLevel log_level = LogLevel::Warning;
   // Receives every message at or above log_level; default: stderr.
   std::function<void(LogLevel, const std::string&)> logger;
