@@ -111,9 +111,11 @@ struct TensorInfo {
 enum class LogLevel { Debug = 0, Info = 1, Warning = 2, Error = 3, Off = 4 };
 
 struct RuntimeOptions {
-  std::string backend = "reference";  // which backend compiles specializations
-  int threads = 0;        // budget, 0: every usable core. The reference backend runs on one thread;
-                          // compiled backends (in progress) will use this budget.
+  // Which backend compiles specializations: "cpu" (native code) or
+  // "reference" (the interpreter every backend is tested against).
+  std::string backend = "cpu";
+  int threads = 0;        // thread budget, 0: every usable core. The cpu backend never has more
+                          // busy threads than this; the reference backend runs on one.
   std::string cache_dir;  // compiled-code cache; "" = default location. Not used yet: no backend
                           // compiles to cached objects until the cache issue lands.
   LogLevel log_level = LogLevel::Warning;
@@ -127,6 +129,10 @@ struct SpecializationStats {
   std::string key;  // "image:float32:1x1x8x8"
   std::string backend;
   int64_t nodes = 0;  // nodes left after the graph passes (constants folded, BatchNormalization fused...)
+  int64_t compiled_nodes = 0;   // of those, nodes the backend compiled (cpu: oneDNN primitives, generated loops)
+  int64_t fallback_nodes = 0;   // nodes run by their reference kernel inside a compiled specialization
+  int64_t arena_bytes = 0;         // scratch memory per run in flight
+  int64_t intermediate_bytes = 0;  // what the intermediates would take without reuse
   double compile_ms = 0;
   int64_t runs = 0;
 };

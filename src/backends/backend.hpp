@@ -13,11 +13,20 @@
 
 namespace kiln::backends {
 
+// What a compiled specialization is made of, for stats.
+struct ExecutableStats {
+  int64_t compiled_nodes = 0;  // nodes the backend compiled itself
+  int64_t fallback_nodes = 0;  // nodes it hands to the reference kernels
+  int64_t arena_bytes = 0;
+  int64_t intermediate_bytes = 0;
+};
+
 // One compiled specialization. run() must be safe to call from several
 // threads at once.
 class Executable {
  public:
   virtual ~Executable() = default;
+  virtual ExecutableStats stats() const = 0;
   // Inputs by name (every required input, optionally inputs with defaults);
   // outputs in the order of the graph's outputs.
   virtual std::vector<ir::Tensor> run(const std::map<std::string, ir::Tensor>& inputs) const = 0;
@@ -39,8 +48,9 @@ class Backend {
                                               const CompileOptions& options) const = 0;
 };
 
-// The backends built into libkiln, by name ("reference"); nullptr if unknown.
-std::unique_ptr<Backend> make_backend(const std::string& name);
+// The backends built into libkiln, by name ("cpu", "reference"); nullptr if
+// unknown. `threads` is the Runtime's thread budget.
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads);
 std::vector<std::string> backend_names();
 
 }  // namespace kiln::backends

@@ -28,6 +28,7 @@ struct RunArgs {
   std::string output_dir;
   int repeat = 0;
   int threads = 0;
+  std::string backend = "cpu";
   bool json = false;
 };
 
@@ -138,6 +139,7 @@ double percentile(std::vector<double> v, double p) {
 void run(const RunArgs& args) {
   RuntimeOptions opts;
   opts.threads = args.threads;
+  opts.backend = args.backend;
   Runtime runtime(opts);
   const auto load_start = std::chrono::steady_clock::now();
   Model model = Model::load(runtime, args.model);
@@ -212,7 +214,15 @@ void run(const RunArgs& args) {
                          {"median", percentile(times, 0.5)}, {"p90", percentile(times, 0.9)}};
     j["specializations"] = nlohmann::json::array();
     for (const auto& sp : model.specializations())
-      j["specializations"].push_back({{"key", sp.key}, {"backend", sp.backend}, {"nodes", sp.nodes}, {"compile_ms", sp.compile_ms}, {"runs", sp.runs}});
+      j["specializations"].push_back({{"key", sp.key},
+                                      {"backend", sp.backend},
+                                      {"nodes", sp.nodes},
+                                      {"compiled_nodes", sp.compiled_nodes},
+                                      {"fallback_nodes", sp.fallback_nodes},
+                                      {"arena_bytes", sp.arena_bytes},
+                                      {"intermediate_bytes", sp.intermediate_bytes},
+                                      {"compile_ms", sp.compile_ms},
+                                      {"runs", sp.runs}});
     j["notes"] = notes;
     std::cout << j.dump(2) << "\n";
     return;
@@ -220,9 +230,14 @@ void run(const RunArgs& args) {
 
   for (const auto& n : notes) std::cerr << "note: " << n << "\n";
   std::printf("model %s: loaded in %.2f ms, first run %.3f ms\n", model.source().c_str(), load_ms, first_ms);
-  for (const auto& sp : model.specializations())
+  for (const auto& sp : model.specializations()) {
     std::printf("specialization %s: %s backend, %lld nodes after graph passes, compiled in %.3f ms\n", sp.key.c_str(),
                 sp.backend.c_str(), static_cast<long long>(sp.nodes), sp.compile_ms);
+    if (sp.compiled_nodes || sp.fallback_nodes)
+      std::printf("  %lld nodes compiled, %lld run by reference kernels; arena %.2f MiB (intermediates %.2f MiB)\n",
+                  static_cast<long long>(sp.compiled_nodes), static_cast<long long>(sp.fallback_nodes),
+                  double(sp.arena_bytes) / (1 << 20), double(sp.intermediate_bytes) / (1 << 20));
+  }
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& t = outputs[i];
     std::ostringstream values;
@@ -256,6 +271,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--output-dir,-o", args->output_dir, "write each output to DIR/<output name>.npy");
   cmd->add_option("--repeat", args->repeat, "time N further runs (min/median/p90)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", args->threads, "threads (0: all usable cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", args->backend, "backend: cpu (compiled) or reference (the interpreter)")
+      ->check(CLI::IsMember({"cpu", "reference"}));
   cmd->add_flag("--json", args->json, "print the summary as JSON");
   cmd->callback([args] { run(*args); });
 }

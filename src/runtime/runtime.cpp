@@ -133,16 +133,16 @@ struct Runtime::Impl {
 };
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
-  impl_->backend = backends::make_backend(options.backend);
+  if (options.threads < 0)
+    throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::threads must be 0 (all cores) or positive, got " +
+                                                std::to_string(options.threads));
+  impl_->threads = options.threads > 0 ? options.threads : usable_cores();
+  impl_->backend = backends::make_backend(options.backend, impl_->threads);
   if (!impl_->backend) {
     std::string names;
     for (const auto& n : backends::backend_names()) names += (names.empty() ? "'" : ", '") + n + "'";
     throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::backend '" + options.backend + "' is unknown; available: " + names);
   }
-  if (options.threads < 0)
-    throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::threads must be 0 (all cores) or positive, got " +
-                                                std::to_string(options.threads));
-  impl_->threads = options.threads > 0 ? options.threads : usable_cores();
   impl_->options = std::move(options);
 }
 
@@ -351,6 +351,11 @@ std::vector<Tensor> Model::run(const std::vector<std::pair<std::string, Tensor>>
       backends::CompileOptions options;
       options.threads = impl_->runtime.threads();
       entry->executable = backend.compile(graph, spec, options);
+      const backends::ExecutableStats built = entry->executable->stats();
+      entry->stats.compiled_nodes = built.compiled_nodes;
+      entry->stats.fallback_nodes = built.fallback_nodes;
+      entry->stats.arena_bytes = built.arena_bytes;
+      entry->stats.intermediate_bytes = built.intermediate_bytes;
       entry->stats.key = key;
       entry->stats.backend = backend.name();
       entry->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

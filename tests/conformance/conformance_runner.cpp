@@ -18,6 +18,7 @@
 
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/shape_inference.hpp"
+#include "backends/backend.hpp"
 #include "runtime/passes/memory_plan.hpp"
 #include "runtime/passes/passes.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
@@ -34,6 +35,7 @@ struct Result {
   std::string id;  // "node/test_add"
   Outcome outcome = Outcome::Pass;
   std::string detail;
+  int64_t compiled_nodes = 0, fallback_nodes = 0;  // compiled backends only
 };
 
 std::string compare(const Tensor& got, const Tensor& want, double rtol, double atol) {
@@ -119,6 +121,9 @@ std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::
   return {};
 }
 
+// A compiled backend under test, or null for the reference executor.
+const kiln::backends::Backend* g_backend = nullptr;
+
 Result run_test(const fs::path& dir, const std::string& id, double rtol, double atol, bool check_shapes, bool passes) {
   Result r;
   r.id = id;
@@ -161,14 +166,21 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
     }
     std::vector<Tensor> got;
     try {
-      if (passes) {
+      if (passes || g_backend) {
         // The specialization pipeline (as Model::run applies it) must not change any result.
-        kiln::ir::Graph optimized = g;
+        auto optimized = std::make_shared<kiln::ir::Graph>(g);
         std::map<std::string, std::pair<DType, kiln::ir::Dims>> shapes;
         for (const auto& [name, t] : inputs) shapes[name] = {t.dtype(), t.dims()};
         auto spec = kiln::ir::specialize(g, shapes, kiln::ref::constant_evaluator());
-        kiln::passes::optimize_specialization(optimized, spec, kiln::ref::constant_evaluator());
-        got = kiln::ref::run_graph(optimized, inputs);
+        kiln::passes::optimize_specialization(*optimized, spec, kiln::ref::constant_evaluator());
+        if (g_backend) {
+          auto exe = g_backend->compile(optimized, spec, {});
+          r.compiled_nodes += exe->stats().compiled_nodes;
+          r.fallback_nodes += exe->stats().fallback_nodes;
+          got = exe->run(inputs);
+        }
+        else
+          got = kiln::ref::run_graph(*optimized, inputs);
       } else {
         got = kiln::ref::run_graph(g, inputs);
       }
@@ -243,11 +255,17 @@ int main(int argc, char** argv) {
   app.add_option("--tsv", tsv_path, "write one line per test here");
   app.add_option("--write-expected-failures", write_expected_path,
                  "write the failing tests as an expected-failures list (the reason is the error)");
-  app.add_option("--backend", backend, "backend to run")->check(CLI::IsMember({"reference"}));
+  app.add_option("--backend", backend, "backend to run")->check(CLI::IsMember({"reference", "cpu"}));
   app.add_flag("-v,--verbose", verbose, "print every failure");
   app.add_flag("--check-shapes", check_shapes, "also hold shape inference against the shapes each run produced");
   app.add_flag("--passes", passes, "run the graph passes (constant folding, BatchNormalization folding, dead nodes) first");
   CLI11_PARSE(app, argc, argv);
+
+  std::unique_ptr<kiln::backends::Backend> compiled_backend;
+  if (backend != "reference") {
+    compiled_backend = kiln::backends::make_backend(backend, 2);
+    g_backend = compiled_backend.get();
+  }
 
   std::map<std::string, std::string> expected;
   try {
@@ -323,5 +341,14 @@ int main(int argc, char** argv) {
   std::cout << "conformance (" << backend << "): " << passed << " passed, " << failed << " failed, " << skipped
             << " skipped; " << (failed - regressions) << " failures expected, " << regressions
             << " unexpected, " << fixed << " expected failures now pass\n";
+  if (g_backend) {
+    int64_t compiled = 0, fallback = 0;
+    for (const auto& r : results) {
+      compiled += r.compiled_nodes;
+      fallback += r.fallback_nodes;
+    }
+    std::cout << "nodes the " << backend << " backend compiled: " << compiled << ", ran by the reference kernels: " << fallback
+              << "\n";
+  }
   return regressions || fixed ? 1 : 0;
 }

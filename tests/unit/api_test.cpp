@@ -219,7 +219,9 @@ TEST(Api, EachInputShapeIsSpecializedOnceEvenUnderConcurrency) {
   ASSERT_EQ(stats.size(), 2u);
   EXPECT_EQ(stats[0].key, "image:float32:1x1x8x8");
   EXPECT_EQ(stats[0].runs, 12);
-  EXPECT_EQ(stats[0].backend, "reference");
+  EXPECT_EQ(stats[0].backend, "cpu");
+  EXPECT_EQ(stats[0].fallback_nodes, 0);
+  EXPECT_GT(stats[0].compiled_nodes, 0);
   EXPECT_EQ(stats[1].key, "image:float32:5x1x8x8");
   EXPECT_EQ(stats[1].runs, 1);
 }

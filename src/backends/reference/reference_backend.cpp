@@ -11,6 +11,8 @@ namespace {
 class ReferenceExecutable : public Executable {
  public:
   explicit ReferenceExecutable(std::shared_ptr<const ir::Graph> graph) : graph_(std::move(graph)) {}
+  // An interpreter: nothing compiled, nothing planned (values live as long as they are needed).
+  ExecutableStats stats() const override { return {}; }
   std::vector<ir::Tensor> run(const std::map<std::string, ir::Tensor>& inputs) const override {
     return ref::run_graph(*graph_, inputs);
   }

@@ -16,32 +16,46 @@ int64_t round_up(int64_t v) { return (v + MemoryPlan::kAlignment - 1) / MemoryPl
 }  // namespace
 
 MemoryPlan plan_memory(const ir::Graph& graph, const ir::Specialization& spec) {
-  MemoryPlan plan;
   std::set<std::string> outside;  // values that never live in the arena
   for (const auto& in : graph.inputs) outside.insert(in.name);
   for (const auto& out : graph.outputs) outside.insert(out.name);
   for (const auto& [name, t] : graph.initializers) outside.insert(name);
 
-  std::vector<std::string> order;  // definition order, for deterministic placement
+  std::vector<BufferRequest> requests;
+  std::map<std::string, size_t> index;
+  std::vector<std::string> dynamic;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const ir::Node& node = graph.nodes[i];
     for (const auto& name : ir::values_read(node)) {  // subgraphs read outer values while their node runs
-      auto it = plan.slots.find(name);
-      if (it != plan.slots.end()) it->second.last_node = i;
+      auto it = index.find(name);
+      if (it != index.end()) requests[it->second].last = i;
     }
     for (const auto& out : node.outputs) {
       if (out.empty() || outside.count(out)) continue;
       auto v = spec.result.values.find(out);
       if (v == spec.result.values.end() || !v->second.shape.is_concrete() || !ir::dtype_supported(v->second.dtype)) {
-        plan.dynamic.push_back(out);
+        dynamic.push_back(out);
         continue;
       }
-      MemoryPlan::Slot slot;
-      slot.bytes = round_up(ir::checked_numel(v->second.shape.concrete()) * int64_t(ir::dtype_size(v->second.dtype)));
-      slot.first_node = slot.last_node = i;
-      plan.slots[out] = slot;
-      order.push_back(out);
+      index[out] = requests.size();
+      requests.push_back({out, ir::checked_numel(v->second.shape.concrete()) * int64_t(ir::dtype_size(v->second.dtype)), i, i});
     }
+  }
+  MemoryPlan plan = plan_buffers(requests);
+  plan.dynamic = std::move(dynamic);
+  return plan;
+}
+
+MemoryPlan plan_buffers(const std::vector<BufferRequest>& requests) {
+  MemoryPlan plan;
+  std::vector<std::string> order;  // definition order, for deterministic placement
+  for (const auto& r : requests) {
+    MemoryPlan::Slot slot;
+    slot.bytes = round_up(r.bytes);
+    slot.first_node = r.first;
+    slot.last_node = r.last;
+    plan.slots[r.name] = slot;
+    order.push_back(r.name);
   }
 
   // Largest first, each at the lowest offset that is free for its lifetime.

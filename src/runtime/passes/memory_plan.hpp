@@ -28,6 +28,15 @@ struct MemoryPlan {
 // `spec` gives every value's concrete shape (see ir::specialize).
 MemoryPlan plan_memory(const ir::Graph& graph, const ir::Specialization& spec);
 
+// The same placement for buffers a backend defines itself (fused steps,
+// blocked layouts): each is written at step `first` and last read at `last`.
+struct BufferRequest {
+  std::string name;
+  int64_t bytes = 0;
+  size_t first = 0, last = 0;
+};
+MemoryPlan plan_buffers(const std::vector<BufferRequest>& requests);
+
 // Empty if the plan is sound (slots inside the arena, aligned, and no two
 // values that are alive at the same node sharing a byte); else what is wrong.
 std::string check_memory_plan(const MemoryPlan& plan);

@@ -13,8 +13,11 @@
 
 #include "backends/reference/kernel_registry.hpp"
 #include "backends/reference/ops/op_util.hpp"
+#include "backends/reference/ops/tensor_common.hpp"
 
 namespace kiln::ref {
+
+using tensor_detail::ints_to_string;
 namespace {
 
 // Maximum that propagates NaN, like numpy.
@@ -27,88 +30,10 @@ int64_t floor_div(int64_t a, int64_t b) {
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
-std::string ints_to_string(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 // ---------------------------------------------------------------------------
 // Sliding-window geometry shared by Conv, ConvTranspose, pooling and Col2Im.
 // All vectors hold the spatial axes only.
 
-struct Geometry {
-  Dims in, kernel, strides, dilations, pad_begin, pad_end, out;
-  int64_t extent(size_t d) const { return (kernel[d] - 1) * dilations[d] + 1; }
-};
-
-// Reads an optional per-spatial-axis attribute, checking its length and sign.
-std::vector<int64_t> spatial_attr(const KernelContext& ctx, const char* name, size_t nsp,
-                                  int64_t fallback, int64_t min_value) {
-  std::vector<int64_t> v = ctx.attr_ints(name, std::vector<int64_t>(nsp, fallback));
-  if (v.size() != nsp)
-    ctx.fail(std::string("attribute ") + name + " has " + std::to_string(v.size()) +
-             " values, expected " + std::to_string(nsp) + " (one per spatial axis)");
-  for (int64_t x : v)
-    if (x < min_value)
-      ctx.fail(std::string("attribute ") + name + " = " + ints_to_string(v) +
-               " has a value below " + std::to_string(min_value));
-  return v;
-}
-
-// Fills strides/dilations/pads from the attributes (auto_pad included) and
-// computes the output size of a forward sliding window (Conv, pooling, Col2Im).
-Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& kernel,
-                          bool ceil_mode) {
-  const size_t nsp = in.size();
-  Geometry g;
-  g.in = in;
-  g.kernel = kernel;
-  for (int64_t k : kernel)
-    if (k < 1) ctx.fail("kernel shape " + ints_to_string(kernel) + " has a non-positive size");
-  g.strides = spatial_attr(ctx, "strides", nsp, 1, 1);
-  g.dilations = spatial_attr(ctx, "dilations", nsp, 1, 1);
-  g.pad_begin.assign(nsp, 0);
-  g.pad_end.assign(nsp, 0);
-  g.out.assign(nsp, 0);
-
-  const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
-  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-    for (size_t d = 0; d < nsp; ++d) {
-      g.out[d] = (in[d] + g.strides[d] - 1) / g.strides[d];
-      int64_t total = std::max<int64_t>(0, (g.out[d] - 1) * g.strides[d] + g.extent(d) - in[d]);
-      // The odd pixel of padding goes to the end for SAME_UPPER, the start for SAME_LOWER.
-      g.pad_begin[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      g.pad_end[d] = total - g.pad_begin[d];
-    }
-    return g;
-  }
-  if (auto_pad == "NOTSET") {
-    std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
-    if (pads.size() != 2 * nsp)
-      ctx.fail("attribute pads has " + std::to_string(pads.size()) + " values, expected " +
-               std::to_string(2 * nsp) + " (begin and end per spatial axis)");
-    for (size_t d = 0; d < nsp; ++d) {
-      if (pads[d] < 0 || pads[d + nsp] < 0)
-        ctx.fail("attribute pads = " + ints_to_string(pads) + " has a negative value");
-      g.pad_begin[d] = pads[d];
-      g.pad_end[d] = pads[d + nsp];
-    }
-  } else if (auto_pad != "VALID") {
-    ctx.fail("auto_pad is '" + auto_pad + "', expected NOTSET, SAME_UPPER, SAME_LOWER or VALID");
-  }
-  for (size_t d = 0; d < nsp; ++d) {
-    const int64_t span = in[d] + g.pad_begin[d] + g.pad_end[d] - g.extent(d);
-    if (span < 0)
-      ctx.fail("kernel extent " + std::to_string(g.extent(d)) + " on spatial axis " +
-               std::to_string(d) + " exceeds the padded input size " +
-               std::to_string(in[d] + g.pad_begin[d] + g.pad_end[d]));
-    g.out[d] = (ceil_mode ? (span + g.strides[d] - 1) / g.strides[d] : span / g.strides[d]) + 1;
-    // ceil_mode must not add a window that starts inside the end padding.
-    if (ceil_mode && (g.out[d] - 1) * g.strides[d] >= in[d] + g.pad_begin[d]) --g.out[d];
-  }
-  return g;
-}
 
 constexpr int64_t kPadding = -1;  // window tap on a padding element
 constexpr int64_t kBeyond = -2;   // tap past the end padding (only with ceil_mode)

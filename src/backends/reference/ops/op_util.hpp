@@ -79,4 +79,25 @@ class BroadcastIterator {
   bool done_;
 };
 
+// The window of Conv, pooling and Col2Im over `in` (spatial dims only):
+// strides, dilations and pads from the attributes (auto_pad included), and
+// the output size. Fails naming the node.
+struct Geometry {
+  Dims in, kernel, strides, dilations, pad_begin, pad_end, out;
+  int64_t extent(size_t d) const { return (kernel[d] - 1) * dilations[d] + 1; }
+};
+Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& kernel, bool ceil_mode);
+// An optional per-spatial-axis attribute, its length and lower bound checked.
+std::vector<int64_t> spatial_attr(const KernelContext& ctx, const char* name, size_t nsp, int64_t fallback,
+                                  int64_t min_value);
+
+// Slice's window over `in`: per axis the first index, the step and the
+// output size, starts and ends clamped as ONNX specifies. Fails naming the node.
+struct SliceWindow {
+  std::vector<int64_t> first, step;
+  Dims out;
+};
+SliceWindow slice_window(const KernelContext& ctx, const Dims& in, const std::vector<int64_t>& starts,
+                         const std::vector<int64_t>& ends, std::vector<int64_t> axes, std::vector<int64_t> steps);
+
 }  // namespace kiln::ref

@@ -387,20 +387,11 @@ void split_kernel(KernelContext& ctx) {
   }
 }
 
-void slice_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  int64_t r = x.rank();
-  std::vector<int64_t> starts, ends, axes, steps;
-  if (ctx.opset() < 10) {
-    starts = ctx.attr_ints("starts");
-    ends = ctx.attr_ints("ends");
-    axes = ctx.attr_ints("axes");
-  } else {
-    starts = ctx.input(1).to_int64_vector();
-    ends = ctx.input(2).to_int64_vector();
-    if (ctx.has_input(3)) axes = ctx.input(3).to_int64_vector();
-    if (ctx.has_input(4)) steps = ctx.input(4).to_int64_vector();
-  }
+}  // namespace
+
+SliceWindow slice_window(const KernelContext& ctx, const Dims& in, const std::vector<int64_t>& starts,
+                         const std::vector<int64_t>& ends, std::vector<int64_t> axes, std::vector<int64_t> steps) {
+  const int64_t r = int64_t(in.size());
   if (axes.empty())
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
   if (steps.empty()) steps.assign(starts.size(), 1);
@@ -408,13 +399,15 @@ void slice_kernel(KernelContext& ctx) {
     ctx.fail("starts " + ints_to_string(starts) + ", ends " + ints_to_string(ends) + ", axes " +
              ints_to_string(axes) + " and steps " + ints_to_string(steps) + " should have the same length");
   axes = normalize_axes(ctx, axes, r);
-  std::vector<int64_t> first(size_t(r), 0), step(size_t(r), 1);
-  Dims out = x.dims();
+  SliceWindow w;
+  w.first.assign(size_t(r), 0);
+  w.step.assign(size_t(r), 1);
+  w.out = in;
   for (size_t i = 0; i < axes.size(); ++i) {
     size_t a = size_t(axes[i]);
-    int64_t dim = x.dims()[a], st = steps[i], s = starts[i], e = ends[i];
+    int64_t dim = in[a], st = steps[i], s = starts[i], e = ends[i];
     if (st == 0) ctx.fail("slice step for axis " + std::to_string(a) + " is 0 (expected nonzero)");
-    step[a] = st;
+    w.step[a] = st;
     if (dim == 0) continue;
     if (s < 0) s += dim;
     if (e < 0) e += dim;
@@ -428,13 +421,32 @@ void slice_kernel(KernelContext& ctx) {
       e = std::clamp<int64_t>(e, -1, dim - 1);
       count = s > e ? (s - e - st - 1) / -st : 0;
     }
-    first[a] = s;
-    out[a] = count;
+    w.first[a] = s;
+    w.out[a] = count;
   }
+  return w;
+}
+
+namespace {
+
+void slice_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (ctx.opset() < 10) {
+    starts = ctx.attr_ints("starts");
+    ends = ctx.attr_ints("ends");
+    axes = ctx.attr_ints("axes");
+  } else {
+    starts = ctx.input(1).to_int64_vector();
+    ends = ctx.input(2).to_int64_vector();
+    if (ctx.has_input(3)) axes = ctx.input(3).to_int64_vector();
+    if (ctx.has_input(4)) steps = ctx.input(4).to_int64_vector();
+  }
+  const SliceWindow w = slice_window(ctx, x.dims(), starts, ends, axes, steps);
   std::vector<int64_t> strides = strides_of(x.dims());
-  ctx.set_output(0, remap(x, out, [&](const std::vector<int64_t>& idx) {
+  ctx.set_output(0, remap(x, w.out, [&](const std::vector<int64_t>& idx) {
     int64_t s = 0;
-    for (size_t d = 0; d < idx.size(); ++d) s += (first[d] + idx[d] * step[d]) * strides[d];
+    for (size_t d = 0; d < idx.size(); ++d) s += (w.first[d] + idx[d] * w.step[d]) * strides[d];
     return s;
   }));
 }

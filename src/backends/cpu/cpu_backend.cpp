@@ -1,0 +1,223 @@
+// Threading. oneDNN here is an OpenMP build, and generated loops run on TBB.
+// Both stay inside one budget of N threads per Runtime:
+// - the entry function runs inside a tbb::task_arena of N slots, so parallel
+//   loops use at most N threads;
+// - the calling thread's OpenMP thread count is set to N while it runs (and
+//   restored after), so each oneDNN primitive uses at most N threads; oneDNN
+//   and generated loops take turns, never nested;
+// - runs of one Runtime execute one at a time (each with the whole budget):
+//   concurrent calls are safe and keep separate arenas, but two runs never
+//   add up to 2N busy threads.
+// Primitives are created with the same OpenMP thread count they run with
+// (oneDNN keys its choices by thread count).
+#include "backends/cpu/cpu_backend.hpp"
+
+#include <omp.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "backends/cpu/codegen.hpp"
+#include "backends/cpu/jit.hpp"
+#include "backends/cpu/lowering.hpp"
+#include "backends/reference/reference_backend.hpp"
+
+namespace kiln::backends {
+
+namespace {
+
+class OmpThreads {
+ public:
+  explicit OmpThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~OmpThreads() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+struct ThreadBudget {
+  explicit ThreadBudget(int n) : threads(n), arena(n) {}
+  int threads;
+  tbb::task_arena arena;
+  std::mutex running;
+};
+
+// Scratch arenas, one per run in flight, reused across runs.
+class ArenaPool {
+ public:
+  explicit ArenaPool(int64_t bytes) : bytes_((bytes + 63) / 64 * 64) {}
+  ~ArenaPool() {
+    for (char* a : free_) std::free(a);
+  }
+  char* acquire() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        char* a = free_.back();
+        free_.pop_back();
+        return a;
+      }
+    }
+    if (bytes_ == 0) return nullptr;
+    char* a = static_cast<char*>(std::aligned_alloc(64, size_t(bytes_)));
+    if (!a) ir::fail(ir::ErrorKind::Internal, "cannot allocate a scratch arena of " + std::to_string(bytes_) + " bytes");
+    return a;
+  }
+  void release(char* a) {
+    if (!a) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(a);
+  }
+
+ private:
+  int64_t bytes_;
+  std::mutex mutex_;
+  std::vector<char*> free_;
+};
+
+class CpuExecutable : public Executable {
+ public:
+  CpuExecutable(cpu::Program program, std::shared_ptr<cpu::Jit> jit, cpu::CompiledProgram code,
+                std::shared_ptr<ThreadBudget> budget)
+      : program_(std::move(program)), jit_(std::move(jit)), code_(std::move(code)), budget_(std::move(budget)),
+        arenas_(program_.arena_bytes) {
+    for (const auto& step : program_.steps) kernels_.push_back(step.kernel.get());
+    for (const auto& c : program_.constants) constants_.push_back(c.raw());
+    if (const char* p = std::getenv("KILN_PROFILE"); p && *p && std::string(p) != "0") step_ms_.assign(program_.steps.size(), 0);
+  }
+
+  ~CpuExecutable() override {
+    if (step_ms_.empty() || profiled_runs_ == 0) return;
+    std::vector<size_t> order(step_ms_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return step_ms_[a] > step_ms_[b]; });
+    double total = 0;
+    for (double t : step_ms_) total += t;
+    std::fprintf(stderr, "kiln profile: %zu steps, %.3f ms per run over %lld runs; slowest steps:\n", step_ms_.size(),
+                 total / double(profiled_runs_), static_cast<long long>(profiled_runs_));
+    for (size_t i = 0; i < std::min<size_t>(order.size(), 20); ++i)
+      std::fprintf(stderr, "  %8.3f ms  %5.1f%%  %s %s\n", step_ms_[order[i]] / double(profiled_runs_),
+                   100 * step_ms_[order[i]] / total, program_.steps[order[i]].loop ? "loop  " : "kernel",
+                   program_.steps[order[i]].label.c_str());
+  }
+
+  ExecutableStats stats() const override {
+    return {program_.compiled_nodes, program_.fallback_nodes, program_.arena_bytes, program_.intermediate_bytes};
+  }
+
+  std::vector<ir::Tensor> run(const std::map<std::string, ir::Tensor>& inputs) const override {
+    std::vector<void*> io;
+    for (size_t i = 0; i < program_.inputs.size(); ++i) {
+      auto it = inputs.find(program_.inputs[i]);
+      const ir::Tensor* t = it != inputs.end() ? &it->second : program_.input_defaults[i].defined() ? &program_.input_defaults[i] : nullptr;
+      if (!t) ir::fail(ir::ErrorKind::InvalidArgument, "input '" + program_.inputs[i] + "' is missing");
+      io.push_back(const_cast<void*>(t->raw()));
+    }
+    std::vector<ir::Tensor> outputs;
+    for (size_t k = 0; k < program_.outputs.size(); ++k) {
+      outputs.emplace_back(program_.output_dtypes[k], program_.output_dims[k]);
+      io.push_back(outputs.back().raw());
+    }
+    char* arena = arenas_.acquire();
+    cpu::RunStatus status;
+    int32_t rc = 0;
+    {
+      std::lock_guard<std::mutex> lock(budget_->running);
+      budget_->arena.execute([&] {
+        OmpThreads omp(budget_->threads);
+        rc = step_ms_.empty() ? code_.entry(kernels_.data(), constants_.data(), io.data(), arena, &status)
+                              : run_profiled(io, arena, status);
+      });
+    }
+    arenas_.release(arena);
+    if (rc != 0) throw ir::Error(status.kind, status.error);
+    return outputs;
+  }
+
+ private:
+  // KILN_PROFILE: the steps one by one, timed (what the entry function does, from C++).
+  int32_t run_profiled(const std::vector<void*>& io, char* arena, cpu::RunStatus& status) const {
+    profiled_runs_++;
+    for (size_t s = 0; s < program_.steps.size(); ++s) {
+      const cpu::Step& step = program_.steps[s];
+      std::vector<void*> args;
+      for (int b : step.args) {
+        const cpu::Buffer& buf = program_.buffers[size_t(b)];
+        switch (buf.kind) {
+          case cpu::Buffer::Kind::Arena: args.push_back(arena + buf.offset); break;
+          case cpu::Buffer::Kind::Input: args.push_back(io[size_t(buf.index)]); break;
+          case cpu::Buffer::Kind::Output: args.push_back(io[program_.inputs.size() + size_t(buf.index)]); break;
+          case cpu::Buffer::Kind::Constant: args.push_back(const_cast<void*>(constants_[size_t(buf.index)])); break;
+        }
+      }
+      const auto start = std::chrono::steady_clock::now();
+      if (step.kernel) {
+        if (cpu::run_kernel(step.kernel.get(), args.data(), &status)) return 1;
+      } else {
+        int64_t n = 1;
+        for (int64_t d : step.loop->shape) n *= d;
+        cpu::run_loop(code_.loops[s], args.data(), n, 16384);
+      }
+      step_ms_[s] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    }
+    return 0;
+  }
+
+  cpu::Program program_;
+  std::shared_ptr<cpu::Jit> jit_;  // owns the generated code
+  cpu::CompiledProgram code_;
+  mutable std::vector<double> step_ms_;  // KILN_PROFILE only (runs are serialised)
+  mutable int64_t profiled_runs_ = 0;
+  std::shared_ptr<ThreadBudget> budget_;
+  std::vector<const cpu::Kernel*> kernels_;
+  std::vector<const void*> constants_;
+  mutable ArenaPool arenas_;
+};
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(int threads) : budget_(std::make_shared<ThreadBudget>(threads)) {}
+
+  std::string name() const override { return "cpu"; }
+  std::string version() const override { return "cpu-1"; }
+  bool supports(const ir::Node& node) const override { return cpu::lowers_natively(node); }
+
+  std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
+                                      const CompileOptions& options) const override {
+    OmpThreads omp(budget_->threads);
+    cpu::Program program;
+    try {
+      program = cpu::lower(*graph, spec);
+    } catch (const ir::Error& e) {
+      if (e.kind() != ir::ErrorKind::Unsupported) throw;
+      // Shapes that depend on data cannot be planned statically: the
+      // reference executor runs the whole specialization.
+      return make_reference_backend()->compile(std::move(graph), spec, options);
+    }
+    const std::string entry_name = "kiln_entry_" + std::to_string(counter_++);
+    cpu::CompiledProgram code = cpu::compile_program(program, jit(), entry_name);
+    return std::make_unique<CpuExecutable>(std::move(program), jit_, std::move(code), budget_);
+  }
+
+ private:
+  cpu::Jit& jit() const {
+    std::call_once(jit_once_, [this] { jit_ = std::make_shared<cpu::Jit>(cpu::codegen_host_symbols()); });
+    return *jit_;
+  }
+
+  std::shared_ptr<ThreadBudget> budget_;
+  mutable std::once_flag jit_once_;
+  mutable std::shared_ptr<cpu::Jit> jit_;
+  mutable std::atomic<int64_t> counter_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+
+}  // namespace kiln::backends

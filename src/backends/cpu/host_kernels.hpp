@@ -1,0 +1,82 @@
+#pragma once
+// Steps the cpu backend runs with plain C++ rather than oneDNN or generated
+// loops: copies, concatenation, and the reference kernel of a node the
+// backend does not compile (the fallback of the partition).
+#include <vector>
+
+#include "backends/cpu/program.hpp"
+#include "runtime/ir/graph.hpp"
+
+namespace kiln::cpu {
+
+// args: source, destination.
+class CopyKernel : public Kernel {
+ public:
+  explicit CopyKernel(int64_t bytes) : bytes_(bytes) {}
+  void run(void* const* args) const override;
+
+ private:
+  int64_t bytes_;
+};
+
+// Plain row-major concatenation along `axis`, any dtype. args: the inputs,
+// then the destination.
+class ConcatKernel : public Kernel {
+ public:
+  ConcatKernel(const std::vector<ir::Dims>& inputs, int axis, size_t element_size);
+  void run(void* const* args) const override;
+
+ private:
+  int64_t outer_ = 1;
+  std::vector<int64_t> chunk_bytes_;  // per input, per outer index
+};
+
+// A strided view copied out densely, any dtype: Slice, and Transpose of
+// types oneDNN does not reorder. Offsets and strides are in elements and may
+// be negative. args: source, destination.
+class StridedCopyKernel : public Kernel {
+ public:
+  StridedCopyKernel(ir::Dims out, int64_t offset, std::vector<int64_t> strides, size_t element_size);
+  void run(void* const* args) const override;
+
+ private:
+  ir::Dims out_;
+  int64_t offset_;
+  std::vector<int64_t> strides_;
+  size_t element_size_;
+};
+
+// Gather: whole slices of `data` along `axis`, picked by int32/int64
+// indices (negative ones count from the end). An index out of range is an
+// InvalidArgument error naming the node. args: data, indices, destination.
+class GatherKernel : public Kernel {
+ public:
+  GatherKernel(std::string node, const ir::Dims& data, int axis, int64_t num_indices, ir::DType index_type,
+               size_t element_size);
+  void run(void* const* args) const override;
+
+ private:
+  std::string node_;
+  int64_t outer_ = 1, axis_dim_ = 0, inner_bytes_ = 0, num_indices_ = 0;
+  ir::DType index_type_;
+};
+
+// One node run by its reference kernel. args: the values the node reads
+// (ir::values_read order), then its outputs. Its outputs must have the shapes
+// the specialization inferred.
+class ReferenceKernel : public Kernel {
+ public:
+  struct Value {
+    std::string name;
+    ir::DType dtype = ir::DType::Undefined;
+    ir::Dims dims;
+  };
+  ReferenceKernel(const ir::Node& node, std::vector<Value> reads, std::vector<Value> writes);
+  void run(void* const* args) const override;
+
+ private:
+  ir::Graph graph_;  // the node alone, its reads as inputs
+  std::vector<Value> reads_, writes_;
+};
+
+}  // namespace kiln::cpu

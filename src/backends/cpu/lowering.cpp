@@ -1,0 +1,1108 @@
+#include "backends/cpu/lowering.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "backends/cpu/host_kernels.hpp"
+#include "backends/cpu/onednn_kernel.hpp"
+#include "backends/reference/kernel_context.hpp"
+#include "backends/reference/ops/op_util.hpp"
+#include "runtime/passes/memory_plan.hpp"
+
+namespace kiln::cpu {
+
+namespace {
+
+using ir::DType;
+using ir::Dims;
+using md = dnnl::memory::desc;
+using dt = dnnl::memory::data_type;
+using Op = Loop::Op;
+
+dnnl::memory::dims to_dnnl(const Dims& d) {
+  if (d.empty()) return {1};  // oneDNN has no rank 0
+  return dnnl::memory::dims(d.begin(), d.end());
+}
+
+std::vector<int64_t> row_major_strides(const Dims& d) {
+  std::vector<int64_t> s(d.size(), 1);
+  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
+  return s;
+}
+
+md plain_md(const Dims& dims) {
+  const Dims d = dims.empty() ? Dims{1} : dims;
+  auto strides = row_major_strides(d);
+  return md(to_dnnl(d), dt::f32, dnnl::memory::dims(strides.begin(), strides.end()));
+}
+
+bool is_plain(const md& m, const Dims& dims) { return m == plain_md(dims); }
+
+// A eltwise post-op: oneDNN algorithm and its two parameters.
+struct PostOp {
+  dnnl::algorithm alg;
+  float alpha = 0, beta = 0;
+};
+
+// Elementwise ops a generated loop computes: unary (one input) or binary.
+struct LoopOpInfo {
+  Op op;
+  int arity;
+};
+const std::map<std::string, LoopOpInfo>& loop_ops() {
+  static const std::map<std::string, LoopOpInfo> ops = {
+      {"Add", {Op::Add, 2}},         {"Sub", {Op::Sub, 2}},           {"Mul", {Op::Mul, 2}},
+      {"Div", {Op::Div, 2}},         {"Pow", {Op::Pow, 2}},           {"Max", {Op::Max, 2}},
+      {"Min", {Op::Min, 2}},         {"PRelu", {Op::PRelu, 2}},   {"Neg", {Op::Neg, 1}},
+      {"Abs", {Op::Abs, 1}},         {"Relu", {Op::Relu, 1}},         {"LeakyRelu", {Op::LeakyRelu, 1}},
+      {"Sigmoid", {Op::Sigmoid, 1}}, {"Tanh", {Op::Tanh, 1}},         {"Exp", {Op::Exp, 1}},
+      {"Log", {Op::Log, 1}},         {"Sqrt", {Op::Sqrt, 1}},         {"Erf", {Op::Erf, 1}},
+      {"Reciprocal", {Op::Reciprocal, 1}}, {"Floor", {Op::Floor, 1}}, {"Ceil", {Op::Ceil, 1}},
+      {"Clip", {Op::Clip, 1}},       {"HardSigmoid", {Op::HardSigmoid, 1}}, {"HardSwish", {Op::HardSwish, 1}},
+      {"Softplus", {Op::Softplus, 1}}, {"Elu", {Op::Elu, 1}},         {"Selu", {Op::Selu, 1}},
+      {"Softsign", {Op::Softsign, 1}},
+  };
+  return ops;
+}
+
+const std::set<std::string>& alias_ops() {
+  static const std::set<std::string> ops = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout"};
+  return ops;
+}
+
+const std::set<std::string>& primitive_ops() {
+  static const std::set<std::string> ops = {"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
+                                            "GlobalMaxPool", "Softmax", "LogSoftmax", "LayerNormalization",
+                                            "Transpose", "Concat", "Slice", "Gather"};
+  return ops;
+}
+
+class Lowering {
+ public:
+  Lowering(const ir::Graph& graph, const ir::Specialization& spec) : g_(graph), spec_(spec) {}
+
+  Program run() {
+    if (!spec_.dynamic.empty())
+      ir::fail(ir::ErrorKind::Unsupported, "the shape of '" + spec_.dynamic[0] + "' depends on the data");
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      for (const auto& name : ir::values_read(g_.nodes[i])) consumers_[name].push_back(i);
+      for (const auto& out : g_.nodes[i].outputs)
+        if (!out.empty()) {
+          producer_[out] = i;
+          check_static(out);
+        }
+    }
+    // Inputs with an initializer are inputs too: the caller may override them.
+    for (const auto& in : g_.inputs) {
+      p_.inputs.push_back(in.name);
+      auto init = g_.initializers.find(in.name);
+      p_.input_defaults.push_back(init == g_.initializers.end() ? ir::Tensor() : init->second);
+      input_index_[in.name] = int(p_.inputs.size()) - 1;
+    }
+    for (size_t k = 0; k < g_.outputs.size(); ++k) {
+      const std::string& name = g_.outputs[k].name;
+      check_static(name);
+      p_.outputs.push_back(name);
+      p_.output_dtypes.push_back(dtype(name));
+      p_.output_dims.push_back(dims(name));
+      output_buffer_.push_back(add_buffer(Buffer::Kind::Output, int(k), bytes_of(name), name));
+      output_of_.emplace(name, int(k));
+    }
+
+    absorbed_.assign(g_.nodes.size(), 0);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      if (absorbed_[i]) continue;
+      node_ = i;
+      const size_t steps_before = p_.steps.size();
+      bool native = false;
+      try {
+        native = lower_node(g_.nodes[i]);
+      } catch (const dnnl::error&) {
+        native = false;  // oneDNN has no implementation for this case: the reference kernel runs it
+      }
+      if (!native) {
+        if (p_.steps.size() != steps_before) ir::fail(ir::ErrorKind::Internal, "lowering left a partial step");
+        fallback(g_.nodes[i]);
+      }
+    }
+    for (size_t k = 0; k < g_.outputs.size(); ++k) finish_output(int(k));
+    plan();
+    return std::move(p_);
+  }
+
+ private:
+  struct Val {
+    int buffer = -1;
+    md layout;  // f32 values: the layout the buffer holds
+    bool blocked = false;
+    std::vector<std::pair<md, int>> copies;  // the value in other layouts, made on demand
+  };
+
+  // ---- values ---------------------------------------------------------------
+  void check_static(const std::string& name) {
+    auto it = spec_.result.values.find(name);
+    if (it == spec_.result.values.end() || !it->second.shape.is_concrete() || !ir::dtype_supported(it->second.dtype) ||
+        it->second.dtype == DType::String)
+      ir::fail(ir::ErrorKind::Unsupported, "value '" + name + "' has no static shape and fixed-size type");
+  }
+  const ir::ValueInfo& info(const std::string& name) const {
+    auto it = spec_.result.values.find(name);
+    if (it == spec_.result.values.end()) ir::fail(ir::ErrorKind::Internal, "lowering: no type for '" + name + "'");
+    return it->second;
+  }
+  Dims dims(const std::string& name) const { return info(name).shape.concrete(); }
+  DType dtype(const std::string& name) const { return info(name).dtype; }
+  int64_t bytes_of(const std::string& name) const {
+    return ir::checked_numel(dims(name)) * int64_t(ir::dtype_size(dtype(name)));
+  }
+  bool is_f32(const std::string& name) const { return !name.empty() && dtype(name) == DType::Float32; }
+  // A weight: an initializer the caller cannot override.
+  const ir::Tensor* constant(const std::string& name) const {
+    auto it = g_.initializers.find(name);
+    if (it == g_.initializers.end() || input_index_.count(name) || g_.find_input(name)) return nullptr;
+    return &it->second;
+  }
+  std::optional<float> scalar_constant(const std::string& name) const {
+    const ir::Tensor* t = constant(name);
+    if (!t || t->numel() != 1 || t->dtype() != DType::Float32) return std::nullopt;
+    return t->data<float>()[0];
+  }
+  // Available when the current step runs: a graph input, a weight, or
+  // produced by a node before it.
+  bool available(const std::string& name) const {
+    auto it = producer_.find(name);
+    return it == producer_.end() || it->second < node_;
+  }
+  bool single_use(const std::string& name) const {
+    auto it = consumers_.find(name);
+    return it != consumers_.end() && it->second.size() == 1 && !output_of_.count(name);
+  }
+  const std::vector<size_t>& consumers(const std::string& name) const {
+    static const std::vector<size_t> none;
+    auto it = consumers_.find(name);
+    return it == consumers_.end() ? none : it->second;
+  }
+
+  int add_buffer(Buffer::Kind kind, int index, int64_t bytes, const std::string& name) {
+    Buffer b;
+    b.kind = kind;
+    b.index = index;
+    b.bytes = bytes;
+    b.name = name;
+    p_.buffers.push_back(b);
+    return int(p_.buffers.size()) - 1;
+  }
+
+  Val& val(const std::string& name) {
+    auto it = vals_.find(name);
+    if (it != vals_.end()) return it->second;
+    Val v;
+    if (auto in = input_index_.find(name); in != input_index_.end()) {
+      v.buffer = add_buffer(Buffer::Kind::Input, in->second, bytes_of(name), name);
+    } else if (const ir::Tensor* t = constant(name)) {
+      p_.constants.push_back(*t);
+      v.buffer = add_buffer(Buffer::Kind::Constant, int(p_.constants.size()) - 1, int64_t(t->nbytes()), name);
+    } else {
+      ir::fail(ir::ErrorKind::Internal, "lowering: '" + name + "' is read before it is computed");
+    }
+    if (dtype(name) == DType::Float32) v.layout = plain_md(dims(name));
+    return vals_[name] = v;
+  }
+
+  // A new value's buffer: the caller's output buffer when the value is a
+  // graph output in plain layout, else an arena slot. A plain value's layout
+  // is its own row-major one (`layout` may view the same bytes with other
+  // dims, e.g. a matmul's [rows, n]).
+  int define(const std::string& name, const md& layout, bool plain) {
+    int buffer = -1;
+    auto out = output_of_.find(name);
+    if (plain && out != output_of_.end()) {
+      buffer = output_buffer_[size_t(out->second)];
+    } else {
+      const int64_t bytes = dtype(name) == DType::Float32 ? int64_t(layout.get_size()) : bytes_of(name);
+      buffer = add_buffer(Buffer::Kind::Arena, 0, bytes, name);
+    }
+    Val v;
+    v.buffer = buffer;
+    v.layout = plain && dtype(name) == DType::Float32 ? plain_md(dims(name)) : layout;
+    v.blocked = !plain;
+    vals_[name] = v;
+    return buffer;
+  }
+  int define_plain(const std::string& name) {
+    return define(name, dtype(name) == DType::Float32 ? plain_md(dims(name)) : md(), true);
+  }
+
+  // The value's buffer in layout `want`, reordered on first demand.
+  int as_layout(const std::string& name, const md& want) {
+    Val& v = val(name);
+    if (v.layout == want) return v.buffer;
+    for (const auto& [layout, buffer] : v.copies)
+      if (layout == want) return buffer;
+    const int buffer = add_buffer(Buffer::Kind::Arena, 0, int64_t(want.get_size()), name + "#layout");
+    auto pd = dnnl::reorder::primitive_desc(cpu_engine(), v.layout, cpu_engine(), want);
+    add_kernel("reorder " + name, {v.buffer, buffer}, {0, 1},
+               std::make_unique<OneDnnKernel>(dnnl::reorder(pd),
+                                              std::vector<std::pair<int, md>>{{DNNL_ARG_FROM, v.layout}, {DNNL_ARG_TO, want}},
+                                              std::unordered_map<int, dnnl::memory>{}));
+    vals_[name].copies.emplace_back(want, buffer);
+    return buffer;
+  }
+  int plain(const std::string& name) {
+    const Val& v = val(name);
+    if (!v.blocked) return v.buffer;
+    return as_layout(name, plain_md(dims(name)));
+  }
+
+  void add_kernel(const std::string& label, std::vector<int> args, std::vector<char> writes,
+                  std::unique_ptr<Kernel> kernel) {
+    Step s;
+    s.label = label;
+    s.args = std::move(args);
+    s.writes = std::move(writes);
+    s.kernel = std::move(kernel);
+    p_.steps.push_back(std::move(s));
+  }
+
+  // ---- dispatch ---------------------------------------------------------------
+  bool lower_node(const ir::Node& n) {
+    if (!n.domain.empty() && n.domain != "ai.onnx") return false;
+    const std::string& op = n.op_type;
+    if (alias_ops().count(op)) return lower_alias(n);
+    if (op == "Conv") return lower_conv(n);
+    if (op == "Gemm") return lower_gemm(n);
+    if (op == "MatMul") return lower_matmul(n);
+    if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool") return lower_pool(n);
+    if (op == "Softmax" || op == "LogSoftmax") return lower_softmax(n);
+    if (op == "LayerNormalization") return lower_layer_norm(n);
+    if (op == "Transpose") return lower_transpose(n);
+    if (op == "Concat") return lower_concat(n);
+    if (op == "Slice") return lower_slice(n);
+    if (op == "Gather") return lower_gather(n);
+    if (loop_ops().count(op)) return lower_elementwise(n);
+    return false;
+  }
+
+  void fallback(const ir::Node& n) {
+    std::vector<int> args;
+    std::vector<char> writes;
+    std::vector<ReferenceKernel::Value> reads, outs;
+    for (const auto& name : ir::values_read(n)) {
+      args.push_back(plain(name));
+      writes.push_back(0);
+      reads.push_back({name, dtype(name), dims(name)});
+    }
+    for (const auto& name : n.outputs) {
+      if (name.empty()) continue;
+      args.push_back(define_plain(name));
+      writes.push_back(1);
+      outs.push_back({name, dtype(name), dims(name)});
+    }
+    add_kernel(n.describe(), std::move(args), std::move(writes), std::make_unique<ReferenceKernel>(n, reads, outs));
+    p_.fallback_nodes++;
+  }
+
+  void compiled(int nodes = 1) { p_.compiled_nodes += nodes; }
+
+  // ---- views: no work, the output names the input's plain bytes -------------
+  bool lower_alias(const ir::Node& n) {
+    if (n.inputs.empty() || n.inputs[0].empty() || n.outputs.empty()) return false;
+    for (size_t i = 1; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) return false;  // Dropout's mask
+    const std::string &in = n.inputs[0], &out = n.outputs[0];
+    if (dtype(in) != dtype(out) || bytes_of(in) != bytes_of(out)) return false;
+    if (n.op_type == "Dropout") {  // inference only; a training_mode input that is not constant false is not a view
+      if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+        const ir::Tensor* t = constant(n.inputs[2]);
+        if (!t || t->numel() != 1 || t->as_int64(0) != 0) return false;
+      }
+    }
+    Val v;
+    v.buffer = plain(in);
+    if (dtype(out) == DType::Float32) v.layout = plain_md(dims(out));
+    vals_[out] = v;
+    compiled();
+    return true;
+  }
+
+  // ---- fusion of what follows a convolution or matmul -----------------------
+  struct Fused {
+    std::string value;             // the chain's final value
+    std::vector<PostOp> eltwise;   // in order, interleaved with the sum below
+    int sum_position = -1;         // index in `eltwise` before which the residual is added
+    std::string residual;
+    std::vector<size_t> nodes;
+  };
+
+  // Follows `value` through activations and (if allowed) one residual Add
+  // that only it consumes.
+  Fused fuse_after(const std::string& value, bool allow_sum) {
+    Fused f;
+    f.value = value;
+    for (;;) {
+      const std::string v = f.value;
+      if (auto silu = match_silu(v)) {
+        f.eltwise.push_back({dnnl::algorithm::eltwise_swish, 1.0f, 0});
+        f.nodes.insert(f.nodes.end(), silu->second.begin(), silu->second.end());
+        f.value = silu->first;
+        continue;
+      }
+      if (auto gelu = match_gelu(v)) {
+        f.eltwise.push_back({dnnl::algorithm::eltwise_gelu_erf, 0, 0});
+        f.nodes.insert(f.nodes.end(), gelu->second.begin(), gelu->second.end());
+        f.value = gelu->first;
+        continue;
+      }
+      if (!single_use(v)) break;
+      const size_t c = consumers(v)[0];
+      const ir::Node& n = g_.nodes[c];
+      if (!n.domain.empty() || n.outputs.size() != 1 || !is_f32(n.outputs[0]) || dims(n.outputs[0]) != dims(v)) break;
+      std::optional<PostOp> post = activation(n);
+      if (post) {
+        f.eltwise.push_back(*post);
+      } else if ((n.op_type == "Add" || n.op_type == "Mul" || n.op_type == "Sub" || n.op_type == "Div") &&
+                 n.inputs.size() == 2) {
+        const bool first = n.inputs[0] == v;
+        const std::string other = first ? n.inputs[1] : n.inputs[0];
+        if (other == v) break;
+        if (auto c_value = scalar_constant(other)) {  // x op c is linear
+          const float k = *c_value;
+          if (n.op_type == "Add") f.eltwise.push_back({dnnl::algorithm::eltwise_linear, 1, k});
+          else if (n.op_type == "Mul") f.eltwise.push_back({dnnl::algorithm::eltwise_linear, k, 0});
+          else if (n.op_type == "Sub") f.eltwise.push_back({dnnl::algorithm::eltwise_linear, first ? 1.0f : -1.0f, first ? -k : k});
+          else if (first) f.eltwise.push_back({dnnl::algorithm::eltwise_linear, 1 / k, 0});
+          else break;
+        } else if (n.op_type == "Add" && allow_sum && f.sum_position < 0 && is_f32(other) && dims(other) == dims(v) &&
+                   available(other)) {
+          f.sum_position = int(f.eltwise.size());
+          f.residual = other;
+        } else {
+          break;
+        }
+      } else {
+        break;
+      }
+      f.nodes.push_back(c);
+      f.value = n.outputs[0];
+    }
+    return f;
+  }
+
+  std::optional<PostOp> activation(const ir::Node& n) {
+    ref::KernelContext ctx(n, {}, nullptr);
+    const std::string& op = n.op_type;
+    if (op == "Relu") return PostOp{dnnl::algorithm::eltwise_relu, 0, 0};
+    if (op == "LeakyRelu") return PostOp{dnnl::algorithm::eltwise_relu, ctx.attr_float("alpha", 0.01f), 0};
+    if (op == "Sigmoid") return PostOp{dnnl::algorithm::eltwise_logistic, 0, 0};
+    if (op == "Tanh") return PostOp{dnnl::algorithm::eltwise_tanh, 0, 0};
+    if (op == "HardSwish") return PostOp{dnnl::algorithm::eltwise_hardswish, 0, 0};
+    if (op == "Elu") return PostOp{dnnl::algorithm::eltwise_elu, ctx.attr_float("alpha", 1.0f), 0};
+    if (op == "Clip") {
+      auto bounds = clip_bounds(n);
+      if (!bounds) return std::nullopt;
+      return PostOp{dnnl::algorithm::eltwise_clip_v2, bounds->first, bounds->second};
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::pair<float, float>> clip_bounds(const ir::Node& n) {
+    ref::KernelContext ctx(n, {}, nullptr);
+    float lo = -INFINITY, hi = INFINITY;
+    if (n.opset < 11) {
+      lo = ctx.attr_float("min", lo);
+      hi = ctx.attr_float("max", hi);
+    } else {
+      for (int i : {1, 2}) {
+        if (n.inputs.size() <= size_t(i) || n.inputs[size_t(i)].empty()) continue;
+        auto c = scalar_constant(n.inputs[size_t(i)]);
+        if (!c) return std::nullopt;
+        (i == 1 ? lo : hi) = *c;
+      }
+    }
+    return std::make_pair(lo, hi);
+  }
+
+  // The single consumer of `v` with op `op`, or nullptr.
+  const ir::Node* only_consumer(const std::string& v, const char* op) {
+    if (!single_use(v)) return nullptr;
+    const ir::Node& n = g_.nodes[consumers(v)[0]];
+    return n.op_type == op && n.domain.empty() ? &n : nullptr;
+  }
+  size_t index_of(const ir::Node* n) const { return size_t(n - g_.nodes.data()); }
+
+  // x * Sigmoid(x): exactly those two consumers of x.
+  std::optional<std::pair<std::string, std::vector<size_t>>> match_silu(const std::string& x) {
+    const auto& cs = consumers(x);
+    if (cs.size() != 2 || output_of_.count(x)) return std::nullopt;
+    for (int s = 0; s < 2; ++s) {
+      const ir::Node& sig = g_.nodes[cs[size_t(s)]];
+      const ir::Node& mul = g_.nodes[cs[size_t(1 - s)]];
+      if (sig.op_type != "Sigmoid" || mul.op_type != "Mul" || !sig.domain.empty() || !mul.domain.empty()) continue;
+      if (!only_consumer(sig.outputs[0], "Mul") || index_of(only_consumer(sig.outputs[0], "Mul")) != cs[size_t(1 - s)])
+        continue;
+      return std::make_pair(mul.outputs[0], std::vector<size_t>{cs[size_t(s)], cs[size_t(1 - s)]});
+    }
+    return std::nullopt;
+  }
+
+  // The erf form of GELU as exporters write it:
+  // 0.5 * x * (1 + Erf(x / sqrt(2))), the 0.5 applied first or last.
+  std::optional<std::pair<std::string, std::vector<size_t>>> match_gelu(const std::string& x) {
+    const auto& cs = consumers(x);
+    if (cs.size() != 2 || output_of_.count(x)) return std::nullopt;
+    for (int s = 0; s < 2; ++s) {
+      const ir::Node& scale = g_.nodes[cs[size_t(s)]];
+      const ir::Node& mul = g_.nodes[cs[size_t(1 - s)]];
+      if (scale.inputs.size() != 2 || scale.inputs[0] != x || mul.op_type != "Mul") continue;
+      auto k = scalar_constant(scale.inputs[1]);
+      if (!k) continue;
+      const float inv_sqrt2 = scale.op_type == "Div" ? 1 / *k : scale.op_type == "Mul" ? *k : 0;
+      if (std::fabs(inv_sqrt2 - 0.70710678f) > 1e-4f) continue;
+      const ir::Node* erf = only_consumer(scale.outputs[0], "Erf");
+      if (!erf) continue;
+      const ir::Node* add = only_consumer(erf->outputs[0], "Add");
+      if (!add) continue;
+      const std::string& one = add->inputs[0] == erf->outputs[0] ? add->inputs[1] : add->inputs[0];
+      if (scalar_constant(one) != 1.0f) continue;
+      const ir::Node* prod = only_consumer(add->outputs[0], "Mul");
+      if (!prod || index_of(prod) != cs[size_t(1 - s)]) continue;
+      std::string other = prod->inputs[0] == add->outputs[0] ? prod->inputs[1] : prod->inputs[0];
+      std::vector<size_t> nodes{cs[size_t(s)], index_of(erf), index_of(add), index_of(prod)};
+      const ir::Node* half = nullptr;
+      if (other == x) {
+        half = only_consumer(prod->outputs[0], "Mul");
+      } else {
+        // 0.5 * x computed first: other = Mul(x, 0.5) -- but then x has a third consumer.
+        continue;
+      }
+      if (!half) continue;
+      const std::string& h = half->inputs[0] == prod->outputs[0] ? half->inputs[1] : half->inputs[0];
+      if (scalar_constant(h) != 0.5f) continue;
+      nodes.push_back(index_of(half));
+      return std::make_pair(half->outputs[0], nodes);
+    }
+    return std::nullopt;
+  }
+
+  dnnl::primitive_attr post_op_attr(const Fused& f) {
+    dnnl::post_ops ops;
+    for (size_t i = 0; i <= f.eltwise.size(); ++i) {
+      if (int(i) == f.sum_position) ops.append_sum(1.0f);
+      if (i < f.eltwise.size()) ops.append_eltwise(1.0f, f.eltwise[i].alg, f.eltwise[i].alpha, f.eltwise[i].beta);
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    return attr;
+  }
+
+  void absorb(const Fused& f) {
+    for (size_t n : f.nodes) absorbed_[n] = 1;
+    compiled(int(f.nodes.size()));
+  }
+
+  // Emits a primitive whose destination is the fused chain's final value.
+  // `dst_plain`: dst_md is row-major (possibly with other dims than the value).
+  void emit_with_dst(const std::string& label, dnnl::primitive prim, std::vector<std::pair<int, md>> rt_args,
+                     std::vector<int> buffers, std::unordered_map<int, dnnl::memory> constants, const Fused& f,
+                     const md& dst_md, bool dst_plain) {
+    int sum_from = -1;
+    if (f.sum_position >= 0) {
+      const md residual_md = dst_plain ? plain_md(dims(f.residual)) : dst_md;
+      buffers.push_back(as_layout(f.residual, residual_md));
+      rt_args.push_back({OneDnnKernel::kNotBound, residual_md});
+      sum_from = int(buffers.size()) - 1;
+    }
+    buffers.push_back(define(f.value, dst_md, dst_plain));
+    rt_args.push_back({DNNL_ARG_DST, dst_md});
+    std::vector<char> writes(buffers.size(), 0);
+    writes.back() = 1;
+    add_kernel(label, std::move(buffers), std::move(writes),
+               std::make_unique<OneDnnKernel>(std::move(prim), std::move(rt_args), std::move(constants), sum_from));
+    absorb(f);
+  }
+
+  // ---- Conv ---------------------------------------------------------------------
+  bool lower_conv(const ir::Node& n) {
+    if (n.inputs.size() < 2 || !is_f32(n.inputs[0]) || n.outputs.size() != 1) return false;
+    const ir::Tensor* w = constant(n.inputs[1]);
+    const ir::Tensor* b = n.inputs.size() > 2 && !n.inputs[2].empty() ? constant(n.inputs[2]) : nullptr;
+    if (!w || w->dtype() != DType::Float32 || (n.inputs.size() > 2 && !n.inputs[2].empty() && !b)) return false;
+    const Dims in = dims(n.inputs[0]), out = dims(n.outputs[0]);
+    const size_t rank = in.size();
+    if (rank < 3 || rank > 5 || w->rank() != int(rank)) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    const int64_t group = ctx.attr_int("group", 1);
+    Dims kernel(w->dims().begin() + 2, w->dims().end());
+    ref::Geometry geo = ref::forward_geometry(ctx, Dims(in.begin() + 2, in.end()), kernel, false);
+    if (Dims(out.begin() + 2, out.end()) != geo.out) return false;
+
+    Dims wdims = w->dims();
+    dnnl::memory::dims wei;
+    if (group > 1) {
+      wei = {group, wdims[0] / group};
+      wei.insert(wei.end(), wdims.begin() + 1, wdims.end());
+    } else {
+      wei = to_dnnl(wdims);
+    }
+    dnnl::memory::dims dil;
+    for (int64_t d : geo.dilations) dil.push_back(d - 1);  // oneDNN counts the gaps
+    Fused f = fuse_after(n.outputs[0], true);
+    auto any = [](const Dims& d) { return md(to_dnnl(d), dt::f32, dnnl::memory::format_tag::any); };
+    md bias_md = b ? md({wdims[0]}, dt::f32, dnnl::memory::format_tag::x) : md();
+    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(in),
+                                         md(wei, dt::f32, dnnl::memory::format_tag::any), bias_md, any(out),
+                                         to_dnnl(geo.strides), dil, to_dnnl(geo.pad_begin), to_dnnl(geo.pad_end));
+    dnnl::convolution_forward::primitive_desc pd(desc, post_op_attr(f), cpu_engine());
+
+    md user_wei = group > 1 ? md(wei, dt::f32, rank == 3 ? dnnl::memory::format_tag::goiw : rank == 4 ? dnnl::memory::format_tag::goihw : dnnl::memory::format_tag::goidhw)
+                            : plain_md(wdims);
+    std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, reorder_constant(user_wei, w->raw(), pd.weights_desc())}};
+    if (b) constants[DNNL_ARG_BIAS] = reorder_constant(bias_md, b->raw(), bias_md);
+    const int src = as_layout(n.inputs[0], pd.src_desc());
+    compiled();
+    emit_with_dst(n.describe(), dnnl::convolution_forward(pd), {{DNNL_ARG_SRC, pd.src_desc()}}, {src}, std::move(constants), f,
+                  pd.dst_desc(), is_plain(pd.dst_desc(), dims(f.value)));
+    return true;
+  }
+
+  // ---- Gemm and MatMul: oneDNN matmul ---------------------------------------------
+  bool lower_gemm(const ir::Node& n) {
+    if (n.inputs.size() < 2 || n.outputs.size() != 1 || !is_f32(n.inputs[0]) || !is_f32(n.inputs[1])) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    const bool ta = ctx.attr_int("transA", 0) != 0, tb = ctx.attr_int("transB", 0) != 0;
+    const float alpha = ctx.attr_float("alpha", 1.0f), beta = ctx.attr_float("beta", 1.0f);
+    const Dims a = dims(n.inputs[0]), bdims = dims(n.inputs[1]), out = dims(n.outputs[0]);
+    if (a.size() != 2 || bdims.size() != 2 || out.size() != 2) return false;
+    const int64_t m = out[0], nn = out[1], k = ta ? a[0] : a[1];
+    const ir::Tensor* bw = constant(n.inputs[1]);
+    if (!bw) return false;
+
+    // alpha folds into the weights, beta * C into the bias (or a residual).
+    std::vector<float> bias;
+    std::string residual;
+    if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+      const std::string& c = n.inputs[2];
+      const ir::Tensor* ct = constant(c);
+      const Dims cd = dims(c);
+      if (ct && ct->dtype() == DType::Float32 && (ct->numel() == 1 || (ct->numel() == nn && cd.back() == nn))) {
+        for (int64_t j = 0; j < nn; ++j) bias.push_back(beta * ct->data<float>()[ct->numel() == 1 ? 0 : j]);
+      } else if (cd == out && beta == 1.0f && is_f32(c)) {
+        residual = c;
+      } else {
+        return false;
+      }
+    }
+    std::vector<float> wscaled(bw->data<float>(), bw->data<float>() + bw->numel());
+    if (alpha != 1.0f)
+      for (float& x : wscaled) x *= alpha;
+    md src_md(to_dnnl({m, k}), dt::f32, ta ? dnnl::memory::dims{1, m} : dnnl::memory::dims{k, 1});
+    md user_wei(to_dnnl({k, nn}), dt::f32, tb ? dnnl::memory::dims{1, k} : dnnl::memory::dims{nn, 1});
+    return emit_matmul(n, n.inputs[0], src_md, user_wei, wscaled.data(), bias, residual, out);
+  }
+
+  bool lower_matmul(const ir::Node& n) {
+    if (n.inputs.size() != 2 || n.outputs.size() != 1 || !is_f32(n.inputs[0]) || !is_f32(n.inputs[1])) return false;
+    const Dims a = dims(n.inputs[0]), b = dims(n.inputs[1]), out = dims(n.outputs[0]);
+    if (a.size() < 2 || b.size() < 2) return false;
+    const ir::Tensor* bw = constant(n.inputs[1]);
+    if (bw && b.size() == 2) {
+      // A stack of rows times one matrix: a single 2-D product.
+      int64_t rows = 1;
+      for (size_t i = 0; i + 1 < a.size(); ++i) rows *= a[i];
+      const int64_t k = a.back(), nn = b[1];
+      return emit_matmul(n, n.inputs[0], plain_md({rows, k}), plain_md({k, nn}), bw->data<float>(), {}, "", out);
+    }
+    // Batched: both operands at runtime (or batched weights), batch dims broadcast.
+    const size_t rank = std::max(a.size(), b.size());
+    if (rank > 6) return false;
+    auto widen = [&](Dims d) {
+      d.insert(d.begin(), rank - d.size(), 1);
+      return d;
+    };
+    const Dims aw = widen(a), bwd = widen(b), ow = widen(out);
+    Fused f = fuse_after(n.outputs[0], true);
+    if (dims(f.value) != out) return false;
+    md a_md = plain_md(aw), b_md = plain_md(bwd), o_md = plain_md(ow);
+    dnnl::matmul::desc desc(a_md, b_md, o_md);
+    dnnl::matmul::primitive_desc pd(desc, post_op_attr(f), cpu_engine());
+    std::vector<std::pair<int, md>> rt{{DNNL_ARG_SRC, a_md}};
+    std::unordered_map<int, dnnl::memory> constants;
+    std::vector<int> bufs{plain(n.inputs[0])};
+    if (bw) {
+      constants[DNNL_ARG_WEIGHTS] = reorder_constant(b_md, bw->raw(), b_md);
+    } else {
+      rt.push_back({DNNL_ARG_WEIGHTS, b_md});
+      bufs.push_back(plain(n.inputs[1]));
+    }
+    compiled();
+    emit_with_dst(n.describe(), dnnl::matmul(pd), std::move(rt), std::move(bufs), std::move(constants), f, o_md, true);
+    return true;
+  }
+
+  // [rows, k] x constant [k, n] (+ bias) with fused post-ops; the bias may
+  // also come from an Add of a constant row vector that follows.
+  bool emit_matmul(const ir::Node& n, const std::string& a, const md& src_md, const md& user_wei, const float* weights,
+                   std::vector<float> bias, const std::string& residual, const Dims& out) {
+    const int64_t rows = src_md.dims()[0], k = src_md.dims()[1], nn = user_wei.dims()[1];
+    std::string value = n.outputs[0];
+    std::vector<size_t> bias_nodes;
+    if (bias.empty() && residual.empty() && single_use(value)) {
+      const ir::Node& c = g_.nodes[consumers(value)[0]];
+      if (c.op_type == "Add" && c.domain.empty() && c.inputs.size() == 2) {
+        const std::string& other = c.inputs[0] == value ? c.inputs[1] : c.inputs[0];
+        const ir::Tensor* t = constant(other);
+        if (t && t->dtype() == DType::Float32 && t->numel() == nn && dims(c.outputs[0]) == out) {
+          bias.assign(t->data<float>(), t->data<float>() + nn);
+          bias_nodes.push_back(consumers(value)[0]);
+          value = c.outputs[0];
+        }
+      }
+    }
+    Fused f = fuse_after(value, residual.empty());
+    if (!residual.empty()) {
+      f.sum_position = 0;
+      f.residual = residual;
+    }
+    f.nodes.insert(f.nodes.begin(), bias_nodes.begin(), bias_nodes.end());
+    if (dims(f.value) != out || rows * nn * 4 != bytes_of(f.value)) return false;
+    const md dst_md = plain_md({rows, nn});
+    md bias_md = bias.empty() ? md() : plain_md({1, nn});
+    dnnl::matmul::desc desc(src_md, md({k, nn}, dt::f32, dnnl::memory::format_tag::any), bias_md, dst_md);
+    dnnl::matmul::primitive_desc pd(desc, post_op_attr(f), cpu_engine());
+    std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, reorder_constant(user_wei, weights, pd.weights_desc())}};
+    if (!bias.empty()) constants[DNNL_ARG_BIAS] = reorder_constant(bias_md, bias.data(), bias_md);
+    const int src = plain(a);
+    compiled();
+    // The destination is [rows, n]: the same bytes as the value's own shape.
+    emit_with_dst(n.describe(), dnnl::matmul(pd), {{DNNL_ARG_SRC, src_md}}, {src}, std::move(constants), f, dst_md, true);
+    return true;
+  }
+
+  // ---- pooling ---------------------------------------------------------------
+  bool lower_pool(const ir::Node& n) {
+    if (n.inputs.empty() || !is_f32(n.inputs[0])) return false;
+    for (size_t i = 1; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) return false;  // MaxPool's Indices
+    const Dims in = dims(n.inputs[0]), out = dims(n.outputs[0]);
+    if (in.size() < 3 || in.size() > 5) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    const Dims spatial(in.begin() + 2, in.end());
+    const bool global = n.op_type.rfind("Global", 0) == 0;
+    dnnl::algorithm alg = dnnl::algorithm::pooling_max;
+    ref::Geometry geo;
+    if (global) {
+      geo.kernel = spatial;
+      geo.strides.assign(spatial.size(), 1);
+      geo.dilations.assign(spatial.size(), 1);
+      geo.pad_begin.assign(spatial.size(), 0);
+      geo.pad_end.assign(spatial.size(), 0);
+      geo.out.assign(spatial.size(), 1);
+      if (n.op_type == "GlobalAveragePool") alg = dnnl::algorithm::pooling_avg_exclude_padding;
+    } else {
+      if (ctx.attr_int("storage_order", 0) != 0 && n.outputs.size() > 1) return false;
+      if (n.op_type == "AveragePool")
+        alg = ctx.attr_int("count_include_pad", 0) ? dnnl::algorithm::pooling_avg_include_padding
+                                                   : dnnl::algorithm::pooling_avg_exclude_padding;
+      geo = ref::forward_geometry(ctx, spatial, ctx.attr_ints("kernel_shape"), ctx.attr_int("ceil_mode", 0) != 0);
+      // ceil_mode: oneDNN sizes its output by floor, so the extra window is end padding.
+      for (size_t d = 0; d < spatial.size(); ++d)
+        geo.pad_end[d] = std::max(geo.pad_end[d], (geo.out[d] - 1) * geo.strides[d] + geo.extent(d) - spatial[d] - geo.pad_begin[d]);
+      if (alg == dnnl::algorithm::pooling_avg_include_padding && ctx.attr_int("ceil_mode", 0)) return false;
+    }
+    if (Dims(out.begin() + 2, out.end()) != geo.out) return false;
+    dnnl::memory::dims dil;
+    for (int64_t d : geo.dilations) dil.push_back(d - 1);
+    const md src_md = val(n.inputs[0]).layout;
+    dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src_md,
+                                        md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any), to_dnnl(geo.strides),
+                                        to_dnnl(geo.kernel), dil, to_dnnl(geo.pad_begin), to_dnnl(geo.pad_end));
+    dnnl::pooling_v2_forward::primitive_desc pd(desc, cpu_engine());
+    Fused f;
+    f.value = n.outputs[0];
+    compiled();
+    emit_with_dst(n.describe(), dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src_md}}, {val(n.inputs[0]).buffer}, {}, f,
+                  pd.dst_desc(), is_plain(pd.dst_desc(), out));
+    return true;
+  }
+
+  // ---- Softmax, LayerNormalization ------------------------------------------------
+  bool lower_softmax(const ir::Node& n) {
+    if (n.inputs.size() != 1 || !is_f32(n.inputs[0])) return false;
+    Dims d = dims(n.inputs[0]);
+    if (d.empty()) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    int64_t axis = ctx.attr_int("axis", n.opset >= 13 ? -1 : 1);
+    if (axis < 0) axis += int64_t(d.size());
+    if (axis < 0 || axis >= int64_t(d.size())) return false;
+    if (n.opset < 13) {  // the input is coerced to 2-D around the axis
+      int64_t outer = 1, inner = 1;
+      for (size_t i = 0; i < d.size(); ++i) (int64_t(i) < axis ? outer : inner) *= d[i];
+      d = {outer, inner};
+      axis = 1;
+    }
+    const md m = plain_md(d);
+    dnnl::softmax_v2_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                        n.op_type == "Softmax" ? dnnl::algorithm::softmax_accurate : dnnl::algorithm::softmax_log,
+                                        m, m, int(axis));
+    dnnl::softmax_v2_forward::primitive_desc pd(desc, cpu_engine());
+    Fused f;
+    f.value = n.outputs[0];
+    const int src = plain(n.inputs[0]);
+    compiled();
+    emit_with_dst(n.describe(), dnnl::softmax_v2_forward(pd), {{DNNL_ARG_SRC, m}}, {src}, {}, f, m, true);
+    return true;
+  }
+
+  bool lower_layer_norm(const ir::Node& n) {
+    if (n.inputs.size() < 2 || !is_f32(n.inputs[0])) return false;
+    for (size_t i = 1; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) return false;  // Mean, InvStdDev
+    const Dims d = dims(n.inputs[0]);
+    ref::KernelContext ctx(n, {}, nullptr);
+    int64_t axis = ctx.attr_int("axis", -1);
+    if (axis < 0) axis += int64_t(d.size());
+    if (axis < 0 || axis >= int64_t(d.size())) return false;
+    int64_t outer = 1, inner = 1;
+    for (size_t i = 0; i < d.size(); ++i) (int64_t(i) < axis ? outer : inner) *= d[i];
+    const ir::Tensor* scale = constant(n.inputs[1]);
+    const ir::Tensor* shift = n.inputs.size() > 2 && !n.inputs[2].empty() ? constant(n.inputs[2]) : nullptr;
+    if (!scale || scale->dtype() != DType::Float32 || scale->numel() != inner) return false;
+    if (n.inputs.size() > 2 && !n.inputs[2].empty() && (!shift || shift->dtype() != DType::Float32 || shift->numel() != inner))
+      return false;
+    const md m = plain_md({outer, inner});
+    auto flags = dnnl::normalization_flags::use_scale;
+    if (shift) flags = flags | dnnl::normalization_flags::use_shift;
+    dnnl::layer_normalization_forward::desc desc(dnnl::prop_kind::forward_inference, m, ctx.attr_float("epsilon", 1e-5f), flags);
+    dnnl::layer_normalization_forward::primitive_desc pd(desc, cpu_engine());
+    const md vec = plain_md({inner});
+    std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_SCALE, reorder_constant(vec, scale->raw(), vec)}};
+    if (shift) constants[DNNL_ARG_SHIFT] = reorder_constant(vec, shift->raw(), vec);
+    Fused f;
+    f.value = n.outputs[0];
+    const int src = plain(n.inputs[0]);
+    compiled();
+    emit_with_dst(n.describe(), dnnl::layer_normalization_forward(pd), {{DNNL_ARG_SRC, m}}, {src}, std::move(constants), f, m,
+                  true);
+    return true;
+  }
+
+  // ---- Transpose: a oneDNN reorder from permuted strides ----------------------------
+  bool lower_transpose(const ir::Node& n) {
+    if (!is_f32(n.inputs[0])) return false;
+    const Dims in = dims(n.inputs[0]), out = dims(n.outputs[0]);
+    if (in.empty()) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    std::vector<int64_t> perm = ctx.attr_ints("perm", {});
+    if (perm.empty())
+      for (size_t i = in.size(); i-- > 0;) perm.push_back(int64_t(i));
+    if (perm.size() != in.size()) return false;
+    const auto in_strides = row_major_strides(in);
+    dnnl::memory::dims strides;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= int64_t(in.size())) return false;
+      strides.push_back(in_strides[size_t(p)]);
+    }
+    const md src_md(to_dnnl(out), dt::f32, strides), dst_md = plain_md(out);
+    auto pd = dnnl::reorder::primitive_desc(cpu_engine(), src_md, cpu_engine(), dst_md);
+    const int src = plain(n.inputs[0]);
+    const int dst = define_plain(n.outputs[0]);
+    add_kernel(n.describe(), {src, dst}, {0, 1},
+               std::make_unique<OneDnnKernel>(dnnl::reorder(pd), std::vector<std::pair<int, md>>{{DNNL_ARG_FROM, src_md}, {DNNL_ARG_TO, dst_md}},
+                                              std::unordered_map<int, dnnl::memory>{}));
+    compiled();
+    return true;
+  }
+
+  // ---- Slice and Gather: copies of whole rows where possible ------------------------
+  bool lower_slice(const ir::Node& n) {
+    const Dims in = dims(n.inputs[0]);
+    if (in.empty() || n.outputs.size() != 1) return false;
+    std::vector<int64_t> starts, ends, axes, steps;
+    ref::KernelContext ctx(n, {}, nullptr);
+    if (n.opset < 10) {
+      starts = ctx.attr_ints("starts");
+      ends = ctx.attr_ints("ends");
+      axes = ctx.attr_ints("axes", {});
+    } else {
+      std::vector<std::vector<int64_t>*> params{&starts, &ends, &axes, &steps};
+      for (size_t i = 1; i < n.inputs.size() && i <= 4; ++i) {
+        if (n.inputs[i].empty()) continue;
+        const ir::Tensor* t = constant(n.inputs[i]);
+        if (!t) return false;
+        *params[i - 1] = t->to_int64_vector();
+      }
+    }
+    const ref::SliceWindow w = ref::slice_window(ctx, in, starts, ends, axes, steps);
+    if (w.out != dims(n.outputs[0])) return false;
+    const auto in_strides = row_major_strides(in);
+    int64_t offset = 0;
+    std::vector<int64_t> strides;
+    for (size_t d = 0; d < in.size(); ++d) {
+      offset += w.first[d] * in_strides[d];
+      strides.push_back(w.step[d] * in_strides[d]);
+    }
+    const int src = plain(n.inputs[0]);
+    add_kernel(n.describe(), {src, define_plain(n.outputs[0])}, {0, 1},
+               std::make_unique<StridedCopyKernel>(w.out, offset, strides, ir::dtype_size(dtype(n.inputs[0]))));
+    compiled();
+    return true;
+  }
+
+  bool lower_gather(const ir::Node& n) {
+    if (n.inputs.size() != 2 || n.outputs.size() != 1) return false;
+    const Dims data = dims(n.inputs[0]);
+    const DType index_type = dtype(n.inputs[1]);
+    if (data.empty() || (index_type != DType::Int64 && index_type != DType::Int32)) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    int64_t axis = ctx.attr_int("axis", 0);
+    if (axis < 0) axis += int64_t(data.size());
+    if (axis < 0 || axis >= int64_t(data.size())) return false;
+    const int src = plain(n.inputs[0]), indices = plain(n.inputs[1]);
+    add_kernel(n.describe(), {src, indices, define_plain(n.outputs[0])}, {0, 0, 1},
+               std::make_unique<GatherKernel>(n.describe(), data, int(axis), ir::checked_numel(dims(n.inputs[1])), index_type,
+                                              ir::dtype_size(dtype(n.inputs[0]))));
+    compiled();
+    return true;
+  }
+
+  // ---- Concat ---------------------------------------------------------------------
+  bool lower_concat(const ir::Node& n) {
+    const Dims out = dims(n.outputs[0]);
+    if (out.empty()) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    int64_t axis = n.opset < 4 ? ctx.attr_int("axis", 1) : ctx.attr_int("axis");  // optional before opset 4
+    if (axis < 0) axis += int64_t(out.size());
+    if (axis < 0 || axis >= int64_t(out.size())) return false;
+    bool any_blocked = false;
+    std::vector<std::string> ins;
+    for (const auto& in : n.inputs) {
+      if (in.empty() || dtype(in) != dtype(n.outputs[0])) return false;
+      if (ir::checked_numel(dims(in)) == 0) continue;
+      ins.push_back(in);
+      if (is_f32(in) && val(in).blocked) any_blocked = true;
+    }
+    if (ins.empty()) return false;
+    if (any_blocked) {
+      std::vector<md> srcs;
+      for (const auto& in : ins) srcs.push_back(val(in).layout);
+      dnnl::concat::primitive_desc pd(md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any), int(axis), srcs, cpu_engine());
+      std::vector<std::pair<int, md>> rt;
+      std::vector<int> bufs;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        rt.push_back({DNNL_ARG_MULTIPLE_SRC + int(i), srcs[i]});
+        bufs.push_back(val(ins[i]).buffer);
+      }
+      Fused f;
+      f.value = n.outputs[0];
+      compiled();
+      emit_with_dst(n.describe(), dnnl::concat(pd), std::move(rt), std::move(bufs), {}, f, pd.dst_desc(),
+                    is_plain(pd.dst_desc(), out));
+      return true;
+    }
+    std::vector<Dims> in_dims;
+    std::vector<int> bufs;
+    for (const auto& in : ins) {
+      in_dims.push_back(dims(in));
+      bufs.push_back(plain(in));
+    }
+    std::vector<char> writes(bufs.size(), 0);
+    bufs.push_back(define_plain(n.outputs[0]));
+    writes.push_back(1);
+    add_kernel(n.describe(), std::move(bufs), std::move(writes),
+               std::make_unique<ConcatKernel>(in_dims, int(axis), ir::dtype_size(dtype(n.outputs[0]))));
+    compiled();
+    return true;
+  }
+
+  // ---- elementwise chains: one generated loop --------------------------------------
+  bool loop_candidate(const ir::Node& n, const Dims& shape) {
+    auto it = loop_ops().find(n.op_type);
+    if (it == loop_ops().end() || !n.domain.empty() || n.outputs.size() != 1 || !is_f32(n.outputs[0])) return false;
+    const bool clip = n.op_type == "Clip";
+    if (clip ? n.inputs.empty() || n.inputs.size() > 3 : int(n.inputs.size()) != it->second.arity) return false;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (!is_f32(n.inputs[i]) && !(clip && i > 0 && n.inputs[i].empty())) return false;
+    if (dims(n.outputs[0]) != shape) return false;
+    if (n.op_type == "Clip" && !clip_bounds(n)) return false;
+    if (n.op_type == "PRelu") {  // the slope broadcasts to the input
+      if (dims(n.inputs[0]) != shape) return false;
+    }
+    return true;
+  }
+
+  bool lower_elementwise(const ir::Node& first) {
+    const Dims shape = dims(first.outputs[0]);
+    if (!loop_candidate(first, shape)) return false;
+    auto loop = std::make_unique<Loop>();
+    loop->shape = shape;
+    std::vector<int> args;
+    std::map<std::string, int> ssa;       // values computed or loaded in the loop
+    std::map<std::string, int> operand;  // external values, by operand index
+    std::set<std::string> computed;       // outputs of the loop's nodes
+    std::vector<size_t> members;
+
+    auto load = [&](const std::string& name) -> int {
+      if (auto it = ssa.find(name); it != ssa.end()) return it->second;
+      if (auto c = scalar_constant(name)) {
+        loop->code.push_back({Op::Constant, -1, -1, *c, 0});
+      } else {
+        auto it = operand.find(name);
+        if (it == operand.end()) {
+          Loop::Operand o;
+          o.arg = int(args.size());
+          args.push_back(plain(name));
+          const Dims d = dims(name);
+          const auto strides = row_major_strides(d);
+          o.strides.assign(shape.size(), 0);
+          for (size_t i = 0; i < d.size(); ++i) {
+            const size_t at = shape.size() - d.size() + i;
+            o.strides[at] = d[i] == 1 ? 0 : strides[i];
+          }
+          loop->operands.push_back(o);
+          it = operand.emplace(name, int(loop->operands.size()) - 1).first;
+        }
+        loop->code.push_back({Op::Load, it->second, -1, 0, 0});
+      }
+      return ssa[name] = int(loop->code.size()) - 1;
+    };
+    auto broadcastable = [&](const std::string& name) {
+      const Dims d = dims(name);
+      if (d.size() > shape.size()) return false;
+      for (size_t i = 0; i < d.size(); ++i)
+        if (d[i] != 1 && d[i] != shape[shape.size() - d.size() + i]) return false;
+      return true;
+    };
+    auto add = [&](const ir::Node& n) {
+      const LoopOpInfo info = loop_ops().at(n.op_type);
+      ref::KernelContext ctx(n, {}, nullptr);
+      Loop::Instr in;
+      in.op = info.op;
+      in.a = load(n.inputs[0]);
+      if (info.arity == 2) in.b = load(n.inputs[1]);
+      if (n.op_type == "LeakyRelu") in.alpha = ctx.attr_float("alpha", 0.01f);
+      if (n.op_type == "Elu") in.alpha = ctx.attr_float("alpha", 1.0f);
+      if (n.op_type == "Selu") {
+        in.alpha = ctx.attr_float("alpha", 1.67326319217681884765625f);
+        in.beta = ctx.attr_float("gamma", 1.05070102214813232421875f);
+      }
+      if (n.op_type == "HardSigmoid") {
+        in.alpha = ctx.attr_float("alpha", 0.2f);
+        in.beta = ctx.attr_float("beta", 0.5f);
+      }
+      if (n.op_type == "Clip") std::tie(in.alpha, in.beta) = *clip_bounds(n);
+      loop->code.push_back(in);
+      ssa[n.outputs[0]] = int(loop->code.size()) - 1;
+      computed.insert(n.outputs[0]);
+    };
+
+    auto loaded = [&](const ir::Node& n) {  // Clip reads its bounds as constants
+      return n.op_type == "Clip" ? std::vector<std::string>{n.inputs[0]} : n.inputs;
+    };
+    for (const auto& in : loaded(first))
+      if (!broadcastable(in)) return false;
+    add(first);
+    members.push_back(node_);
+    // Greedily take later elementwise nodes of the same shape whose other
+    // inputs exist before the loop runs.
+    for (size_t i = node_ + 1; i < g_.nodes.size() && i < node_ + 64; ++i) {
+      const ir::Node& n = g_.nodes[i];
+      if (absorbed_[i] || !loop_candidate(n, shape)) continue;
+      bool uses_group = false, ok = true;
+      for (const auto& in : loaded(n)) {
+        if (computed.count(in)) uses_group = true;
+        else if (!available(in) || !broadcastable(in)) ok = false;
+      }
+      if (!ok || !uses_group) continue;
+      add(n);
+      members.push_back(i);
+    }
+
+    // Store every member output someone outside the loop needs.
+    std::set<size_t> member_set(members.begin(), members.end());
+    std::vector<char> writes(args.size(), 0);
+    for (size_t m : members) {
+      const std::string& out = g_.nodes[m].outputs[0];
+      bool needed = output_of_.count(out) != 0;
+      for (size_t c : consumers(out))
+        if (!member_set.count(c)) needed = true;
+      if (!needed) continue;
+      loop->stores.push_back({ssa.at(out), int(args.size())});
+      args.push_back(define_plain(out));
+      writes.push_back(1);
+    }
+    for (size_t m : members) absorbed_[m] = 1;
+    compiled(int(members.size()));
+    Step s;
+    s.label = first.describe() + (members.size() > 1 ? " and " + std::to_string(members.size() - 1) + " fused" : "");
+    s.args = std::move(args);
+    s.writes = std::move(writes);
+    s.loop = std::move(loop);
+    p_.steps.push_back(std::move(s));
+    return true;
+  }
+
+  // ---- the end: outputs, memory plan -----------------------------------------
+  void finish_output(int k) {
+    const std::string& name = p_.outputs[size_t(k)];
+    const int target = output_buffer_[size_t(k)];
+    node_ = g_.nodes.size();
+    Val& v = val(name);
+    if (v.buffer == target) return;
+    if (v.blocked) {
+      const md want = plain_md(dims(name));
+      auto pd = dnnl::reorder::primitive_desc(cpu_engine(), v.layout, cpu_engine(), want);
+      add_kernel("output " + name, {v.buffer, target}, {0, 1},
+                 std::make_unique<OneDnnKernel>(dnnl::reorder(pd), std::vector<std::pair<int, md>>{{DNNL_ARG_FROM, v.layout}, {DNNL_ARG_TO, want}},
+                                                std::unordered_map<int, dnnl::memory>{}));
+    } else {
+      add_kernel("output " + name, {v.buffer, target}, {0, 1}, std::make_unique<CopyKernel>(bytes_of(name)));
+    }
+  }
+
+  void plan() {
+    std::vector<passes::BufferRequest> requests;
+    std::map<int, size_t> index;
+    for (size_t s = 0; s < p_.steps.size(); ++s)
+      for (int b : p_.steps[s].args) {
+        if (p_.buffers[size_t(b)].kind != Buffer::Kind::Arena) continue;
+        auto it = index.find(b);
+        if (it == index.end()) {
+          index[b] = requests.size();
+          requests.push_back({std::to_string(b), p_.buffers[size_t(b)].bytes, s, s});
+        } else {
+          requests[it->second].last = s;
+        }
+      }
+    passes::MemoryPlan plan = passes::plan_buffers(requests);
+    for (const auto& [b, i] : index) p_.buffers[size_t(b)].offset = plan.slots.at(requests[i].name).offset;
+    p_.arena_bytes = plan.arena_bytes;
+    p_.intermediate_bytes = plan.intermediate_bytes;
+  }
+
+  const ir::Graph& g_;
+  const ir::Specialization& spec_;
+  Program p_;
+  std::map<std::string, Val> vals_;
+  std::map<std::string, std::vector<size_t>> consumers_;
+  std::map<std::string, size_t> producer_;
+  std::map<std::string, int> input_index_;
+  std::multimap<std::string, int> output_of_;
+  std::vector<int> output_buffer_;
+  std::vector<char> absorbed_;
+  size_t node_ = 0;
+};
+
+}  // namespace
+
+bool lowers_natively(const ir::Node& node) {
+  if (!node.domain.empty() && node.domain != "ai.onnx") return false;
+  return alias_ops().count(node.op_type) || primitive_ops().count(node.op_type) || loop_ops().count(node.op_type);
+}
+
+Program lower(const ir::Graph& graph, const ir::Specialization& spec) { return Lowering(graph, spec).run(); }
+
+}  // namespace kiln::cpu

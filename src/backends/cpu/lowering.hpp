@@ -1,0 +1,24 @@
+#pragma once
+// Lowers a specialized graph to a cpu Program: the partition (which nodes
+// become oneDNN primitives or generated loops, which run their reference
+// kernel), the fusions (activations, bias and residual additions as oneDNN
+// post-ops; elementwise chains into one loop), the layouts (oneDNN's blocked
+// layouts kept between the primitives that want them, reorders only at the
+// edges) and the memory plan.
+#include "backends/cpu/program.hpp"
+#include "runtime/ir/graph.hpp"
+#include "runtime/ir/shape_inference.hpp"
+
+namespace kiln::cpu {
+
+// Throws ir::Error(Unsupported) when the specialization cannot be planned
+// statically (a value's shape depends on data, or its type has no fixed
+// size); the backend then runs it with the reference executor.
+Program lower(const ir::Graph& graph, const ir::Specialization& spec);
+
+// Whether the cpu backend compiles a node of this kind itself (for the other
+// kinds, it calls the reference kernel). Shapes and dtypes can still send a
+// claimed node to the reference kernel.
+bool lowers_natively(const ir::Node& node);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,40 @@
+#pragma once
+// A oneDNN primitive as a step of a compiled specialization: created once at
+// compile time, for fixed shapes and layouts, with its constant operands
+// (weights reordered into the layout the primitive chose, bias, scale)
+// bound once. At run time only the activation buffers change.
+#include <dnnl.hpp>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cpu/program.hpp"
+
+namespace kiln::cpu {
+
+class OneDnnKernel : public Kernel {
+ public:
+  // The argument id of a step argument oneDNN does not see (the residual).
+  static constexpr int kNotBound = -1;
+  // `runtime_args`: the DNNL_ARG_* of each step argument, in order, with the
+  // layout of the buffer bound there. If `sum_from` >= 0, that argument (a
+  // residual of the destination's layout) is copied into DNNL_ARG_DST first,
+  // for a Sum post-op.
+  OneDnnKernel(dnnl::primitive primitive, std::vector<std::pair<int, dnnl::memory::desc>> runtime_args,
+               std::unordered_map<int, dnnl::memory> constant_args, int sum_from = -1);
+  void run(void* const* args) const override;
+
+ private:
+  dnnl::primitive primitive_;
+  std::vector<std::pair<int, dnnl::memory::desc>> runtime_args_;
+  std::unordered_map<int, dnnl::memory> constant_args_;
+  int sum_from_ = -1;
+  int dst_index_ = -1;
+};
+
+// The engine every kernel of the cpu backend uses.
+const dnnl::engine& cpu_engine();
+
+// `data` (plain, of `user` layout) copied into a new memory of layout `want`.
+dnnl::memory reorder_constant(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& want);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,86 @@
+#pragma once
+// A specialization lowered for the cpu backend, before code generation: the
+// buffers it uses and the steps that read and write them, in order. The
+// lowering builds it, the code generator turns it into one straight-line
+// entry function, and the executable binds buffers and calls that function.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/ir/tensor.hpp"
+
+namespace kiln::cpu {
+
+// Work the generated code calls into: a oneDNN primitive created once, a
+// reference kernel for what the backend does not compile, a copy.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // `args` point at the step's buffers, in the order the step lists them.
+  // Throws ir::Error; the host wrapper turns that into a status for the
+  // generated code (exceptions never unwind through generated frames).
+  virtual void run(void* const* args) const = 0;
+};
+
+struct Buffer {
+  enum class Kind { Arena, Input, Output, Constant };
+  Kind kind = Kind::Arena;
+  int index = 0;       // position among inputs, outputs or constants
+  int64_t bytes = 0;
+  int64_t offset = 0;  // in the arena, once planned
+  std::string name;    // the value it holds first, for the plan and messages
+};
+
+// A chain of float32 elementwise operations fused into one generated loop
+// over `shape`. `code` is in SSA form: instruction i produces value i.
+struct Loop {
+  enum class Op {
+    Load,  // operand `a`
+    Constant,  // alpha
+    Add, Sub, Mul, Div, Max, Min, Pow,
+    PRelu,  // a if a > 0 else a * b
+    Neg, Abs, Relu, LeakyRelu, Sigmoid, Tanh, Exp, Log, Sqrt, Erf, Reciprocal, Floor, Ceil,
+    Clip,         // min alpha, max beta
+    HardSigmoid,  // max(0, min(1, alpha * x + beta))
+    HardSwish, Softplus, Elu, Selu, Softsign,
+  };
+  struct Operand {
+    int arg = 0;                   // the step's argument holding it
+    std::vector<int64_t> strides;  // elements per step of each dim of `shape` (0: broadcast)
+  };
+  struct Instr {
+    Op op = Op::Load;
+    int a = -1, b = -1;  // operands: earlier instructions, or the operand index for Load
+    float alpha = 0, beta = 0;
+  };
+  ir::Dims shape;
+  std::vector<Operand> operands;
+  std::vector<Instr> code;
+  std::vector<std::pair<int, int>> stores;  // (instruction, argument) written contiguously over `shape`
+};
+
+struct Step {
+  std::string label;  // the node(s) it runs, for messages
+  std::vector<int> args;          // buffer ids
+  std::vector<char> writes;       // per argument
+  std::unique_ptr<Kernel> kernel;  // exactly one of kernel and loop
+  std::unique_ptr<Loop> loop;
+};
+
+struct Program {
+  std::vector<Buffer> buffers;
+  std::vector<Step> steps;
+  std::vector<std::string> inputs;   // graph input names, in io order
+  std::vector<ir::Tensor> input_defaults;  // per input: its initializer, if it has one
+  std::vector<std::string> outputs;  // graph output names, in io order (after the inputs)
+  std::vector<ir::DType> output_dtypes;
+  std::vector<ir::Dims> output_dims;
+  std::vector<ir::Tensor> constants;  // what Constant buffers point at
+  int64_t arena_bytes = 0;
+  int64_t intermediate_bytes = 0;
+  int compiled_nodes = 0;   // graph nodes lowered to oneDNN primitives or generated loops
+  int fallback_nodes = 0;   // graph nodes run by the reference kernels
+};
+
+}  // namespace kiln::cpu
