@@ -8,6 +8,7 @@
 #include <tbb/parallel_for.h>
 
 #include <cmath>
+#include <map>
 
 #include "runtime/ir/error.hpp"
 
@@ -85,6 +86,10 @@ class Emitter {
   void entry(const Program& p, const std::string& name) {
     auto* fn_type = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_, ptr_}, false);
     auto* fn = llvm::Function::Create(fn_type, llvm::Function::ExternalLinkage, name, m_);
+    // Straight-line calls gain nothing from optimisation and would cost most
+    // of the compile time: only the loops are optimised.
+    fn->addFnAttr(llvm::Attribute::OptimizeNone);
+    fn->addFnAttr(llvm::Attribute::NoInline);
     auto* kernels = fn->getArg(0);
     auto* constants = fn->getArg(1);
     auto* io = fn->getArg(2);
@@ -121,6 +126,7 @@ class Emitter {
         b_.CreateStore(where, b_.CreateConstInBoundsGEP1_64(ptr_, args, a));
       }
       if (step.kernel) {
+        loop_names.push_back("");
         auto* result = b_.CreateCall(run_kernel_fn, {load_ptr(kernels, int64_t(s)), args, status});
         auto* next = llvm::BasicBlock::Create(ctx_, "step" + std::to_string(s + 1), fn);
         b_.CreateCondBr(b_.CreateICmpNE(result, b_.getInt32(0)), fail, next);
@@ -130,7 +136,12 @@ class Emitter {
         collapse(loop);
         int64_t n = 1;
         for (int64_t d : loop.shape) n *= d;
-        auto* body = loop_function(loop, loop_name(name, s));
+        // Identical loops (every layer of a transformer has the same ones)
+        // are generated once.
+        const std::string key = loop_key(loop);
+        auto& body = loops_by_key_[key];
+        if (!body) body = loop_function(loop, loop_name(name, s));
+        loop_names.push_back(body->getName().str());
         // Chunks of at least 16K elements: below that, threads cost more than they save.
         b_.CreateCall(parallel_fn, {body, args, b_.getInt64(uint64_t(n)), b_.getInt64(16384)});
       }
@@ -138,7 +149,35 @@ class Emitter {
     b_.CreateRet(b_.getInt32(0));
   }
 
+  std::vector<std::string> loop_names;  // per step: its loop function, or ""
+
  private:
+  static std::string loop_key(const Loop& loop) {
+    std::string k;
+    auto put = [&](const void* p, size_t n) { k.append(static_cast<const char*>(p), n); };
+    auto ints = [&](const std::vector<int64_t>& v) {
+      const size_t n = v.size();
+      put(&n, sizeof n);
+      put(v.data(), n * sizeof(int64_t));
+    };
+    ints(loop.shape);
+    for (const auto& o : loop.operands) {
+      put(&o.arg, sizeof o.arg);
+      ints(o.strides);
+    }
+    k += '|';
+    for (const auto& in : loop.code) {
+      put(&in.op, sizeof in.op);
+      put(&in.a, sizeof in.a);
+      put(&in.b, sizeof in.b);
+      put(&in.alpha, sizeof in.alpha);
+      put(&in.beta, sizeof in.beta);
+    }
+    k += '|';
+    for (const auto& st : loop.stores) put(&st, sizeof st);
+    return k;
+  }
+
   llvm::Value* load_ptr(llvm::Value* table, int64_t index) {
     return b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, table, uint64_t(index)));
   }
@@ -286,6 +325,7 @@ class Emitter {
     return fn;
   }
 
+  std::map<std::string, llvm::Function*> loops_by_key_;
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
   llvm::IRBuilder<> b_;
@@ -303,12 +343,13 @@ Jit::SymbolTable codegen_host_symbols() {
 
 CompiledProgram compile_program(const Program& program, Jit& jit, const std::string& entry_name) {
   auto unit = jit.new_module(entry_name);
-  Emitter(*unit.module).entry(program, entry_name);
+  Emitter emitter(*unit.module);
+  emitter.entry(program, entry_name);
   jit.add(std::move(unit));
   CompiledProgram c;
   c.entry = reinterpret_cast<EntryFn>(jit.lookup(entry_name));
-  for (size_t s = 0; s < program.steps.size(); ++s)
-    c.loops.push_back(program.steps[s].loop ? reinterpret_cast<LoopFn>(jit.lookup(loop_name(entry_name, s))) : nullptr);
+  for (const auto& name : emitter.loop_names)
+    c.loops.push_back(name.empty() ? nullptr : reinterpret_cast<LoopFn>(jit.lookup(name)));
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
+#include <llvm/Target/TargetMachine.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/TargetParser/Host.h>
 
@@ -80,6 +81,7 @@ HostInfo detect_host() {
 
 struct Jit::Impl {
   HostInfo host;
+  std::unique_ptr<llvm::orc::JITTargetMachineBuilder> machine;  // what the optimiser tunes for
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::atomic<int64_t> codegen_runs{0};
 };
@@ -92,6 +94,7 @@ Jit::Jit(const SymbolTable& host_symbols) : impl_(std::make_unique<Impl>()) {
   // PIC + small code model: what JITLink and a later `cc` link of the same object accept.
   jtmb.setRelocationModel(llvm::Reloc::PIC_);
   jtmb.setCodeModel(llvm::CodeModel::Small);
+  impl_->machine = std::make_unique<llvm::orc::JITTargetMachineBuilder>(jtmb);
   impl_->jit = take(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create(), "cannot create the JIT");
 
   llvm::orc::SymbolMap symbols;
@@ -102,21 +105,37 @@ Jit::Jit(const SymbolTable& host_symbols) : impl_(std::make_unique<Impl>()) {
   if (auto err = impl_->jit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(symbols))))
     fail_llvm("cannot define host symbols", std::move(err));
 
-  // O2 on the IR transform layer: every module added is optimised once, before codegen.
+  // The IR transform layer optimises every module once, before codegen.
   impl_->jit->getIRTransformLayer().setTransform(
       [this](llvm::orc::ThreadSafeModule tsm, llvm::orc::MaterializationResponsibility&) -> llvm::Expected<llvm::orc::ThreadSafeModule> {
-        tsm.withModuleDo([](llvm::Module& m) {
+        // A target machine per module (they are not shared across threads):
+        // without one the vectoriser knows no vector registers.
+        auto machine = take(impl_->machine->createTargetMachine(), "cannot target this CPU");
+        tsm.withModuleDo([&](llvm::Module& m) {
+          for (llvm::Function& f : m) {
+            if (f.isDeclaration()) continue;
+            f.addFnAttr("target-cpu", machine->getTargetCPU());
+            f.addFnAttr("target-features", machine->getTargetFeatureString());
+          }
           llvm::LoopAnalysisManager lam;
           llvm::FunctionAnalysisManager fam;
           llvm::CGSCCAnalysisManager cgam;
           llvm::ModuleAnalysisManager mam;
-          llvm::PassBuilder pb;
+          llvm::PassBuilder pb(machine.get());
           pb.registerModuleAnalyses(mam);
           pb.registerCGSCCAnalyses(cgam);
           pb.registerFunctionAnalyses(fam);
           pb.registerLoopAnalyses(lam);
           pb.crossRegisterProxies(lam, fam, cgam, mam);
-          pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(m, mam);
+          // Generated code is straight-line calls plus simple loops already in
+          // SSA form: what pays is hoisting invariants and vectorising the
+          // loops. The full O2 pipeline gave the same loops at twice the
+          // compile time.
+          llvm::ModulePassManager mpm;
+          if (auto err = pb.parsePassPipeline(mpm, "function(instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(licm),"
+                                                   "loop-vectorize,instcombine,simplifycfg)"))
+            fail_llvm("cannot build the optimisation pipeline", std::move(err));
+          mpm.run(m, mam);
         });
         impl_->codegen_runs++;
         return tsm;

@@ -1,6 +1,6 @@
 #pragma once
 // The cpu backend's code generator host: one LLJIT per Jit, targeting the
-// host CPU, with the module optimised at O2 on ORC's IR transform layer and
+// host CPU, with each module optimised on ORC's IR transform layer and
 // the host functions generated code may call handed over as an explicit table
 // of absolute symbols (no process-wide symbol search: see TOOLCHAIN-FACTS.md).
 //

@@ -283,6 +283,7 @@ class Lowering {
     if (op == "Concat") return lower_concat(n);
     if (op == "Slice") return lower_slice(n);
     if (op == "Gather") return lower_gather(n);
+    if (binary_algorithm(op) && lower_blocked_binary(n)) return true;
     if (loop_ops().count(op)) return lower_elementwise(n);
     return false;
   }
@@ -915,6 +916,56 @@ class Lowering {
     add_kernel(n.describe(), std::move(bufs), std::move(writes),
                std::make_unique<ConcatKernel>(in_dims, int(axis), ir::dtype_size(dtype(n.outputs[0]))));
     compiled();
+    return true;
+  }
+
+  // ---- binary ops on blocked layouts: oneDNN binary, broadcasting included ----------
+  static std::optional<dnnl::algorithm> binary_algorithm(const std::string& op) {
+    if (op == "Add") return dnnl::algorithm::binary_add;
+    if (op == "Sub") return dnnl::algorithm::binary_sub;
+    if (op == "Mul") return dnnl::algorithm::binary_mul;
+    if (op == "Div") return dnnl::algorithm::binary_div;
+    if (op == "Max") return dnnl::algorithm::binary_max;
+    if (op == "Min") return dnnl::algorithm::binary_min;
+    return std::nullopt;
+  }
+
+  // Between convolutions (a squeeze-and-excitation scale, a residual the
+  // convolution could not absorb) the operands are blocked: computing there
+  // saves reordering them to plain and back.
+  bool lower_blocked_binary(const ir::Node& n) {
+    if (n.inputs.size() != 2 || !is_f32(n.inputs[0]) || !is_f32(n.inputs[1]) || !is_f32(n.outputs[0])) return false;
+    const Dims out = dims(n.outputs[0]);
+    const std::string &a = n.inputs[0], &b = n.inputs[1];
+    // oneDNN broadcasts only its second source: the full-shaped blocked one comes first.
+    const bool commutative = n.op_type == "Add" || n.op_type == "Mul" || n.op_type == "Max" || n.op_type == "Min";
+    std::string full, other;
+    if (dims(a) == out && val(a).blocked) {
+      full = a;
+      other = b;
+    } else if (commutative && dims(b) == out && val(b).blocked) {
+      full = b;
+      other = a;
+    } else {
+      return false;
+    }
+    Dims od = dims(other);
+    if (od.size() > out.size()) return false;
+    od.insert(od.begin(), out.size() - od.size(), 1);
+    for (size_t i = 0; i < out.size(); ++i)
+      if (od[i] != 1 && od[i] != out[i]) return false;
+    const md src0 = val(full).layout;
+    // The second operand as it is when it already has the first's layout, else plain.
+    md src1 = dims(other) == out ? src0 : plain_md(od);
+    dnnl::binary::desc desc(*binary_algorithm(n.op_type), src0, src1, md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any));
+    dnnl::binary::primitive_desc pd(desc, cpu_engine());
+    const int b0 = val(full).buffer;
+    const int b1 = src1 == src0 ? as_layout(other, src0) : plain(other);
+    Fused f;
+    f.value = n.outputs[0];
+    compiled();
+    emit_with_dst(n.describe(), dnnl::binary(pd), {{DNNL_ARG_SRC_0, src0}, {DNNL_ARG_SRC_1, src1}}, {b0, b1}, {}, f,
+                  pd.dst_desc(), is_plain(pd.dst_desc(), out));
     return true;
   }
 
