@@ -170,6 +170,11 @@ class Model {
   // shapes compiles that specialization (once, even if several threads ask
   // at the same time); later runs with those shapes reuse it.
   std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& inputs) const;
+  // The same, writing into the caller's buffers (one per output, in the
+  // order of outputs(), each of the dtype and shape this run produces): a
+  // compiled specialization then allocates nothing at all. A buffer of the
+  // wrong dtype or shape is an InvalidArgument error naming the output.
+  void run(const std::vector<std::pair<std::string, Tensor>>& inputs, std::vector<Tensor>& outputs) const;
 
   // Every specialization compiled so far, in the order they were made.
   std::vector<SpecializationStats> specializations() const;

@@ -30,6 +30,9 @@ class Executable {
   // Inputs by name (every required input, optionally inputs with defaults);
   // outputs in the order of the graph's outputs.
   virtual std::vector<ir::Tensor> run(const std::map<std::string, ir::Tensor>& inputs) const = 0;
+  // The same into the caller's tensors, which must have the dtype and shape
+  // of each output (else InvalidArgument naming it). By default: run, then copy.
+  virtual void run_into(const std::map<std::string, ir::Tensor>& inputs, std::vector<ir::Tensor>& outputs) const;
 };
 
 struct CompileOptions {
@@ -47,6 +50,11 @@ class Backend {
   virtual std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
                                               const CompileOptions& options) const = 0;
 };
+
+// Fails with InvalidArgument unless each of `outputs` has the dtype and
+// dims of the corresponding entry of `want`.
+void check_output_buffers(const std::vector<ir::Tensor>& outputs, const std::vector<ir::DType>& dtypes,
+                          const std::vector<ir::Dims>& dims, const std::vector<std::string>& names);
 
 // The backends built into libkiln, by name ("cpu", "reference"); nullptr if
 // unknown. `threads` is the Runtime's thread budget.

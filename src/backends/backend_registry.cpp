@@ -1,5 +1,7 @@
 // The backends built into libkiln. Plugins (a later issue) join here.
 #include "backends/backend.hpp"
+
+#include <cstring>
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/reference/reference_backend.hpp"
 
@@ -9,6 +11,32 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
   if (name == "cpu") return make_cpu_backend(threads);
   if (name == "reference") return make_reference_backend();
   return nullptr;
+}
+
+void check_output_buffers(const std::vector<ir::Tensor>& outputs, const std::vector<ir::DType>& dtypes,
+                          const std::vector<ir::Dims>& dims, const std::vector<std::string>& names) {
+  for (size_t i = 0; i < outputs.size() && i < dims.size(); ++i)
+    if (outputs[i].dtype() != dtypes[i] || outputs[i].dims() != dims[i])
+      ir::fail(ir::ErrorKind::InvalidArgument, "output '" + names[i] + "' is " + ir::dtype_name(dtypes[i]) + " " +
+                                                   ir::dims_to_string(dims[i]) + ", the buffer given for it is " +
+                                                   ir::dtype_name(outputs[i].dtype()) + " " + ir::dims_to_string(outputs[i].dims()));
+}
+
+void Executable::run_into(const std::map<std::string, ir::Tensor>& inputs, std::vector<ir::Tensor>& outputs) const {
+  std::vector<ir::Tensor> produced = run(inputs);
+  std::vector<ir::DType> dtypes;
+  std::vector<ir::Dims> dims;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < produced.size(); ++i) {
+    dtypes.push_back(produced[i].dtype());
+    dims.push_back(produced[i].dims());
+    names.push_back("#" + std::to_string(i));
+  }
+  if (outputs.size() != produced.size())
+    ir::fail(ir::ErrorKind::InvalidArgument, std::to_string(outputs.size()) + " output buffers for " +
+                                                 std::to_string(produced.size()) + " outputs");
+  check_output_buffers(outputs, dtypes, dims, names);
+  for (size_t i = 0; i < produced.size(); ++i) std::memcpy(outputs[i].raw(), produced[i].raw(), produced[i].nbytes());
 }
 
 std::vector<std::string> backend_names() { return {"cpu", "reference"}; }

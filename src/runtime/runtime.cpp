@@ -181,6 +181,8 @@ struct Model::Impl {
   mutable std::map<std::string, std::shared_ptr<Specialized>> table;
   mutable std::vector<std::string> table_order;
 
+  std::shared_ptr<const backends::Executable> specialization_for(const std::map<std::string, ir::Tensor>& inputs);
+
   Impl(const Runtime& rt, ir::Model m) : runtime(rt), model(std::move(m)) {
     const ir::Graph& g = *model.graph;
     for (const auto* v : g.required_inputs()) inputs.push_back(to_info(*v, false));
@@ -323,48 +325,53 @@ std::vector<SpecializationStats> Model::specializations() const {
   return out;
 }
 
+// The specialization for these (validated) inputs, compiled on first use.
+std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(const std::map<std::string, ir::Tensor>& ins) {
+  const std::string key = specialization_key(ins);
+  std::shared_ptr<Impl::Specialized> entry;
+  {
+    std::lock_guard<std::mutex> lock(table_mutex);
+    auto& slot = table[key];
+    if (!slot) {
+      slot = std::make_shared<Impl::Specialized>();
+      table_order.push_back(key);
+    }
+    entry = slot;
+  }
+  // A compile that throws leaves the flag unset: the next run tries again.
+  std::call_once(entry->once, [&] {
+    const auto start = std::chrono::steady_clock::now();
+    std::map<std::string, std::pair<ir::DType, ir::Dims>> shapes;
+    for (const auto& [name, t] : ins) shapes[name] = {t.dtype(), t.dims()};
+    const auto& backend = *runtime.impl_->backend;
+    ir::Specialization spec = ir::specialize(*model.graph, shapes, ref::constant_evaluator());
+    // The specialized graph shares the model's weights; passes only add new tensors.
+    auto graph = std::make_shared<ir::Graph>(*model.graph);
+    passes::optimize_specialization(*graph, spec, ref::constant_evaluator());
+    entry->stats.nodes = int64_t(graph->nodes.size());
+    backends::CompileOptions options;
+    options.threads = runtime.threads();
+    entry->executable = backend.compile(graph, spec, options);
+    const backends::ExecutableStats built = entry->executable->stats();
+    entry->stats.compiled_nodes = built.compiled_nodes;
+    entry->stats.fallback_nodes = built.fallback_nodes;
+    entry->stats.arena_bytes = built.arena_bytes;
+    entry->stats.intermediate_bytes = built.intermediate_bytes;
+    entry->stats.key = key;
+    entry->stats.backend = backend.name();
+    entry->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    entry->ready.store(true, std::memory_order_release);
+    runtime.log(LogLevel::Debug, model_label(model) + ": compiled " + key + " with " + backend.name() +
+                                            " in " + std::to_string(entry->stats.compile_ms) + " ms");
+  });
+  entry->runs++;
+  return entry->executable;
+}
+
 std::vector<Tensor> Model::run(const std::vector<std::pair<std::string, Tensor>>& inputs) const {
   return translate_errors([&] {
     auto ins = impl_->validate(inputs);
-    const std::string key = specialization_key(ins);
-    std::shared_ptr<Impl::Specialized> entry;
-    {
-      std::lock_guard<std::mutex> lock(impl_->table_mutex);
-      auto& slot = impl_->table[key];
-      if (!slot) {
-        slot = std::make_shared<Impl::Specialized>();
-        impl_->table_order.push_back(key);
-      }
-      entry = slot;
-    }
-    // A compile that throws leaves the flag unset: the next run tries again.
-    std::call_once(entry->once, [&] {
-      const auto start = std::chrono::steady_clock::now();
-      std::map<std::string, std::pair<ir::DType, ir::Dims>> shapes;
-      for (const auto& [name, t] : ins) shapes[name] = {t.dtype(), t.dims()};
-      const auto& backend = *impl_->runtime.impl_->backend;
-      ir::Specialization spec = ir::specialize(*impl_->model.graph, shapes, ref::constant_evaluator());
-      // The specialized graph shares the model's weights; passes only add new tensors.
-      auto graph = std::make_shared<ir::Graph>(*impl_->model.graph);
-      passes::optimize_specialization(*graph, spec, ref::constant_evaluator());
-      entry->stats.nodes = int64_t(graph->nodes.size());
-      backends::CompileOptions options;
-      options.threads = impl_->runtime.threads();
-      entry->executable = backend.compile(graph, spec, options);
-      const backends::ExecutableStats built = entry->executable->stats();
-      entry->stats.compiled_nodes = built.compiled_nodes;
-      entry->stats.fallback_nodes = built.fallback_nodes;
-      entry->stats.arena_bytes = built.arena_bytes;
-      entry->stats.intermediate_bytes = built.intermediate_bytes;
-      entry->stats.key = key;
-      entry->stats.backend = backend.name();
-      entry->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      entry->ready.store(true, std::memory_order_release);
-      impl_->runtime.log(LogLevel::Debug, model_label(impl_->model) + ": compiled " + key + " with " + backend.name() +
-                                              " in " + std::to_string(entry->stats.compile_ms) + " ms");
-    });
-    entry->runs++;
-    std::vector<ir::Tensor> outs = entry->executable->run(ins);
+    std::vector<ir::Tensor> outs = impl_->specialization_for(ins)->run(ins);
     std::vector<Tensor> result;
     for (size_t i = 0; i < outs.size(); ++i) {
       ir::Tensor& o = outs[i];
@@ -374,6 +381,25 @@ std::vector<Tensor> Model::run(const std::vector<std::pair<std::string, Tensor>>
       result.push_back(Tensor::view(DType(int32_t(o.dtype())), o.dims(), o.raw(), o.owner()));
     }
     return result;
+  });
+}
+
+void Model::run(const std::vector<std::pair<std::string, Tensor>>& inputs, std::vector<Tensor>& outputs) const {
+  translate_errors([&] {
+    auto ins = impl_->validate(inputs);
+    if (outputs.size() != impl_->outputs.size())
+      throw Error(ErrorCode::InvalidArgument, model_label(impl_->model) + ": " + std::to_string(outputs.size()) +
+                                                  " output buffers given, the model has " + std::to_string(impl_->outputs.size()) + " outputs");
+    std::vector<ir::Tensor> outs;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      Tensor& o = outputs[i];
+      if (!o.defined())
+        throw Error(ErrorCode::InvalidArgument, model_label(impl_->model) + ": output buffer " + std::to_string(i) + " ('" +
+                                                    impl_->outputs[i].name + "') is empty");
+      outs.push_back(ir::Tensor::view(ir::DType(int32_t(o.dtype())), ir::Dims(o.shape().begin(), o.shape().end()), o.data()));
+    }
+    impl_->specialization_for(ins)->run_into(ins, outs);
+    return 0;
   });
 }
 

@@ -286,3 +286,28 @@ TEST(Api, OutputsFoldedToConstantsAreFreshEachRun) {
   auto second = model.run({{"x", x}});
   EXPECT_EQ(second[0].data_as<float>()[0], 2.0f);
 }
+
+TEST(Api, RunIntoCallerBuffers) {
+  kiln::Runtime rt;
+  auto model = kiln::Model::load(rt, kDigits + "digits.onnx");
+  kiln::Tensor image(kiln::DType::Float32, {2, 1, 8, 8});
+  for (int64_t i = 0; i < image.numel(); ++i) image.data_as<float>()[i] = float(i % 17) / 16;
+  const std::vector<kiln::Tensor> expected = model.run({{"image", image}});
+  std::vector<float> storage(20, -1.0f);
+  std::vector<kiln::Tensor> outputs{kiln::Tensor::view(kiln::DType::Float32, {2, 10}, storage.data())};
+  model.run({{"image", image}}, outputs);
+  for (int i = 0; i < 20; ++i) EXPECT_FLOAT_EQ(storage[size_t(i)], expected[0].data_as<float>()[i]);
+
+  // A buffer of the wrong shape is refused, naming the output and both shapes.
+  std::vector<kiln::Tensor> wrong{kiln::Tensor(kiln::DType::Float32, {2, 9})};
+  try {
+    model.run({{"image", image}}, wrong);
+    FAIL();
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), kiln::ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("probabilities"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("2x10"), std::string::npos) << e.what();
+  }
+  std::vector<kiln::Tensor> none;
+  EXPECT_THROW(model.run({{"image", image}}, none), kiln::Error);
+}

@@ -16,6 +16,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -111,18 +112,35 @@ class CpuExecutable : public Executable {
   }
 
   std::vector<ir::Tensor> run(const std::map<std::string, ir::Tensor>& inputs) const override {
-    std::vector<void*> io;
+    std::vector<ir::Tensor> outputs;
+    for (size_t k = 0; k < program_.outputs.size(); ++k) outputs.emplace_back(program_.output_dtypes[k], program_.output_dims[k]);
+    execute(inputs, outputs);
+    return outputs;
+  }
+
+  void run_into(const std::map<std::string, ir::Tensor>& inputs, std::vector<ir::Tensor>& outputs) const override {
+    if (outputs.size() != program_.outputs.size())
+      ir::fail(ir::ErrorKind::InvalidArgument, std::to_string(outputs.size()) + " output buffers for " +
+                                                   std::to_string(program_.outputs.size()) + " outputs");
+    check_output_buffers(outputs, program_.output_dtypes, program_.output_dims, program_.outputs);
+    execute(inputs, outputs);
+  }
+
+ private:
+  void execute(const std::map<std::string, ir::Tensor>& inputs, std::vector<ir::Tensor>& outputs) const {
+    // The io table on the stack for the usual handful of inputs and outputs:
+    // a run with caller buffers allocates nothing.
+    const size_t n_io = program_.inputs.size() + outputs.size();
+    std::array<void*, 32> small;
+    std::vector<void*> large(n_io > small.size() ? n_io : 0);
+    void** io = n_io > small.size() ? large.data() : small.data();
     for (size_t i = 0; i < program_.inputs.size(); ++i) {
       auto it = inputs.find(program_.inputs[i]);
       const ir::Tensor* t = it != inputs.end() ? &it->second : program_.input_defaults[i].defined() ? &program_.input_defaults[i] : nullptr;
       if (!t) ir::fail(ir::ErrorKind::InvalidArgument, "input '" + program_.inputs[i] + "' is missing");
-      io.push_back(const_cast<void*>(t->raw()));
+      io[i] = const_cast<void*>(t->raw());
     }
-    std::vector<ir::Tensor> outputs;
-    for (size_t k = 0; k < program_.outputs.size(); ++k) {
-      outputs.emplace_back(program_.output_dtypes[k], program_.output_dims[k]);
-      io.push_back(outputs.back().raw());
-    }
+    for (size_t k = 0; k < outputs.size(); ++k) io[program_.inputs.size() + k] = outputs[k].raw();
     char* arena = arenas_.acquire();
     cpu::RunStatus status;
     int32_t rc = 0;
@@ -130,18 +148,16 @@ class CpuExecutable : public Executable {
       std::lock_guard<std::mutex> lock(budget_->running);
       budget_->arena.execute([&] {
         OmpThreads omp(budget_->threads);
-        rc = step_ms_.empty() ? code_.entry(kernels_.data(), constants_.data(), io.data(), arena, &status)
+        rc = step_ms_.empty() ? code_.entry(kernels_.data(), constants_.data(), io, arena, &status)
                               : run_profiled(io, arena, status);
       });
     }
     arenas_.release(arena);
     if (rc != 0) throw ir::Error(status.kind, status.error);
-    return outputs;
   }
 
- private:
   // KILN_PROFILE: the steps one by one, timed (what the entry function does, from C++).
-  int32_t run_profiled(const std::vector<void*>& io, char* arena, cpu::RunStatus& status) const {
+  int32_t run_profiled(void* const* io, char* arena, cpu::RunStatus& status) const {
     profiled_runs_++;
     for (size_t s = 0; s < program_.steps.size(); ++s) {
       const cpu::Step& step = program_.steps[s];

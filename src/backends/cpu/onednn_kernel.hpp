@@ -21,12 +21,17 @@ class OneDnnKernel : public Kernel {
   // for a Sum post-op.
   OneDnnKernel(dnnl::primitive primitive, std::vector<std::pair<int, dnnl::memory::desc>> runtime_args,
                std::unordered_map<int, dnnl::memory> constant_args, int sum_from = -1);
+  // Not reentrant: the memory handles are rebound on every call, which
+  // allocates nothing. Runs of one Runtime are serialised (cpu_backend.cpp).
   void run(void* const* args) const override;
 
  private:
   dnnl::primitive primitive_;
   std::vector<std::pair<int, dnnl::memory::desc>> runtime_args_;
   std::unordered_map<int, dnnl::memory> constant_args_;
+  mutable std::vector<dnnl::memory> bound_;  // per runtime argument (empty for kNotBound)
+  std::vector<dnnl_exec_arg_t> exec_args_;  // constants and bound_, ready for dnnl_primitive_execute
+  mutable dnnl::stream stream_;
   int sum_from_ = -1;
   int dst_index_ = -1;
 };
