@@ -130,6 +130,13 @@ std::vector<int64_t> row_argmax(const Tensor& t) {
   return out;
 }
 
+std::string bytes_to_string(int64_t bytes) {
+  char buf[32];
+  if (bytes < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", double(bytes) / 1024);
+  else std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / (1 << 20));
+  return buf;
+}
+
 double percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   size_t idx = size_t(std::ceil(p * double(v.size()))) - 1;
@@ -234,9 +241,9 @@ void run(const RunArgs& args) {
     std::printf("specialization %s: %s backend, %lld nodes after graph passes, compiled in %.3f ms\n", sp.key.c_str(),
                 sp.backend.c_str(), static_cast<long long>(sp.nodes), sp.compile_ms);
     if (sp.compiled_nodes || sp.fallback_nodes)
-      std::printf("  %lld nodes compiled, %lld run by reference kernels; arena %.2f MiB (intermediates %.2f MiB)\n",
+      std::printf("  %lld nodes compiled, %lld run by reference kernels; scratch arena %s (intermediates %s)\n",
                   static_cast<long long>(sp.compiled_nodes), static_cast<long long>(sp.fallback_nodes),
-                  double(sp.arena_bytes) / (1 << 20), double(sp.intermediate_bytes) / (1 << 20));
+                  bytes_to_string(sp.arena_bytes).c_str(), bytes_to_string(sp.intermediate_bytes).c_str());
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& t = outputs[i];
