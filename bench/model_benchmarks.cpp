@@ -20,7 +20,7 @@ namespace {
 
 struct Config {
   std::string models_dir;
-  std::string backend = "reference";
+  std::string backend = "cpu";  // the runtime's default; --backend reference for the interpreter
   int threads = 0;
   int64_t dim_default = 128;  // e.g. the encoder's sequence length
 };
