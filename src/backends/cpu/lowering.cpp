@@ -342,9 +342,21 @@ class Lowering {
   // Follows `value` through activations and (if allowed) one residual Add
   // that only it consumes.
   Fused fuse_after(const std::string& value, bool allow_sum) {
+    Fused f = fuse_chain(value, allow_sum);
+    // oneDNN 2.6 applies the parameters of the first post-op of an
+    // algorithm to every later one of the same algorithm (linear(2,0) then
+    // linear(1,0.25) computes 4x): the chain ends before a repeated algorithm.
+    for (size_t i = 1; i < f.eltwise.size(); ++i)
+      for (size_t k = 0; k < i; ++k)
+        if (f.eltwise[k].alg == f.eltwise[i].alg) return fuse_chain(value, allow_sum, i);
+    return f;
+  }
+
+  Fused fuse_chain(const std::string& value, bool allow_sum, size_t max_eltwise = SIZE_MAX) {
     Fused f;
     f.value = value;
     for (;;) {
+      if (f.eltwise.size() >= max_eltwise) break;
       const std::string v = f.value;
       if (auto silu = match_silu(v)) {
         f.eltwise.push_back({dnnl::algorithm::eltwise_swish, 1.0f, 0});
@@ -656,7 +668,11 @@ class Lowering {
       if (c.op_type == "Add" && c.domain.empty() && c.inputs.size() == 2) {
         const std::string& other = c.inputs[0] == value ? c.inputs[1] : c.inputs[0];
         const ir::Tensor* t = constant(other);
-        if (t && t->dtype() == DType::Float32 && t->numel() == nn && dims(c.outputs[0]) == out) {
+        // A bias runs along the last axis: [n], [1, n], [1, ..., 1, n] (an
+        // [n, 1] column would broadcast the other way).
+        const Dims bd = t ? dims(other) : Dims{};
+        const bool row = !bd.empty() && bd.back() == nn && ir::checked_numel(bd) == nn;
+        if (t && t->dtype() == DType::Float32 && row && dims(c.outputs[0]) == out) {
           bias.assign(t->data<float>(), t->data<float>() + nn);
           bias_nodes.push_back(consumers(value)[0]);
           value = c.outputs[0];

@@ -1,0 +1,979 @@
+// Operator tests written once and run on every backend that claims the
+// operator: each backend's output on random data is held against the
+// reference executor (the oracle), and for the cases a backend is meant to
+// compile, its stats must show that it did (a lowering that silently falls
+// back to the reference kernels would otherwise pass unnoticed).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "backends/backend.hpp"
+#include "backends/reference/reference_executor.hpp"
+#include "model_builder.hpp"
+#include "random_data.hpp"
+#include "runtime/ir/error.hpp"
+#include "runtime/ir/shape_inference.hpp"
+#include "runtime/onnx/onnx_importer.hpp"
+#include "runtime/passes/passes.hpp"
+
+namespace {
+
+using kiln::ir::DType;
+using kiln::ir::Dims;
+using kiln::ir::Tensor;
+using kiln::test::ModelBuilder;
+using kiln::test::random_values;
+
+constexpr int kFloat = onnx::TensorProto::FLOAT;
+constexpr int kInt64 = onnx::TensorProto::INT64;
+constexpr int kInt32 = onnx::TensorProto::INT32;
+
+int64_t numel(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+struct Attr {
+  Attr(std::string n, int v) : name(std::move(n)), value(int64_t(v)) {}
+  Attr(std::string n, int64_t v) : name(std::move(n)), value(v) {}
+  Attr(std::string n, float v) : name(std::move(n)), value(v) {}
+  // An initializer_list, so that a one-element list such as {2} is a list, not an int.
+  Attr(std::string n, std::initializer_list<int64_t> v) : name(std::move(n)), value(std::vector<int64_t>(v)) {}
+  Attr(std::string n, const char* v) : name(std::move(n)), value(std::string(v)) {}
+  std::string name;
+  std::variant<int64_t, float, std::vector<int64_t>, std::string> value;
+};
+
+// A model, its inputs, and what a backend must do with it.
+struct Case {
+  explicit Case(std::vector<std::string> under_test, int64_t opset = 13) : model(opset), ops(std::move(under_test)) {}
+
+  ModelBuilder model;
+  std::map<std::string, Tensor> inputs;
+  std::vector<std::string> ops;  // a backend that does not claim all of these is skipped
+  bool native = true;            // a backend claiming every node must compile every node
+  float atol = 1e-5f;            // scaled by the largest magnitude of the expected output
+  float rtol = 1e-4f;
+  unsigned seed = 1;             // fixed and advanced per random tensor: runs are reproducible
+
+  std::vector<float> random(int64_t n, float lo, float hi) {
+    std::vector<float> v = random_values(size_t(n), seed++);
+    for (float& x : v) x = lo + (x + 1) / 2 * (hi - lo);
+    return v;
+  }
+
+  void declare_input(const std::string& name, int elem, const Dims& dims) {
+    auto* v = model.graph().add_input();
+    v->set_name(name);
+    auto* tt = v->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(elem);
+    auto* shape = tt->mutable_shape();
+    for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
+  }
+
+  // A float graph input of uniform random values in [lo, hi).
+  Case& input(const std::string& name, const Dims& dims, float lo = -1, float hi = 1) {
+    declare_input(name, kFloat, dims);
+    inputs[name] = Tensor::from_vector<float>(dims, random(numel(dims), lo, hi));
+    return *this;
+  }
+  template <typename T>
+  Case& input_values(const std::string& name, const Dims& dims, const std::vector<T>& values) {
+    declare_input(name, std::is_same_v<T, int64_t> ? kInt64 : kInt32, dims);
+    inputs[name] = Tensor::from_vector<T>(dims, values);
+    return *this;
+  }
+
+  // The element type only: output shapes are the inference's to work out.
+  Case& output(const std::string& name, int elem = kFloat) {
+    auto* v = model.graph().add_output();
+    v->set_name(name);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(elem);
+    return *this;
+  }
+
+  // A random float initializer (weights are constants to the backends).
+  Case& weight(const std::string& name, const Dims& dims, float scale = 1) {
+    model.initializer(ModelBuilder::float_tensor(name, dims, random(numel(dims), -scale, scale)));
+    return *this;
+  }
+  Case& constant(const std::string& name, const Dims& dims, std::vector<float> values) {
+    model.initializer(ModelBuilder::float_tensor(name, dims, std::move(values)));
+    return *this;
+  }
+  Case& scalar(const std::string& name, float value) { return constant(name, {}, {value}); }
+  Case& int_constant(const std::string& name, const Dims& dims, const std::vector<int64_t>& values, int elem = kInt64) {
+    onnx::TensorProto t;
+    t.set_name(name);
+    t.set_data_type(elem);
+    for (int64_t d : dims) t.add_dims(d);
+    for (int64_t v : values) elem == kInt64 ? t.add_int64_data(v) : t.add_int32_data(int32_t(v));
+    model.initializer(t);
+    return *this;
+  }
+
+  onnx::NodeProto& node(const std::string& op, std::vector<std::string> ins, std::vector<std::string> outs,
+                        std::vector<Attr> attrs = {}, std::string name = "") {
+    // Named, so that error messages can be checked to name them.
+    if (name.empty()) name = op + "_" + std::to_string(model.graph().node_size());
+    auto& n = model.node(op, std::move(ins), std::move(outs), name);
+    for (const auto& a : attrs) {
+      auto* p = n.add_attribute();
+      p->set_name(a.name);
+      if (auto* i = std::get_if<int64_t>(&a.value)) {
+        p->set_type(onnx::AttributeProto::INT);
+        p->set_i(*i);
+      } else if (auto* f = std::get_if<float>(&a.value)) {
+        p->set_type(onnx::AttributeProto::FLOAT);
+        p->set_f(*f);
+      } else if (auto* v = std::get_if<std::vector<int64_t>>(&a.value)) {
+        p->set_type(onnx::AttributeProto::INTS);
+        for (int64_t x : *v) p->add_ints(x);
+      } else {
+        p->set_type(onnx::AttributeProto::STRING);
+        p->set_s(std::get<std::string>(a.value));
+      }
+    }
+    return n;
+  }
+};
+
+kiln::ir::Model import(const Case& c) {
+  const std::string bytes = c.model.bytes();
+  return kiln::onnx_import::import_model_bytes(bytes.data(), bytes.size(), "operator_test.onnx");
+}
+
+// One backend object per name for the whole run: JIT setup is not what is tested.
+const kiln::backends::Backend& backend(const std::string& name) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<kiln::backends::Backend>> backends;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& b = backends[name];
+  if (!b) b = kiln::backends::make_backend(name, 2);
+  if (!b) throw std::runtime_error("no backend named " + name);
+  return *b;
+}
+
+std::vector<std::string> backends_under_test() {
+  std::vector<std::string> names;
+  for (const auto& n : kiln::backends::backend_names())
+    if (n != "reference") names.push_back(n);
+  return names;
+}
+
+// The runtime's pipeline: specialize to the input shapes, optimize, compile.
+struct Compiled {
+  std::shared_ptr<kiln::ir::Graph> graph;
+  std::unique_ptr<kiln::backends::Executable> exe;
+};
+Compiled compile(const kiln::backends::Backend& b, const kiln::ir::Model& model,
+                 const std::map<std::string, Tensor>& inputs) {
+  std::map<std::string, std::pair<DType, Dims>> shapes;
+  for (const auto& [name, t] : inputs) shapes[name] = {t.dtype(), t.dims()};
+  auto spec = kiln::ir::specialize(*model.graph, shapes, kiln::ref::constant_evaluator());
+  Compiled c;
+  c.graph = std::make_shared<kiln::ir::Graph>(*model.graph);
+  kiln::passes::optimize_specialization(*c.graph, spec, kiln::ref::constant_evaluator());
+  c.exe = b.compile(c.graph, spec, {});
+  return c;
+}
+
+// |got - want| <= atol * max(1, max|want|) + rtol * |want|, element-wise;
+// integers exactly. Reports the count and the first few mismatches.
+void expect_close(const Tensor& got, const Tensor& want, float atol, float rtol, const std::string& what) {
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.dims(), want.dims()) << what;
+  const int64_t n = want.numel();
+  const bool floating = want.dtype() == DType::Float32 || want.dtype() == DType::Float64;
+  double scale = 1;
+  if (floating)
+    for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(want.as_double(i)));
+  int64_t bad = 0;
+  double worst = 0;
+  std::ostringstream first;
+  for (int64_t i = 0; i < n; ++i) {
+    bool ok;
+    if (floating) {
+      const double g = got.as_double(i), w = want.as_double(i);
+      const double err = std::fabs(g - w);
+      ok = std::isnan(w) ? std::isnan(g) : err <= atol * scale + rtol * std::fabs(w);
+      if (!std::isnan(err)) worst = std::max(worst, err);
+      if (!ok && bad < 5) first << "\n  [" << i << "] got " << g << ", want " << w;
+    } else {
+      ok = got.as_int64(i) == want.as_int64(i);
+      if (!ok && bad < 5) first << "\n  [" << i << "] got " << got.as_int64(i) << ", want " << want.as_int64(i);
+    }
+    if (!ok) ++bad;
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n << " elements differ (largest error " << worst
+                    << ", magnitude " << scale << ")" << first.str();
+}
+
+void check(const std::string& backend_name, const Case& c) {
+  const auto& b = backend(backend_name);
+  const kiln::ir::Model model = import(c);
+  for (const auto& op : c.ops) {
+    bool claimed = false;
+    for (const auto& n : model.graph->nodes) claimed |= n.op_type == op && b.supports(n);
+    if (!claimed) GTEST_SKIP() << backend_name << " does not claim " << op;
+  }
+  const std::vector<Tensor> want = kiln::ref::run_graph(*model.graph, c.inputs);
+  Compiled compiled = compile(b, model, c.inputs);
+  const std::vector<Tensor> got = compiled.exe->run(c.inputs);
+
+  bool claims_all = true;
+  for (const auto& n : compiled.graph->nodes) claims_all &= b.supports(n);
+  if (c.native && claims_all) {
+    const auto stats = compiled.exe->stats();
+    EXPECT_EQ(stats.fallback_nodes, 0) << "a node ran on the reference kernels";
+    // An executable that is the reference interpreter reports no nodes at all.
+    EXPECT_EQ(stats.compiled_nodes, int64_t(compiled.graph->nodes.size())) << "not every node was compiled";
+  }
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k)
+    expect_close(got[k], want[k], c.atol, c.rtol, "output '" + model.graph->outputs[k].name + "'");
+}
+
+std::string param_name(const std::string& s) {
+  std::string out;
+  for (char ch : s) out += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return out;
+}
+
+class OperatorTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void run(const Case& c) { check(GetParam(), c); }
+};
+
+// ---- Conv ----------------------------------------------------------------------
+
+TEST_P(OperatorTest, Conv2d) {
+  Case c({"Conv"});
+  c.input("x", {1, 3, 8, 8}).weight("w", {4, 3, 3, 3}).weight("b", {4}).output("y");
+  c.node("Conv", {"x", "w", "b"}, {"y"}, {{"pads", {1, 1, 1, 1}}});
+  run(c);
+}
+
+TEST_P(OperatorTest, Conv2dStridedDilatedAsymmetricPads) {
+  Case c({"Conv"});
+  c.input("x", {1, 3, 11, 10}).weight("w", {5, 3, 3, 2}).weight("b", {5}).output("y");
+  c.node("Conv", {"x", "w", "b"}, {"y"},
+         {{"strides", {2, 1}}, {"dilations", {2, 2}}, {"pads", {1, 0, 2, 1}}, {"kernel_shape", {3, 2}}});
+  run(c);
+}
+
+TEST_P(OperatorTest, Conv1d) {
+  Case c({"Conv"});
+  c.input("x", {2, 4, 20}).weight("w", {6, 4, 5}).weight("b", {6}).output("y");
+  c.node("Conv", {"x", "w", "b"}, {"y"}, {{"pads", {2, 1}}, {"strides", {2}}});
+  run(c);
+}
+
+TEST_P(OperatorTest, Conv3d) {
+  Case c({"Conv"});
+  c.input("x", {1, 2, 5, 6, 6}).weight("w", {4, 2, 3, 3, 3}).weight("b", {4}).output("y");
+  c.node("Conv", {"x", "w", "b"}, {"y"}, {{"pads", {1, 1, 1, 1, 1, 1}}});
+  run(c);
+}
+
+TEST_P(OperatorTest, ConvGrouped) {
+  Case c({"Conv"});
+  c.input("x", {1, 8, 6, 6}).weight("w", {6, 4, 3, 3}).weight("b", {6}).output("y");
+  c.node("Conv", {"x", "w", "b"}, {"y"}, {{"group", 2}});
+  run(c);
+}
+
+TEST_P(OperatorTest, ConvDepthwise) {
+  Case c({"Conv"});
+  c.input("x", {1, 8, 7, 7}).weight("w", {8, 1, 3, 3}).weight("b", {8}).output("y");
+  c.node("Conv", {"x", "w", "b"}, {"y"}, {{"group", 8}, {"pads", {1, 1, 1, 1}}});
+  run(c);
+}
+
+// An even kernel with stride 2: the total padding is odd, the extra goes at the end.
+TEST_P(OperatorTest, ConvAutoPadSameUpper) {
+  Case c({"Conv"});
+  c.input("x", {1, 3, 7, 7}).weight("w", {4, 3, 4, 4}).weight("b", {4}).output("y");
+  c.node("Conv", {"x", "w", "b"}, {"y"}, {{"auto_pad", "SAME_UPPER"}, {"strides", {2, 2}}});
+  run(c);
+}
+
+TEST_P(OperatorTest, ConvWithoutBias) {
+  Case c({"Conv"});
+  c.input("x", {1, 3, 6, 6}).weight("w", {2, 3, 1, 1}).output("y");
+  c.node("Conv", {"x", "w"}, {"y"});
+  run(c);
+}
+
+// Conv [1,4,6,6] -> [1,8,6,6] followed by what `activation` adds from "c" to "y".
+Case conv_then(const std::function<void(Case&)>& activation, float input_scale = 1) {
+  Case c({"Conv"});
+  c.input("x", {1, 4, 6, 6}, -input_scale, input_scale).weight("w", {8, 4, 3, 3}).weight("b", {8}).output("y");
+  c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
+  activation(c);
+  return c;
+}
+
+TEST_P(OperatorTest, ConvRelu) {
+  run(conv_then([](Case& c) { c.node("Relu", {"c"}, {"y"}); }));
+}
+
+TEST_P(OperatorTest, ConvLeakyRelu) {
+  run(conv_then([](Case& c) { c.node("LeakyRelu", {"c"}, {"y"}, {{"alpha", 0.2f}}); }));
+}
+
+// Inputs up to 4 so that the convolution crosses both bounds.
+TEST_P(OperatorTest, ConvClip6) {
+  run(conv_then(
+      [](Case& c) {
+        c.scalar("lo", 0).scalar("hi", 6);
+        c.node("Clip", {"c", "lo", "hi"}, {"y"});
+      },
+      4));
+}
+
+TEST_P(OperatorTest, ConvSigmoid) {
+  run(conv_then([](Case& c) { c.node("Sigmoid", {"c"}, {"y"}); }));
+}
+
+TEST_P(OperatorTest, ConvTanh) {
+  run(conv_then([](Case& c) { c.node("Tanh", {"c"}, {"y"}); }));
+}
+
+TEST_P(OperatorTest, ConvHardSwish) {
+  run(conv_then([](Case& c) { c.node("HardSwish", {"c"}, {"y"}); }, 3));
+}
+
+TEST_P(OperatorTest, ConvSiLU) {
+  run(conv_then([](Case& c) {
+    c.node("Sigmoid", {"c"}, {"s"});
+    c.node("Mul", {"c", "s"}, {"y"});
+  }));
+}
+
+void add_gelu(Case& c, const std::string& x, const std::string& y) {
+  c.scalar("sqrt2", 1.4142135f).scalar("one", 1).scalar("half", 0.5f);
+  c.node("Div", {x, "sqrt2"}, {x + "_d"});
+  c.node("Erf", {x + "_d"}, {x + "_e"});
+  c.node("Add", {x + "_e", "one"}, {x + "_a"});
+  c.node("Mul", {x, x + "_a"}, {x + "_p"});
+  c.node("Mul", {x + "_p", "half"}, {y});
+}
+
+TEST_P(OperatorTest, ConvGELU) {
+  run(conv_then([](Case& c) { add_gelu(c, "c", "y"); }, 2));
+}
+
+// A ResNet block's tail: the residual is the block's input.
+TEST_P(OperatorTest, ConvAddResidualRelu) {
+  Case c({"Conv"});
+  c.input("x", {1, 4, 6, 6}).weight("w", {4, 4, 3, 3}).weight("b", {4}).output("y");
+  c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Add", {"c", "x"}, {"s"});
+  c.node("Relu", {"s"}, {"y"});
+  run(c);
+}
+
+// The intermediate stays in the convolutions' blocked layout; only the output is reordered.
+TEST_P(OperatorTest, TwoConvsInARow) {
+  Case c({"Conv"});
+  c.input("x", {1, 3, 8, 8}).weight("w1", {8, 3, 3, 3}).weight("b1", {8}).weight("w2", {5, 8, 3, 3}).weight("b2", {5});
+  c.output("y");
+  c.node("Conv", {"x", "w1", "b1"}, {"c1"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Relu", {"c1"}, {"r1"});
+  c.node("Conv", {"r1", "w2", "b2"}, {"y"}, {{"pads", {1, 1, 1, 1}}});
+  run(c);
+}
+
+// A blocked value that is also a graph output must reach the caller in plain layout.
+TEST_P(OperatorTest, ConvOutputAlsoConsumedByAConv) {
+  Case c({"Conv"});
+  c.input("x", {1, 3, 8, 8}).weight("w1", {8, 3, 3, 3}).weight("b1", {8}).weight("w2", {4, 8, 1, 1});
+  c.output("c1").output("y");
+  c.node("Conv", {"x", "w1", "b1"}, {"c1"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Conv", {"c1", "w2"}, {"y"});
+  run(c);
+}
+
+TEST_P(OperatorTest, ConvClassifierHead) {
+  Case c({"Conv", "GlobalAveragePool", "Gemm"});
+  c.input("x", {2, 3, 8, 8}).weight("w", {16, 3, 3, 3}).weight("b", {16}).weight("fc_w", {10, 16}).weight("fc_b", {10});
+  c.output("y");
+  c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Relu", {"c"}, {"r"});
+  c.node("GlobalAveragePool", {"r"}, {"g"});
+  c.node("Flatten", {"g"}, {"f"}, {{"axis", 1}});
+  c.node("Gemm", {"f", "fc_w", "fc_b"}, {"y"}, {{"transB", 1}});
+  run(c);
+}
+
+// SqueezeNet's fire module: the expand convolutions read the squeeze's
+// blocked output and their blocked outputs are concatenated on channels.
+Case fire_module(int64_t e1, int64_t e3) {
+  Case c({"Conv", "Concat"});
+  c.input("x", {1, 8, 6, 6}).weight("sw", {4, 8, 1, 1}).weight("sb", {4});
+  c.weight("e1w", {e1, 4, 1, 1}).weight("e1b", {e1}).weight("e3w", {e3, 4, 3, 3}).weight("e3b", {e3}).output("y");
+  c.node("Conv", {"x", "sw", "sb"}, {"s"});
+  c.node("Relu", {"s"}, {"sr"});
+  c.node("Conv", {"sr", "e1w", "e1b"}, {"e1"});
+  c.node("Relu", {"e1"}, {"e1r"});
+  c.node("Conv", {"sr", "e3w", "e3b"}, {"e3"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Relu", {"e3"}, {"e3r"});
+  c.node("Concat", {"e1r", "e3r"}, {"y"}, {{"axis", 1}});
+  return c;
+}
+
+TEST_P(OperatorTest, ConvFireModuleConcat) { run(fire_module(16, 16)); }
+
+// Channel counts that are not a multiple of oneDNN's channel blocks.
+TEST_P(OperatorTest, ConvFireModuleConcatOddChannels) { run(fire_module(6, 5)); }
+
+
+// Arithmetic with a scalar constant after a convolution becomes linear post-ops.
+TEST_P(OperatorTest, ConvScalarArithmetic) {
+  run(conv_then([](Case& c) { c.scalar("k", 0.5f).node("Sub", {"k", "c"}, {"y"}); }));
+  run(conv_then([](Case& c) { c.scalar("k", 4).node("Div", {"c", "k"}, {"y"}); }));
+  run(conv_then([](Case& c) { c.scalar("k", 0.25f).node("Add", {"k", "c"}, {"y"}); }));
+}
+
+// Several post-ops of one oneDNN algorithm (here eltwise_linear) in one
+// chain, each with its own parameters: 0.5 - 2c, then / 4, then + 0.25.
+TEST_P(OperatorTest, ConvChainOfScalarArithmetic) {
+  run(conv_then([](Case& c) {
+    c.scalar("two", 2).scalar("half", 0.5f).scalar("four", 4).scalar("quarter", 0.25f);
+    c.node("Mul", {"c", "two"}, {"p1"});
+    c.node("Sub", {"half", "p1"}, {"p2"});
+    c.node("Div", {"p2", "four"}, {"p3"});
+    c.node("Add", {"p3", "quarter"}, {"y"});
+  }));
+}
+
+// Relu(LeakyRelu(c)) is Relu(c); both are oneDNN eltwise_relu, with alphas 0.2 and 0.
+TEST_P(OperatorTest, ConvLeakyReluThenRelu) {
+  run(conv_then([](Case& c) {
+    c.node("LeakyRelu", {"c"}, {"l"}, {{"alpha", 0.2f}});
+    c.node("Relu", {"l"}, {"y"});
+  }));
+}
+
+TEST_P(OperatorTest, ConvClipMaxOnly) {
+  run(conv_then([](Case& c) {
+    c.scalar("hi", 0.5f);
+    c.node("Clip", {"c", "", "hi"}, {"y"});
+  }));
+}
+
+// The residual is an earlier convolution's (blocked) output, added second.
+TEST_P(OperatorTest, ConvAddResidualOfAnEarlierConv) {
+  Case c({"Conv"});
+  c.input("x", {1, 4, 6, 6}).weight("w1", {8, 4, 3, 3}).weight("w2", {8, 8, 3, 3}).output("y");
+  c.node("Conv", {"x", "w1"}, {"c1"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Relu", {"c1"}, {"r1"});
+  c.node("Conv", {"r1", "w2"}, {"c2"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Add", {"r1", "c2"}, {"s"});
+  c.node("Relu", {"s"}, {"y"});
+  run(c);
+}
+
+// Squeeze-and-excitation: the per-channel scale multiplies the blocked
+// convolution output directly (a oneDNN binary with broadcasting).
+TEST_P(OperatorTest, ConvSqueezeExcitationScale) {
+  Case c({"Conv"});
+  c.input("x", {1, 4, 6, 6}).weight("w", {8, 4, 3, 3}).weight("b", {8}).output("y");
+  c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("GlobalAveragePool", {"c"}, {"g"});
+  c.node("Sigmoid", {"g"}, {"s"});
+  c.node("Mul", {"s", "c"}, {"y"});
+  run(c);
+}
+
+// Sub is not commutative: with the blocked operand second it cannot be the
+// binary primitive's full-shaped first source.
+TEST_P(OperatorTest, ConvOutputSubtractedBothWays) {
+  Case c({"Conv", "Sub"});
+  c.input("x", {1, 4, 6, 6}).input("z", {1, 8, 1, 1}).weight("w", {8, 4, 3, 3}).output("c").output("y").output("y2");
+  c.node("Conv", {"x", "w"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Sub", {"z", "c"}, {"y"});
+  c.node("Sub", {"c", "z"}, {"y2"});
+  run(c);
+}
+
+TEST_P(OperatorTest, ConcatOfAGraphInputAndAConv) {
+  Case c({"Conv", "Concat"});
+  c.input("x", {1, 4, 6, 6}).weight("w", {8, 4, 3, 3}).output("y");
+  c.node("Conv", {"x", "w"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Concat", {"x", "c"}, {"y"}, {{"axis", 1}});
+  run(c);
+}
+
+// A view (Reshape) of a blocked value must see it in plain layout.
+TEST_P(OperatorTest, ConvReshapeSoftmax) {
+  Case c({"Conv", "Softmax"});
+  c.input("x", {1, 4, 6, 6}).weight("w", {8, 4, 3, 3}).int_constant("shape", {2}, {8, 36}).output("y");
+  c.node("Conv", {"x", "w"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Reshape", {"c", "shape"}, {"r"});
+  c.node("Softmax", {"r"}, {"y"});
+  run(c);
+}
+
+// ---- Gemm ----------------------------------------------------------------------
+
+TEST_P(OperatorTest, Gemm) {
+  Case c({"Gemm"});
+  c.input("a", {4, 6}).weight("b", {6, 5}).output("y");
+  c.node("Gemm", {"a", "b"}, {"y"});
+  run(c);
+}
+
+TEST_P(OperatorTest, GemmTransA) {
+  Case c({"Gemm"});
+  c.input("a", {6, 4}).weight("b", {6, 5}).weight("c", {5}).output("y");
+  c.node("Gemm", {"a", "b", "c"}, {"y"}, {{"transA", 1}});
+  run(c);
+}
+
+TEST_P(OperatorTest, GemmTransB) {
+  Case c({"Gemm"});
+  c.input("a", {4, 6}).weight("b", {5, 6}).weight("c", {5}).output("y");
+  c.node("Gemm", {"a", "b", "c"}, {"y"}, {{"transB", 1}});
+  run(c);
+}
+
+TEST_P(OperatorTest, GemmAlphaBetaCVector) {
+  Case c({"Gemm"});
+  c.input("a", {4, 6}).weight("b", {6, 5}).weight("c", {5}).output("y");
+  c.node("Gemm", {"a", "b", "c"}, {"y"}, {{"alpha", 0.5f}, {"beta", 2.0f}});
+  run(c);
+}
+
+TEST_P(OperatorTest, GemmCScalar) {
+  Case c({"Gemm"});
+  c.input("a", {4, 6}).weight("b", {5, 6}).scalar("c", 0.75f).output("y");
+  c.node("Gemm", {"a", "b", "c"}, {"y"}, {{"transB", 1}, {"beta", 0.5f}});
+  run(c);
+}
+
+TEST_P(OperatorTest, GemmCFullAsGraphInput) {
+  Case c({"Gemm"});
+  c.input("a", {4, 6}).weight("b", {6, 5}).input("c", {4, 5}).output("y");
+  c.node("Gemm", {"a", "b", "c"}, {"y"}, {{"alpha", 0.7f}});
+  run(c);
+}
+
+TEST_P(OperatorTest, GemmRelu) {
+  Case c({"Gemm"});
+  c.input("a", {4, 6}).weight("b", {6, 5}).weight("c", {5}).output("y");
+  c.node("Gemm", {"a", "b", "c"}, {"g"});
+  c.node("Relu", {"g"}, {"y"});
+  run(c);
+}
+
+// The Add that follows becomes the matmul's bias, the Sigmoid a post-op.
+TEST_P(OperatorTest, GemmAddBiasSigmoid) {
+  Case c({"Gemm"});
+  c.input("a", {4, 6}).weight("b", {6, 5}).weight("bias", {5}).output("y");
+  c.node("Gemm", {"a", "b"}, {"g"});
+  c.node("Add", {"bias", "g"}, {"z"});
+  c.node("Sigmoid", {"z"}, {"y"});
+  run(c);
+}
+
+TEST_P(OperatorTest, GemmCRowConstantWithBeta) {
+  Case c({"Gemm"});
+  c.input("a", {3, 6}).weight("b", {6, 5}).weight("c", {1, 5}).output("y");
+  c.node("Gemm", {"a", "b", "c"}, {"y"}, {{"beta", 0.3f}});
+  run(c);
+}
+
+// ---- MatMul --------------------------------------------------------------------
+
+// A transformer's feed-forward layer: the bias and the GELU fuse into the matmul.
+TEST_P(OperatorTest, MatMulBiasGELU) {
+  Case c({"MatMul"});
+  c.input("a", {2, 3, 8}, -2, 2).weight("w", {8, 5}).weight("bias", {5}).output("y");
+  c.node("MatMul", {"a", "w"}, {"m"});
+  c.node("Add", {"m", "bias"}, {"z"});
+  add_gelu(c, "z", "y");
+  run(c);
+}
+
+TEST_P(OperatorTest, MatMulBatched) {
+  Case c({"MatMul"});
+  c.input("a", {2, 4, 3, 6}).input("b", {2, 4, 6, 5}).output("y");
+  c.node("MatMul", {"a", "b"}, {"y"});
+  run(c);
+}
+
+TEST_P(OperatorTest, MatMulBroadcastBatch) {
+  Case c({"MatMul"});
+  c.input("a", {1, 3, 4}).input("b", {2, 4, 5}).output("y");
+  c.node("MatMul", {"a", "b"}, {"y"});
+  run(c);
+}
+
+// An Add of a constant [n, 1] after a [n, k] x [k, n] product broadcasts
+// along rows: it is not a bias of the output columns, though it has n values.
+TEST_P(OperatorTest, MatMulAddOfAColumnIsNotABias) {
+  Case c({"MatMul"});
+  c.input("a", {5, 3}).weight("w", {3, 5}).weight("col", {5, 1}).output("y");
+  c.node("MatMul", {"a", "w"}, {"m"});
+  c.node("Add", {"m", "col"}, {"y"});
+  run(c);
+}
+
+TEST_P(OperatorTest, MatMulAddResidual) {
+  Case c({"MatMul"});
+  c.input("a", {2, 3, 8}).weight("w", {8, 8}).output("y");
+  c.node("MatMul", {"a", "w"}, {"m"});
+  c.node("Add", {"m", "a"}, {"y"});
+  run(c);
+}
+
+// Two linear post-ops with their own parameters: 2m, then + 0.25.
+TEST_P(OperatorTest, MatMulScaleThenShift) {
+  Case c({"MatMul"});
+  c.input("a", {4, 8}).weight("w", {8, 5}).scalar("two", 2).scalar("q", 0.25f).output("y");
+  c.node("MatMul", {"a", "w"}, {"m"});
+  c.node("Mul", {"m", "two"}, {"p"});
+  c.node("Add", {"p", "q"}, {"y"});
+  run(c);
+}
+
+// ---- pooling -------------------------------------------------------------------
+
+TEST_P(OperatorTest, MaxPool3x3Stride2Pads1) {
+  Case c({"MaxPool"});
+  c.input("x", {1, 3, 9, 9}).output("y");
+  c.node("MaxPool", {"x"}, {"y"}, {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}});
+  run(c);
+}
+
+// ceil_mode adds a last window that overhangs the end: 5 outputs per axis, not 4.
+TEST_P(OperatorTest, MaxPoolCeilMode) {
+  Case c({"MaxPool"});
+  c.input("x", {1, 3, 8, 8}).output("y");
+  c.node("MaxPool", {"x"}, {"y"},
+         {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}, {"ceil_mode", 1}});
+  run(c);
+}
+
+Case average_pool(int count_include_pad) {
+  Case c({"AveragePool"});
+  c.input("x", {1, 3, 7, 7}).output("y");
+  c.node("AveragePool", {"x"}, {"y"},
+         {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}, {"count_include_pad", count_include_pad}});
+  return c;
+}
+
+TEST_P(OperatorTest, AveragePoolExcludingPads) { run(average_pool(0)); }
+TEST_P(OperatorTest, AveragePoolIncludingPads) { run(average_pool(1)); }
+
+TEST_P(OperatorTest, GlobalMaxPool) {
+  Case c({"GlobalMaxPool"});
+  c.input("x", {2, 5, 4, 6}).output("y");
+  c.node("GlobalMaxPool", {"x"}, {"y"});
+  run(c);
+}
+
+TEST_P(OperatorTest, MaxPoolOfAConv) {
+  Case c({"Conv", "MaxPool"});
+  c.input("x", {1, 3, 8, 8}).weight("w", {8, 3, 3, 3}).weight("b", {8}).output("y");
+  c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("MaxPool", {"c"}, {"y"}, {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}});
+  run(c);
+}
+
+TEST_P(OperatorTest, MaxPoolDilatedAsymmetricPads) {
+  Case c({"MaxPool"});
+  c.input("x", {1, 3, 8, 8}).output("y");
+  c.node("MaxPool", {"x"}, {"y"}, {{"kernel_shape", {2, 2}}, {"dilations", {2, 2}}, {"pads", {1, 0, 0, 1}}});
+  run(c);
+}
+
+// The overhanging last window averages only the elements inside.
+TEST_P(OperatorTest, AveragePoolCeilMode) {
+  Case c({"AveragePool"});
+  c.input("x", {1, 3, 8, 8}).output("y");
+  c.node("AveragePool", {"x"}, {"y"}, {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"ceil_mode", 1}});
+  run(c);
+}
+
+// ---- Softmax, LayerNormalization -----------------------------------------------
+
+TEST_P(OperatorTest, SoftmaxLastAxis) {
+  Case c({"Softmax"});
+  c.input("x", {3, 4, 7}, -3, 3).output("y");
+  c.node("Softmax", {"x"}, {"y"}, {{"axis", -1}});
+  run(c);
+}
+
+// Before opset 13 the input is coerced to 2-D: [2, 3*5], normalised over all 15.
+TEST_P(OperatorTest, SoftmaxOpset11Axis1) {
+  Case c({"Softmax"}, 11);
+  c.input("x", {2, 3, 5}, -3, 3).output("y");
+  c.node("Softmax", {"x"}, {"y"}, {{"axis", 1}});
+  run(c);
+}
+
+TEST_P(OperatorTest, LogSoftmaxInnerAxis) {
+  Case c({"LogSoftmax"});
+  c.input("x", {2, 6, 4}, -3, 3).output("y");
+  c.node("LogSoftmax", {"x"}, {"y"}, {{"axis", 1}});
+  run(c);
+}
+
+TEST_P(OperatorTest, LayerNormalization) {
+  Case c({"LayerNormalization"}, 17);
+  c.input("x", {2, 5, 16}, -2, 3).weight("scale", {16}).weight("bias", {16}).output("y");
+  c.node("LayerNormalization", {"x", "scale", "bias"}, {"y"}, {{"axis", -1}});
+  run(c);
+}
+
+// ---- data movement ---------------------------------------------------------------
+
+TEST_P(OperatorTest, Transpose0213) {
+  Case c({"Transpose"});
+  c.input("x", {2, 3, 4, 5}).output("y");
+  c.node("Transpose", {"x"}, {"y"}, {{"perm", {0, 2, 1, 3}}});
+  run(c);
+}
+
+TEST_P(OperatorTest, TransposeDefaultPermReverses) {
+  Case c({"Transpose"});
+  c.input("x", {2, 3, 4}).output("y");
+  c.node("Transpose", {"x"}, {"y"});
+  run(c);
+}
+
+TEST_P(OperatorTest, SliceSteps2) {
+  Case c({"Slice"});
+  c.input("x", {6, 8, 5}).output("y");
+  c.int_constant("starts", {2}, {1, 0}).int_constant("ends", {2}, {6, 5});
+  c.int_constant("axes", {2}, {0, 2}).int_constant("steps", {2}, {2, 2});
+  c.node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"});
+  run(c);
+}
+
+// Axis 1: 7, 5, 3, 1 (the end clamps to before the first); axis 2 (negative
+// axis): all five reversed.
+TEST_P(OperatorTest, SliceNegativeSteps) {
+  Case c({"Slice"});
+  c.input("x", {6, 8, 5}).output("y");
+  c.int_constant("starts", {2}, {7, -1}).int_constant("ends", {2}, {-10, -6});
+  c.int_constant("axes", {2}, {1, -1}).int_constant("steps", {2}, {-2, -1});
+  c.node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"});
+  run(c);
+}
+
+TEST_P(OperatorTest, GatherAxis0Int64NegativeIndex) {
+  Case c({"Gather"});
+  c.input("data", {5, 4}).input_values<int64_t>("idx", {2, 3}, {0, -1, 3, 2, -5, 4}).output("y");
+  c.node("Gather", {"data", "idx"}, {"y"}, {{"axis", 0}});
+  run(c);
+}
+
+TEST_P(OperatorTest, GatherAxis1Int32) {
+  Case c({"Gather"});
+  c.input("data", {3, 6, 2}).input_values<int32_t>("idx", {4}, {5, 0, -2, 3}).output("y");
+  c.node("Gather", {"data", "idx"}, {"y"}, {{"axis", 1}});
+  run(c);
+}
+
+// Constant indices, on a negative axis.
+TEST_P(OperatorTest, GatherConstantInt32IndicesNegativeAxis) {
+  Case c({"Gather"});
+  c.input("data", {3, 4, 6}).int_constant("idx", {2, 2}, {5, -6, 1, 1}, kInt32).output("y");
+  c.node("Gather", {"data", "idx"}, {"y"}, {{"axis", -1}});
+  run(c);
+}
+
+TEST_P(OperatorTest, ConcatInt64) {
+  Case c({"Concat"});
+  c.input_values<int64_t>("a", {2, 3}, {1, 2, 3, 4, 5, 6});
+  c.input_values<int64_t>("b", {2, 2}, {-7, 8, int64_t(1) << 40, -(int64_t(1) << 50)});
+  c.input_values<int64_t>("d", {2, 1}, {9, 10});
+  c.output("y", kInt64);
+  c.node("Concat", {"a", "b", "d"}, {"y"}, {{"axis", 1}});
+  run(c);
+}
+
+TEST_P(OperatorTest, ConcatFloatAxis0) {
+  Case c({"Concat"});
+  c.input("a", {2, 3, 4}).input("b", {1, 3, 4}).output("y");
+  c.node("Concat", {"a", "b"}, {"y"}, {{"axis", 0}});
+  run(c);
+}
+
+// ---- elementwise -------------------------------------------------------------------
+
+// One fused loop; the intermediate "m" is needed outside it and must be stored.
+TEST_P(OperatorTest, ElementwiseChainWithIntermediateOutput) {
+  Case c({"Add", "Mul", "Sigmoid", "Sub"});
+  c.input("x", {2, 3, 4, 5}).weight("bias", {3, 1, 1}).scalar("k", 1.7f).output("m").output("y");
+  c.node("Add", {"x", "bias"}, {"a"});
+  c.node("Mul", {"a", "k"}, {"m"});
+  c.node("Sigmoid", {"m"}, {"s"});
+  c.node("Sub", {"s", "x"}, {"y"});
+  run(c);
+}
+
+TEST_P(OperatorTest, PReluPerChannelSlope) {
+  Case c({"PRelu"});
+  c.input("x", {2, 3, 4, 5}).weight("slope", {3, 1, 1}).output("y");
+  c.node("PRelu", {"x", "slope"}, {"y"});
+  run(c);
+}
+
+// x feeds two members of one loop (loaded once) and broadcasts against w.
+TEST_P(OperatorTest, ElementwiseChainSharedInput) {
+  Case c({"Add", "Mul", "Sub"});
+  c.input("x", {2, 3, 4}).input("w", {4}).output("y");
+  c.node("Add", {"x", "w"}, {"a"});
+  c.node("Mul", {"x", "x"}, {"sq"});
+  c.node("Sub", {"a", "sq"}, {"y"});
+  run(c);
+}
+
+// ---- errors ------------------------------------------------------------------------
+
+// Indices are data: an out-of-range one is the caller's mistake, reported
+// with the node's name, and the executable stays usable.
+TEST_P(OperatorTest, GatherOutOfRangeIndexIsAnInvalidArgument) {
+  Case c({"Gather"});
+  c.input("data", {5, 4}).input_values<int64_t>("idx", {3}, {0, 1, 2}).output("y");
+  c.node("Gather", {"data", "idx"}, {"y"}, {{"axis", 0}}, "pick_rows");
+  const auto& b = backend(GetParam());
+  const kiln::ir::Model model = import(c);
+  if (!b.supports(model.graph->nodes[0])) GTEST_SKIP() << GetParam() << " does not claim Gather";
+  Compiled compiled = compile(b, model, c.inputs);
+  for (int64_t bad : {int64_t(5), int64_t(-6), int64_t(1) << 40}) {
+    SCOPED_TRACE("index " + std::to_string(bad));
+    auto inputs = c.inputs;
+    inputs["idx"] = Tensor::from_vector<int64_t>({3}, {0, bad, 1});
+    try {
+      compiled.exe->run(inputs);
+      ADD_FAILURE() << "no error";
+    } catch (const kiln::ir::Error& e) {
+      EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("pick_rows"), std::string::npos) << e.what();
+    }
+  }
+  const auto want = kiln::ref::run_graph(*model.graph, c.inputs);
+  const auto got = compiled.exe->run(c.inputs);
+  ASSERT_EQ(got.size(), 1u);
+  expect_close(got[0], want[0], 0, 0, "after the errors");
+}
+
+// ---- unary elementwise ops, each on its own --------------------------------------------
+
+struct UnaryOp {
+  std::string name;  // the test's
+  std::string op;
+  float lo = -3, hi = 3;  // the input range: inside the op's domain
+  std::vector<Attr> attrs = {};
+  std::vector<std::optional<float>> extra = {};  // further inputs: scalar constants, or omitted
+};
+
+std::vector<UnaryOp> unary_ops() {
+  return {
+      {"Neg", "Neg"},
+      {"Abs", "Abs"},
+      {"Relu", "Relu"},
+      {"LeakyRelu", "LeakyRelu", -3, 3, {{"alpha", 0.1f}}},
+      {"Sigmoid", "Sigmoid", -6, 6},
+      {"Tanh", "Tanh"},
+      {"Exp", "Exp"},
+      {"Log", "Log", 0.05f, 4},
+      {"Sqrt", "Sqrt", 0, 4},
+      {"Erf", "Erf"},
+      {"Reciprocal", "Reciprocal", 0.25f, 2},
+      {"Floor", "Floor"},
+      {"Ceil", "Ceil"},
+      {"Clip", "Clip", -3, 3, {}, {-0.5f, 0.7f}},
+      {"ClipMaxOnly", "Clip", -3, 3, {}, {std::nullopt, 0.7f}},
+      {"HardSigmoid", "HardSigmoid", -4, 4, {{"alpha", 0.25f}, {"beta", 0.4f}}},
+      {"HardSwish", "HardSwish", -4, 4},
+      {"Softplus", "Softplus"},
+      {"Elu", "Elu", -3, 3, {{"alpha", 0.5f}}},
+      {"Selu", "Selu", -3, 3, {{"alpha", 1.5f}, {"gamma", 1.1f}}},
+      {"SeluDefaults", "Selu"},
+      {"Softsign", "Softsign"},
+  };
+}
+
+void PrintTo(const UnaryOp& u, std::ostream* os) { *os << u.name; }
+
+class UnaryOpTest : public ::testing::TestWithParam<std::tuple<std::string, UnaryOp>> {};
+
+TEST_P(UnaryOpTest, MatchesTheReference) {
+  const auto& [backend_name, u] = GetParam();
+  Case c({u.op});
+  c.input("x", {2, 3, 4, 5}, u.lo, u.hi).output("y");
+  std::vector<std::string> ins{"x"};
+  for (size_t i = 0; i < u.extra.size(); ++i) {
+    if (!u.extra[i]) {
+      ins.push_back("");
+      continue;
+    }
+    ins.push_back("k" + std::to_string(i));
+    c.scalar(ins.back(), *u.extra[i]);
+  }
+  c.node(u.op, ins, {"y"}, u.attrs);
+  check(backend_name, c);
+}
+
+// ---- binary elementwise ops with two-sided broadcasting ----------------------------------
+
+struct BinaryOp {
+  std::string op;
+  float a_lo = -1, a_hi = 1, b_lo = -1, b_hi = 1;
+};
+
+std::vector<BinaryOp> binary_ops() {
+  return {{"Add"}, {"Sub"}, {"Mul"}, {"Div", -1, 1, 0.5f, 2}, {"Pow", 0.1f, 3, -2, 2}, {"Max"}, {"Min"}};
+}
+
+void PrintTo(const BinaryOp& b, std::ostream* os) { *os << b.op; }
+
+class BinaryOpTest : public ::testing::TestWithParam<std::tuple<std::string, BinaryOp>> {};
+
+// [3,1,5] with [4,1]: both operands broadcast, to [3,4,5].
+TEST_P(BinaryOpTest, BroadcastsBothOperands) {
+  const auto& [backend_name, op] = GetParam();
+  Case c({op.op});
+  c.input("a", {3, 1, 5}, op.a_lo, op.a_hi).input("b", {4, 1}, op.b_lo, op.b_hi).output("y");
+  c.node(op.op, {"a", "b"}, {"y"});
+  check(backend_name, c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, OperatorTest, ::testing::ValuesIn(backends_under_test()),
+                         [](const auto& info) { return param_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Backends, UnaryOpTest,
+                         ::testing::Combine(::testing::ValuesIn(backends_under_test()), ::testing::ValuesIn(unary_ops())),
+                         [](const auto& info) {
+                           return param_name(std::get<0>(info.param)) + "_" + std::get<1>(info.param).name;
+                         });
+INSTANTIATE_TEST_SUITE_P(Backends, BinaryOpTest,
+                         ::testing::Combine(::testing::ValuesIn(backends_under_test()), ::testing::ValuesIn(binary_ops())),
+                         [](const auto& info) { return param_name(std::get<0>(info.param)) + "_" + std::get<1>(info.param).op; });
+// With only the reference backend built in, there is nothing to compare.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OperatorTest);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(UnaryOpTest);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BinaryOpTest);
+
+}  // namespace
