@@ -42,6 +42,13 @@ md plain_md(const Dims& dims) {
 
 bool is_plain(const md& m, const Dims& dims) { return m == plain_md(dims); }
 
+// A step copying a buffer of layout `from` into one of layout `to`. args: source, destination.
+std::unique_ptr<Kernel> reorder_kernel(const md& from, const md& to) {
+  dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to);
+  return std::make_unique<OneDnnKernel>(dnnl::reorder(pd), std::vector<std::pair<int, md>>{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}},
+                                        std::unordered_map<int, dnnl::memory>{});
+}
+
 // A eltwise post-op: oneDNN algorithm and its two parameters.
 struct PostOp {
   dnnl::algorithm alg;
@@ -244,11 +251,7 @@ class Lowering {
     for (const auto& [layout, buffer] : v.copies)
       if (layout == want) return buffer;
     const int buffer = add_buffer(Buffer::Kind::Arena, 0, int64_t(want.get_size()), name + "#layout");
-    auto pd = dnnl::reorder::primitive_desc(cpu_engine(), v.layout, cpu_engine(), want);
-    add_kernel("reorder " + name, {v.buffer, buffer}, {0, 1},
-               std::make_unique<OneDnnKernel>(dnnl::reorder(pd),
-                                              std::vector<std::pair<int, md>>{{DNNL_ARG_FROM, v.layout}, {DNNL_ARG_TO, want}},
-                                              std::unordered_map<int, dnnl::memory>{}));
+    add_kernel("reorder " + name, {v.buffer, buffer}, {0, 1}, reorder_kernel(v.layout, want));
     vals_[name].copies.emplace_back(want, buffer);
     return buffer;
   }
@@ -824,12 +827,9 @@ class Lowering {
       strides.push_back(in_strides[size_t(p)]);
     }
     const md src_md(to_dnnl(out), dt::f32, strides), dst_md = plain_md(out);
-    auto pd = dnnl::reorder::primitive_desc(cpu_engine(), src_md, cpu_engine(), dst_md);
     const int src = plain(n.inputs[0]);
     const int dst = define_plain(n.outputs[0]);
-    add_kernel(n.describe(), {src, dst}, {0, 1},
-               std::make_unique<OneDnnKernel>(dnnl::reorder(pd), std::vector<std::pair<int, md>>{{DNNL_ARG_FROM, src_md}, {DNNL_ARG_TO, dst_md}},
-                                              std::unordered_map<int, dnnl::memory>{}));
+    add_kernel(n.describe(), {src, dst}, {0, 1}, reorder_kernel(src_md, dst_md));
     compiled();
     return true;
   }
@@ -1120,11 +1120,7 @@ class Lowering {
     Val& v = val(name);
     if (v.buffer == target) return;
     if (v.blocked) {
-      const md want = plain_md(dims(name));
-      auto pd = dnnl::reorder::primitive_desc(cpu_engine(), v.layout, cpu_engine(), want);
-      add_kernel("output " + name, {v.buffer, target}, {0, 1},
-                 std::make_unique<OneDnnKernel>(dnnl::reorder(pd), std::vector<std::pair<int, md>>{{DNNL_ARG_FROM, v.layout}, {DNNL_ARG_TO, want}},
-                                                std::unordered_map<int, dnnl::memory>{}));
+      add_kernel("output " + name, {v.buffer, target}, {0, 1}, reorder_kernel(v.layout, plain_md(dims(name))));
     } else {
       add_kernel("output " + name, {v.buffer, target}, {0, 1}, std::make_unique<CopyKernel>(bytes_of(name)));
     }
