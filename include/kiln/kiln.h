@@ -65,6 +65,9 @@ typedef struct kiln_runtime_options {
   int32_t threads;       /* 0: every core the process may use */
   const char* cache_dir; /* NULL: default location */
   int32_t log_level;     /* a kiln_log_level; messages go to stderr */
+  /* Since Kiln 0.2 (check struct_size): */
+  int32_t no_cache;        /* nonzero: no on-disk cache of compiled code */
+  int64_t cache_max_bytes; /* 0: $KILN_CACHE_MAX_BYTES, else 1 GiB */
 } kiln_runtime_options;
 
 /* Describes one model input or output. dims[i] is -1 for a dynamic

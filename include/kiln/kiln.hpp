@@ -116,12 +116,27 @@ struct RuntimeOptions {
   std::string backend = "cpu";
   int threads = 0;        // thread budget, 0: every usable core. The cpu backend never has more
                           // busy threads than this; the reference backend runs on one.
-  std::string cache_dir;  // compiled-code cache; "" = default location. Not used yet: no backend
-                          // compiles to cached objects until the cache issue lands.
+  // The on-disk cache of compiled specializations: a new process loads what
+  // any earlier one compiled instead of compiling it again. Off if `cache`
+  // is false or the environment says KILN_CACHE=off. A directory that cannot
+  // be written costs one warning and compiling in memory, never an error.
+  bool cache = true;
+  std::string cache_dir;        // "" = $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln
+  int64_t cache_max_bytes = 0;  // 0 = $KILN_CACHE_MAX_BYTES, else 1 GiB; least recently used entries go first
   LogLevel log_level = LogLevel::Warning;
   // Receives every message at or above log_level; default: stderr.
   std::function<void(LogLevel, const std::string&)> logger;
 };
+
+// What the on-disk cache did for a specialization.
+enum class CacheOutcome {
+  Off,          // no cache (turned off, or its directory is unusable)
+  Hit,          // loaded from the cache: no compilation at all
+  Miss,         // compiled, then stored
+  Rebuild,      // the cache held an unusable entry (corrupt, truncated, foreign): compiled and replaced
+  NotCached,    // compiled; this specialization cannot be cached (cache_note says why)
+};
+const char* cache_outcome_name(CacheOutcome o);  // "hit", "miss", ...
 
 // One compiled specialization of a model: the input shapes it was compiled
 // for, what the compile cost and how often it ran.
@@ -133,8 +148,11 @@ struct SpecializationStats {
   int64_t fallback_nodes = 0;   // nodes run by their reference kernel inside a compiled specialization
   int64_t arena_bytes = 0;         // scratch memory per run in flight
   int64_t intermediate_bytes = 0;  // what the intermediates would take without reuse
-  double compile_ms = 0;
+  double compile_ms = 0;  // compiling, or loading from the cache on a hit
   int64_t runs = 0;
+  CacheOutcome cache = CacheOutcome::Off;
+  std::string cache_key;   // the entry's name in the cache directory
+  std::string cache_note;  // why an entry was rebuilt or why nothing was stored
 };
 
 class Runtime {
@@ -142,12 +160,48 @@ class Runtime {
   explicit Runtime(RuntimeOptions options = {});
   const RuntimeOptions& options() const;
   int threads() const;  // the resolved thread count
+  std::string cache_dir() const;  // the resolved cache directory, "" when there is no cache
+  // Modules the backend has optimised and compiled to machine code so far, in
+  // this Runtime. Cache hits add nothing.
+  int64_t codegen_runs() const;
   void log(LogLevel level, const std::string& message) const;
 
  private:
   struct Impl;
   std::shared_ptr<Impl> impl_;
   friend class Model;
+};
+
+// One entry of the on-disk cache.
+struct CacheEntry {
+  std::string key;      // the entry's directory name
+  std::string model;    // the model file it was compiled from, when it was
+  std::string shapes;   // the specialization key: "image:float32:1x3x224x224"
+  std::string backend;  // backend, version, options, target and CPU
+  std::string created;  // ISO 8601, UTC
+  int64_t bytes = 0;    // on disk
+  int64_t last_use = 0; // Unix time
+  std::string problem;  // "" if the entry is usable
+};
+
+// The cache directory a Runtime uses, for inspection and upkeep. Safe while
+// other processes use the same directory: entries in use are never removed.
+class Cache {
+ public:
+  // Throws InvalidArgument if the runtime has no cache.
+  explicit Cache(const Runtime& runtime);
+  const std::string& dir() const { return dir_; }
+  // With `check_files`, every file's checksum is verified too.
+  std::vector<CacheEntry> list(bool check_files = false) const;
+  // Checks every entry and removes the unusable ones, which it returns.
+  std::vector<CacheEntry> verify() const;
+  // Removes least recently used entries until at most `max_bytes` remain; returns how many went.
+  int64_t prune(int64_t max_bytes) const;
+  // Removes every entry not in use; returns how many went.
+  int64_t clear() const;
+
+ private:
+  std::string dir_;
 };
 
 class Model {
@@ -176,6 +230,10 @@ class Model {
   // wrong dtype or shape is an InvalidArgument error naming the output.
   void run(const std::vector<std::pair<std::string, Tensor>>& inputs, std::vector<Tensor>& outputs) const;
 
+  // Compiles (or loads from the cache) the specialization for these input
+  // shapes without running it, e.g. to warm the cache. Inputs with defaults
+  // may be left out. Returns its stats.
+  SpecializationStats prepare(const std::vector<std::pair<std::string, Shape>>& shapes) const;
   // Every specialization compiled so far, in the order they were made.
   std::vector<SpecializationStats> specializations() const;
 

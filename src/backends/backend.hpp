@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/ir/graph.hpp"
@@ -15,10 +16,31 @@ namespace kiln::backends {
 
 // What a compiled specialization is made of, for stats.
 struct ExecutableStats {
+  int64_t nodes = 0;           // nodes of the specialized graph
   int64_t compiled_nodes = 0;  // nodes the backend compiled itself
   int64_t fallback_nodes = 0;  // nodes it hands to the reference kernels
   int64_t arena_bytes = 0;
   int64_t intermediate_bytes = 0;
+};
+
+// A compiled specialization as the on-disk cache stores it. The cache writes
+// and checks the files; what is inside is the backend's own business.
+struct Artifact {
+  std::string object;   // relocatable object code
+  std::string program;  // everything else the backend needs to load it again
+  std::vector<std::pair<const void*, size_t>> weights;  // one file, each chunk at its offset
+  std::vector<int64_t> weight_offsets;                  // per chunk, multiples of 64
+  int64_t weights_bytes = 0;
+  std::string summary;  // JSON object for the manifest, for people reading it
+};
+
+// The same, read back: views into mapped files kept alive by `keep_alive`.
+struct LoadedArtifact {
+  std::string_view object;
+  std::string_view program;
+  const char* weights = nullptr;  // 64-byte aligned
+  size_t weights_bytes = 0;
+  std::shared_ptr<void> keep_alive;
 };
 
 // One compiled specialization. run() must be safe to call from several
@@ -33,6 +55,10 @@ class Executable {
   // The same into the caller's tensors, which must have the dtype and shape
   // of each output (else InvalidArgument naming it). By default: run, then copy.
   virtual void run_into(const std::map<std::string, ir::Tensor>& inputs, std::vector<ir::Tensor>& outputs) const;
+  // What Backend::load needs to make this executable again in another
+  // process. The artifact may point into the executable, which must outlive
+  // it. Throws ir::Error(Unsupported) saying why it cannot be saved.
+  virtual Artifact save() const;
 };
 
 struct CompileOptions {
@@ -49,6 +75,17 @@ class Backend {
   // `spec` holds the concrete shape of every value. Throws ir::Error.
   virtual std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
                                               const CompileOptions& options) const = 0;
+  // An executable from an artifact that save() made for the same key (the
+  // cache checked that). `graph` is the model's. No optimisation or code
+  // generation may run. Throws ir::Error (InvalidModel if the artifact is
+  // inconsistent, Unsupported if this backend does not load artifacts).
+  virtual std::unique_ptr<Executable> load(const LoadedArtifact& artifact, std::shared_ptr<const ir::Graph> graph,
+                                           const CompileOptions& options) const;
+  // Everything about this backend and machine that changes the code it
+  // produces (version, target, CPU and features, libraries): part of cache keys.
+  virtual std::string identity(const CompileOptions& options) const;
+  // Codegen runs so far (a warm cache keeps this unchanged).
+  virtual int64_t codegen_runs() const { return 0; }
 };
 
 // Fails with InvalidArgument unless each of `outputs` has the dtype and

@@ -41,4 +41,17 @@ void Executable::run_into(const std::map<std::string, ir::Tensor>& inputs, std::
 
 std::vector<std::string> backend_names() { return {"cpu", "reference"}; }
 
+
+Artifact Executable::save() const {
+  ir::fail(ir::ErrorKind::Unsupported, "this specialization runs on the reference executor, which keeps no compiled code");
+}
+
+std::unique_ptr<Executable> Backend::load(const LoadedArtifact&, std::shared_ptr<const ir::Graph>, const CompileOptions&) const {
+  ir::fail(ir::ErrorKind::Unsupported, "backend '" + name() + "' does not load cached code");
+}
+
+std::string Backend::identity(const CompileOptions& options) const {
+  return name() + " " + version() + " threads=" + std::to_string(options.threads);
+}
+
 }  // namespace kiln::backends

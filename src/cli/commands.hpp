@@ -2,6 +2,10 @@
 // Each kiln subcommand registers itself on the app and runs when selected.
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+#include <string>
+#include <utility>
+
 namespace kiln::cli {
 
 // Set by the subcommand's callback; main returns it.
@@ -9,5 +13,12 @@ extern int exit_code;
 
 void add_inspect_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_compile_command(CLI::App& app);
+void add_cache_command(CLI::App& app);
+
+// "NAME=VALUE" split at the first '='; InvalidArgument naming `option` otherwise.
+std::pair<std::string, std::string> split_assignment(const std::string& s, const char* option);
+// "12.0 KiB", "3.52 MiB".
+std::string bytes_to_string(int64_t bytes);
 
 }  // namespace kiln::cli

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "kiln 0.1.0");
   kiln::cli::add_inspect_command(app);
   kiln::cli::add_run_command(app);
+  kiln::cli::add_compile_command(app);
+  kiln::cli::add_cache_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -18,6 +18,20 @@
 
 namespace kiln::cli {
 
+std::pair<std::string, std::string> split_assignment(const std::string& s, const char* option) {
+  auto eq = s.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+    throw Error(ErrorCode::InvalidArgument, std::string(option) + " '" + s + "' must look like NAME=VALUE");
+  return {s.substr(0, eq), s.substr(eq + 1)};
+}
+
+std::string bytes_to_string(int64_t bytes) {
+  char buf[32];
+  if (bytes < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", double(bytes) / 1024);
+  else std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / (1 << 20));
+  return buf;
+}
+
 namespace {
 
 struct RunArgs {
@@ -30,14 +44,9 @@ struct RunArgs {
   int threads = 0;
   std::string backend = "cpu";
   bool json = false;
+  std::string cache_dir;
+  bool no_cache = false;
 };
-
-std::pair<std::string, std::string> split_assignment(const std::string& s, const char* option) {
-  auto eq = s.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
-    throw Error(ErrorCode::InvalidArgument, std::string(option) + " '" + s + "' must look like NAME=VALUE");
-  return {s.substr(0, eq), s.substr(eq + 1)};
-}
 
 // Every character outside [A-Za-z0-9_.-] becomes '_'.
 std::string file_safe(const std::string& name) {
@@ -130,13 +139,6 @@ std::vector<int64_t> row_argmax(const Tensor& t) {
   return out;
 }
 
-std::string bytes_to_string(int64_t bytes) {
-  char buf[32];
-  if (bytes < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", double(bytes) / 1024);
-  else std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / (1 << 20));
-  return buf;
-}
-
 double percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   size_t idx = size_t(std::ceil(p * double(v.size()))) - 1;
@@ -147,6 +149,8 @@ void run(const RunArgs& args) {
   RuntimeOptions opts;
   opts.threads = args.threads;
   opts.backend = args.backend;
+  opts.cache = !args.no_cache;
+  opts.cache_dir = args.cache_dir;
   Runtime runtime(opts);
   const auto load_start = std::chrono::steady_clock::now();
   Model model = Model::load(runtime, args.model);
@@ -229,7 +233,12 @@ void run(const RunArgs& args) {
                                       {"arena_bytes", sp.arena_bytes},
                                       {"intermediate_bytes", sp.intermediate_bytes},
                                       {"compile_ms", sp.compile_ms},
-                                      {"runs", sp.runs}});
+                                      {"runs", sp.runs},
+                                      {"cache", cache_outcome_name(sp.cache)},
+                                      {"cache_key", sp.cache_key},
+                                      {"cache_note", sp.cache_note}});
+    j["codegen_runs"] = runtime.codegen_runs();
+    j["cache_dir"] = runtime.cache_dir();
     j["notes"] = notes;
     std::cout << j.dump(2) << "\n";
     return;
@@ -238,8 +247,10 @@ void run(const RunArgs& args) {
   for (const auto& n : notes) std::cerr << "note: " << n << "\n";
   std::printf("model %s: loaded in %.2f ms, first run %.3f ms\n", model.source().c_str(), load_ms, first_ms);
   for (const auto& sp : model.specializations()) {
-    std::printf("specialization %s: %s backend, %lld nodes after graph passes, compiled in %.3f ms\n", sp.key.c_str(),
-                sp.backend.c_str(), static_cast<long long>(sp.nodes), sp.compile_ms);
+    std::printf("specialization %s: %s backend, %lld nodes after graph passes, %s in %.3f ms (cache: %s)\n", sp.key.c_str(),
+                sp.backend.c_str(), static_cast<long long>(sp.nodes), sp.cache == CacheOutcome::Hit ? "loaded" : "compiled",
+                sp.compile_ms, cache_outcome_name(sp.cache));
+    if (!sp.cache_note.empty()) std::printf("  cache: %s\n", sp.cache_note.c_str());
     if (sp.compiled_nodes || sp.fallback_nodes)
       std::printf("  %lld nodes compiled, %lld run by reference kernels; scratch arena %s (intermediates %s)\n",
                   static_cast<long long>(sp.compiled_nodes), static_cast<long long>(sp.fallback_nodes),
@@ -278,6 +289,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--output-dir,-o", args->output_dir, "write each output to DIR/<output name>.npy");
   cmd->add_option("--repeat", args->repeat, "time N further runs (min/median/p90)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", args->threads, "threads (0: all usable cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cache-dir", args->cache_dir, "cache of compiled code (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
+  cmd->add_flag("--no-cache", args->no_cache, "compile in memory only");
   cmd->add_option("--backend", args->backend, "backend: cpu (compiled) or reference (the interpreter)")
       ->check(CLI::IsMember({"cpu", "reference"}));
   cmd->add_flag("--json", args->json, "print the summary as JSON");

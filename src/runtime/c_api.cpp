@@ -111,6 +111,11 @@ kiln_status kiln_runtime_create(const kiln_runtime_options* options, kiln_runtim
     KILN_REQUIRE(options->log_level >= 0 && options->log_level <= KILN_LOG_OFF,
                  "options->log_level " + std::to_string(options->log_level) + " is not a kiln_log_level");
     o.log_level = kiln::LogLevel(options->log_level);
+    if (options->struct_size >= offsetof(kiln_runtime_options, cache_max_bytes) + sizeof(int64_t)) {
+      o.cache = options->no_cache == 0;
+      KILN_REQUIRE(options->cache_max_bytes >= 0, "options->cache_max_bytes is negative");
+      o.cache_max_bytes = options->cache_max_bytes;
+    }
   }
   return guarded([&] { *out = new kiln_runtime{kiln::Runtime(o)}; });
 }

@@ -9,9 +9,12 @@
 #include <chrono>
 #include <mutex>
 #include <set>
+#include <cstdlib>
 #include <thread>
 
 #include "backends/backend.hpp"
+#include "cache/cache_key.hpp"
+#include "cache/store.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "kiln/kiln.hpp"
 #include "runtime/ir/shape_inference.hpp"
@@ -129,8 +132,46 @@ struct Runtime::Impl {
   RuntimeOptions options;
   int threads = 1;
   std::unique_ptr<backends::Backend> backend;
+  std::unique_ptr<cache::Store> store;  // null: no cache
+  mutable std::atomic<bool> store_writable{true};
   mutable std::mutex log_mutex;
 };
+
+const char* cache_outcome_name(CacheOutcome o) {
+  switch (o) {
+    case CacheOutcome::Off: return "off";
+    case CacheOutcome::Hit: return "hit";
+    case CacheOutcome::Miss: return "miss";
+    case CacheOutcome::Rebuild: return "rebuild";
+    case CacheOutcome::NotCached: return "not cached";
+  }
+  return "?";
+}
+
+namespace {
+
+bool env_says_off(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return false;
+  const std::string s(v);
+  return s == "off" || s == "0" || s == "false" || s == "no";
+}
+
+int64_t cache_max_bytes(const RuntimeOptions& options, const Runtime& runtime) {
+  if (options.cache_max_bytes < 0)
+    throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::cache_max_bytes must be 0 (default) or positive, got " +
+                                                std::to_string(options.cache_max_bytes));
+  if (options.cache_max_bytes > 0) return options.cache_max_bytes;
+  if (const char* v = std::getenv("KILN_CACHE_MAX_BYTES"); v && *v) {
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    if (end && *end == '\0' && n > 0) return n;
+    runtime.log(LogLevel::Warning, std::string("KILN_CACHE_MAX_BYTES='") + v + "' is not a positive number of bytes; using 1 GiB");
+  }
+  return cache::kDefaultMaxBytes;
+}
+
+}  // namespace
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
   if (options.threads < 0)
@@ -144,7 +185,21 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
     throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::backend '" + options.backend + "' is unknown; available: " + names);
   }
   impl_->options = std::move(options);
+  const RuntimeOptions& o = impl_->options;
+  if (o.cache && !env_says_off("KILN_CACHE")) {
+    std::string dir = o.cache_dir;
+    if (dir.empty())
+      if (const char* env = std::getenv("KILN_CACHE_DIR"); env && *env) dir = env;
+    if (dir.empty()) dir = cache::default_dir();
+    const int64_t max_bytes = cache_max_bytes(o, *this);
+    if (dir.empty()) log(LogLevel::Warning, "no cache directory (HOME is not set): compiling in memory only");
+    else if (cache::build_id().empty()) log(LogLevel::Warning, "this Kiln build has no identity (no build-id): compiling in memory only");
+    else impl_->store = std::make_unique<cache::Store>(dir, max_bytes);
+  }
 }
+
+std::string Runtime::cache_dir() const { return impl_->store ? impl_->store->dir() : std::string(); }
+int64_t Runtime::codegen_runs() const { return impl_->backend->codegen_runs(); }
 
 const RuntimeOptions& Runtime::options() const { return impl_->options; }
 int Runtime::threads() const { return impl_->threads; }
@@ -181,7 +236,30 @@ struct Model::Impl {
   mutable std::map<std::string, std::shared_ptr<Specialized>> table;
   mutable std::vector<std::string> table_order;
 
-  std::shared_ptr<const backends::Executable> specialization_for(const std::map<std::string, ir::Tensor>& inputs);
+  std::shared_ptr<const backends::Executable> specialization_for(const std::map<std::string, ir::Tensor>& inputs,
+                                                                 bool count_run = true);
+
+  // Saves a freshly compiled specialization. A cache that cannot be written
+  // is reported once and then left alone; run() never fails because of it.
+  void store_entry(const cache::Store& store, const cache::Key& key, const backends::Executable& executable,
+                   SpecializationStats& stats) const {
+    if (!runtime.impl_->store_writable.load()) {
+      stats.cache = CacheOutcome::Off;
+      return;
+    }
+    try {
+      store.put(key.hex, key.readable, executable.save(), stats.compile_ms);
+    } catch (const ir::Error& e) {
+      if (e.kind() == ir::ErrorKind::Io) {
+        if (runtime.impl_->store_writable.exchange(false))
+          runtime.log(LogLevel::Warning, std::string(e.what()) + "; compiling in memory only from now on");
+        stats.cache = CacheOutcome::Off;
+      } else {
+        stats.cache = CacheOutcome::NotCached;
+      }
+      stats.cache_note = e.what();
+    }
+  }
 
   Impl(const Runtime& rt, ir::Model m) : runtime(rt), model(std::move(m)) {
     const ir::Graph& g = *model.graph;
@@ -326,7 +404,8 @@ std::vector<SpecializationStats> Model::specializations() const {
 }
 
 // The specialization for these (validated) inputs, compiled on first use.
-std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(const std::map<std::string, ir::Tensor>& ins) {
+std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(const std::map<std::string, ir::Tensor>& ins,
+                                                                            bool count_run) {
   const std::string key = specialization_key(ins);
   std::shared_ptr<Impl::Specialized> entry;
   {
@@ -341,31 +420,80 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
   // A compile that throws leaves the flag unset: the next run tries again.
   std::call_once(entry->once, [&] {
     const auto start = std::chrono::steady_clock::now();
-    std::map<std::string, std::pair<ir::DType, ir::Dims>> shapes;
-    for (const auto& [name, t] : ins) shapes[name] = {t.dtype(), t.dims()};
     const auto& backend = *runtime.impl_->backend;
-    ir::Specialization spec = ir::specialize(*model.graph, shapes, ref::constant_evaluator());
-    // The specialized graph shares the model's weights; passes only add new tensors.
-    auto graph = std::make_shared<ir::Graph>(*model.graph);
-    passes::optimize_specialization(*graph, spec, ref::constant_evaluator());
-    entry->stats.nodes = int64_t(graph->nodes.size());
     backends::CompileOptions options;
     options.threads = runtime.threads();
-    entry->executable = backend.compile(graph, spec, options);
+    SpecializationStats& stats = entry->stats;
+    const cache::Store* store = runtime.impl_->store.get();
+    cache::Key cache_key;
+    if (store) {
+      cache_key = cache::make_key({model.content_hash, model.source_path, key, backend.identity(options)});
+      stats.cache_key = cache_key.hex;
+      std::string problem;
+      if (auto artifact = store->open(cache_key.hex, problem)) {
+        try {
+          entry->executable = backend.load(*artifact, model.graph, options);
+          stats.cache = CacheOutcome::Hit;
+        } catch (const ir::Error& e) {
+          problem = e.what();
+        }
+      }
+      if (!entry->executable) {
+        stats.cache = problem.empty() ? CacheOutcome::Miss : CacheOutcome::Rebuild;
+        stats.cache_note = problem;
+        if (!problem.empty())
+          runtime.log(LogLevel::Warning, model_label(model) + ": cache entry " + cache_key.hex + " for " + key +
+                                             " is unusable (" + problem + "); compiling it again");
+      }
+    }
+    if (!entry->executable) {
+      std::map<std::string, std::pair<ir::DType, ir::Dims>> shapes;
+      for (const auto& [name, t] : ins) shapes[name] = {t.dtype(), t.dims()};
+      ir::Specialization spec = ir::specialize(*model.graph, shapes, ref::constant_evaluator());
+      // The specialized graph shares the model's weights; passes only add new tensors.
+      auto graph = std::make_shared<ir::Graph>(*model.graph);
+      passes::optimize_specialization(*graph, spec, ref::constant_evaluator());
+      entry->executable = backend.compile(graph, spec, options);
+    }
     const backends::ExecutableStats built = entry->executable->stats();
-    entry->stats.compiled_nodes = built.compiled_nodes;
-    entry->stats.fallback_nodes = built.fallback_nodes;
-    entry->stats.arena_bytes = built.arena_bytes;
-    entry->stats.intermediate_bytes = built.intermediate_bytes;
-    entry->stats.key = key;
-    entry->stats.backend = backend.name();
-    entry->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    stats.nodes = built.nodes;
+    stats.compiled_nodes = built.compiled_nodes;
+    stats.fallback_nodes = built.fallback_nodes;
+    stats.arena_bytes = built.arena_bytes;
+    stats.intermediate_bytes = built.intermediate_bytes;
+    stats.key = key;
+    stats.backend = backend.name();
+    stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (store && stats.cache != CacheOutcome::Hit) store_entry(*store, cache_key, *entry->executable, stats);
     entry->ready.store(true, std::memory_order_release);
-    runtime.log(LogLevel::Debug, model_label(model) + ": compiled " + key + " with " + backend.name() +
-                                            " in " + std::to_string(entry->stats.compile_ms) + " ms");
+    runtime.log(LogLevel::Debug, model_label(model) + ": " + (stats.cache == CacheOutcome::Hit ? "loaded " : "compiled ") + key +
+                                     " with " + backend.name() + " in " + std::to_string(stats.compile_ms) + " ms (cache: " +
+                                     cache_outcome_name(stats.cache) + ")");
   });
-  entry->runs++;
+  if (count_run) entry->runs++;
   return entry->executable;
+}
+
+SpecializationStats Model::prepare(const std::vector<std::pair<std::string, Shape>>& shapes) const {
+  return translate_errors([&] {
+    // Placeholders: validation and the key look at dtypes and shapes only,
+    // and nothing runs.
+    static char placeholder;
+    std::vector<std::pair<std::string, Tensor>> given;
+    for (const auto& [name, shape] : shapes) {
+      DType dtype = DType::Float32;
+      for (const auto& i : impl_->inputs)
+        if (i.name == name) dtype = i.dtype;
+      given.push_back({name, Tensor::view(dtype, shape, &placeholder)});
+    }
+    auto ins = impl_->validate(given);
+    auto executable = impl_->specialization_for(ins, false);
+    const std::string key = specialization_key(ins);
+    std::lock_guard<std::mutex> lock(impl_->table_mutex);
+    SpecializationStats s = impl_->table.at(key)->stats;
+    s.runs = impl_->table.at(key)->runs.load();
+    return s;
+  });
 }
 
 std::vector<Tensor> Model::run(const std::vector<std::pair<std::string, Tensor>>& inputs) const {

@@ -57,12 +57,16 @@ TEST(CpuJit, CompilesAndRunsGeneratedCodeCallingHostFunctions) {
   auto unit = jit.new_module("kernels");
   build_kernel(*unit.module, "exp_add", "expf");
   build_kernel(*unit.module, "twice_add", "kiln_test_twice");
-  jit.add(std::move(unit));
-  EXPECT_EQ(jit.codegen_runs(), 0);  // compiled lazily, at the first lookup
-  using Kernel = void (*)(const float*, const float*, float*, int64_t);
-  auto exp_add = reinterpret_cast<Kernel>(jit.lookup("exp_add"));
-  auto twice_add = reinterpret_cast<Kernel>(jit.lookup("twice_add"));
+  EXPECT_EQ(jit.codegen_runs(), 0);
+  const std::string object = jit.compile(std::move(unit));
   EXPECT_EQ(jit.codegen_runs(), 1);
+  auto library = jit.link(object);
+  // The same object links again beside the first (as a cached one would): no codegen, no name clash.
+  auto again = jit.link(object);
+  EXPECT_EQ(jit.codegen_runs(), 1);
+  using Kernel = void (*)(const float*, const float*, float*, int64_t);
+  auto exp_add = reinterpret_cast<Kernel>(jit.lookup(*library, "exp_add"));
+  auto twice_add = reinterpret_cast<Kernel>(jit.lookup(*again, "twice_add"));
 
   std::vector<float> a(37), b(37), out(37);
   for (int i = 0; i < 37; ++i) {
@@ -82,6 +86,9 @@ TEST(CpuJit, InvalidModulesAndMissingSymbolsAreErrors) {
   auto* fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), false), llvm::Function::ExternalLinkage,
                                     "no_terminator", *unit.module);
   llvm::BasicBlock::Create(*unit.context, "entry", fn);  // a block without a terminator
-  EXPECT_THROW(jit.add(std::move(unit)), kiln::ir::Error);
-  EXPECT_THROW(jit.lookup("does_not_exist"), kiln::ir::Error);
+  EXPECT_THROW(jit.compile(std::move(unit)), kiln::ir::Error);
+  auto empty = jit.new_module("empty");
+  auto library = jit.link(jit.compile(std::move(empty)));
+  EXPECT_THROW(jit.lookup(*library, "does_not_exist"), kiln::ir::Error);
+  EXPECT_THROW(jit.link("not an object file"), kiln::ir::Error);
 }

@@ -341,15 +341,20 @@ Jit::SymbolTable codegen_host_symbols() {
   };
 }
 
-CompiledProgram compile_program(const Program& program, Jit& jit, const std::string& entry_name) {
-  auto unit = jit.new_module(entry_name);
+std::string compile_program(const Program& program, Jit& jit, std::vector<std::string>& loop_symbols) {
+  auto unit = jit.new_module(kEntrySymbol);
   Emitter emitter(*unit.module);
-  emitter.entry(program, entry_name);
-  jit.add(std::move(unit));
+  emitter.entry(program, kEntrySymbol);
+  loop_symbols = emitter.loop_names;
+  return jit.compile(std::move(unit));
+}
+
+CompiledProgram link_program(const std::string& object, const std::vector<std::string>& loop_symbols, Jit& jit) {
   CompiledProgram c;
-  c.entry = reinterpret_cast<EntryFn>(jit.lookup(entry_name));
-  for (const auto& name : emitter.loop_names)
-    c.loops.push_back(name.empty() ? nullptr : reinterpret_cast<LoopFn>(jit.lookup(name)));
+  c.library = jit.link(object);
+  c.entry = reinterpret_cast<EntryFn>(jit.lookup(*c.library, kEntrySymbol));
+  for (const auto& name : loop_symbols)
+    c.loops.push_back(name.empty() ? nullptr : reinterpret_cast<LoopFn>(jit.lookup(*c.library, name)));
   return c;
 }
 

@@ -29,14 +29,22 @@ Jit::SymbolTable codegen_host_symbols();
 
 using LoopFn = void (*)(void* const* args, int64_t begin, int64_t end);
 
+// The entry function's name in every object (each links into its own JITDylib).
+inline constexpr const char* kEntrySymbol = "kiln_entry";
+
+// Generates the module for `program` and compiles it into a relocatable
+// object (one codegen run). `loop_symbols` receives, per step, the name of
+// its loop function ("" for kernel steps).
+std::string compile_program(const Program& program, Jit& jit, std::vector<std::string>& loop_symbols);
+
 struct CompiledProgram {
+  std::shared_ptr<Jit::Library> library;  // owns the code
   EntryFn entry = nullptr;
   std::vector<LoopFn> loops;  // per step: its loop function, or null (for profiling step by step)
 };
 
-// Generates `entry_name` (and its loops, named after it) in a new module and
-// compiles it into `jit`.
-CompiledProgram compile_program(const Program& program, Jit& jit, const std::string& entry_name);
+// Links an object from compile_program (or from the cache) and finds its functions.
+CompiledProgram link_program(const std::string& object, const std::vector<std::string>& loop_symbols, Jit& jit);
 
 // The host side of a generated parallel loop (what the entry function calls).
 void run_loop(LoopFn fn, void* const* args, int64_t n, int64_t grain);

@@ -12,7 +12,9 @@
 // (oneDNN keys its choices by thread count).
 #include "backends/cpu/cpu_backend.hpp"
 
+#include <llvm/Config/llvm-config.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include "backends/cpu/codegen.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/lowering.hpp"
+#include "backends/cpu/program_io.hpp"
 #include "backends/reference/reference_backend.hpp"
 
 namespace kiln::backends {
@@ -83,9 +86,16 @@ class ArenaPool {
 
 class CpuExecutable : public Executable {
  public:
-  CpuExecutable(cpu::Program program, std::shared_ptr<cpu::Jit> jit, cpu::CompiledProgram code,
-                std::shared_ptr<ThreadBudget> budget)
-      : program_(std::move(program)), jit_(std::move(jit)), code_(std::move(code)), budget_(std::move(budget)),
+  CpuExecutable(cpu::Program program, std::string object, std::vector<std::string> loop_symbols,
+                std::shared_ptr<cpu::Jit> jit, std::shared_ptr<ThreadBudget> budget,
+                std::shared_ptr<void> mapped_weights = nullptr)
+      : mapped_weights_(std::move(mapped_weights)),
+        program_(std::move(program)),
+        object_(std::move(object)),
+        loop_symbols_(std::move(loop_symbols)),
+        jit_(std::move(jit)),
+        code_(cpu::link_program(object_, loop_symbols_, *jit_)),
+        budget_(std::move(budget)),
         arenas_(program_.arena_bytes) {
     for (const auto& step : program_.steps) kernels_.push_back(step.kernel.get());
     for (const auto& c : program_.constants) constants_.push_back(c.raw());
@@ -108,7 +118,21 @@ class CpuExecutable : public Executable {
   }
 
   ExecutableStats stats() const override {
-    return {program_.compiled_nodes, program_.fallback_nodes, program_.arena_bytes, program_.intermediate_bytes};
+    return {program_.graph_nodes, program_.compiled_nodes, program_.fallback_nodes, program_.arena_bytes, program_.intermediate_bytes};
+  }
+
+  Artifact save() const override {
+    cpu::SavedProgram saved = cpu::save_program(program_, loop_symbols_);
+    Artifact a;
+    a.object = object_;
+    a.program = std::move(saved.bytes);
+    for (const auto& [offset, chunk] : saved.weights.chunks()) {
+      a.weight_offsets.push_back(offset);
+      a.weights.push_back(chunk);
+    }
+    a.weights_bytes = saved.weights.size();
+    a.summary = std::move(saved.summary);
+    return a;
   }
 
   std::vector<ir::Tensor> run(const std::map<std::string, ir::Tensor>& inputs) const override {
@@ -184,9 +208,12 @@ class CpuExecutable : public Executable {
     return 0;
   }
 
+  std::shared_ptr<void> mapped_weights_;  // a cache entry's files, which kernels point into
   cpu::Program program_;
-  std::shared_ptr<cpu::Jit> jit_;  // owns the generated code
-  cpu::CompiledProgram code_;
+  std::string object_;  // what the cache stores
+  std::vector<std::string> loop_symbols_;
+  std::shared_ptr<cpu::Jit> jit_;
+  cpu::CompiledProgram code_;  // owns the linked code (before jit_ goes)
   mutable std::vector<double> step_ms_;  // KILN_PROFILE only (runs are serialised)
   mutable int64_t profiled_runs_ = 0;
   std::shared_ptr<ThreadBudget> budget_;
@@ -200,7 +227,7 @@ class CpuBackend : public Backend {
   explicit CpuBackend(int threads) : budget_(std::make_shared<ThreadBudget>(threads)) {}
 
   std::string name() const override { return "cpu"; }
-  std::string version() const override { return "cpu-1"; }
+  std::string version() const override { return "cpu-2"; }
   bool supports(const ir::Node& node) const override { return cpu::lowers_natively(node); }
 
   std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
@@ -215,21 +242,46 @@ class CpuBackend : public Backend {
       // reference executor runs the whole specialization.
       return make_reference_backend()->compile(std::move(graph), spec, options);
     }
-    const std::string entry_name = "kiln_entry_" + std::to_string(counter_++);
-    cpu::CompiledProgram code = cpu::compile_program(program, jit(), entry_name);
-    return std::make_unique<CpuExecutable>(std::move(program), jit_, std::move(code), budget_);
+    std::vector<std::string> loop_symbols;
+    std::string object = cpu::compile_program(program, jit(), loop_symbols);
+    return std::make_unique<CpuExecutable>(std::move(program), std::move(object), std::move(loop_symbols), jit_shared(), budget_);
   }
 
+  std::unique_ptr<Executable> load(const LoadedArtifact& artifact, std::shared_ptr<const ir::Graph> graph,
+                                   const CompileOptions& options) const override {
+    // Primitives are created in the threading context that runs them.
+    OmpThreads omp(budget_->threads);
+    std::vector<std::string> loop_symbols;
+    cpu::Program program = cpu::load_program(artifact.program, cpu::WeightsReader(artifact.weights, artifact.weights_bytes),
+                                             artifact.keep_alive, *graph, loop_symbols);
+    if (loop_symbols.size() != program.steps.size())
+      ir::fail(ir::ErrorKind::InvalidModel, "cached program: loop symbols do not match the steps");
+    return std::make_unique<CpuExecutable>(std::move(program), std::string(artifact.object), std::move(loop_symbols), jit_shared(),
+                                           budget_, artifact.keep_alive);
+  }
+
+  std::string identity(const CompileOptions& options) const override {
+    const cpu::HostInfo& host = jit().host();
+    const dnnl_version_t* v = dnnl_version();
+    std::string id = Backend::identity(options) + " target=" + host.triple + " cpu=" + host.cpu + " features=";
+    for (const auto& f : host.features) id += f;
+    id += " onednn=" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + "-" +
+          v->hash + " dnnl_md=" + std::to_string(sizeof(dnnl_memory_desc_t)) + " llvm=" + LLVM_VERSION_STRING;
+    return id;
+  }
+
+  int64_t codegen_runs() const override { return jit().codegen_runs(); }
+
  private:
-  cpu::Jit& jit() const {
+  cpu::Jit& jit() const { return *jit_shared(); }
+  const std::shared_ptr<cpu::Jit>& jit_shared() const {
     std::call_once(jit_once_, [this] { jit_ = std::make_shared<cpu::Jit>(cpu::codegen_host_symbols()); });
-    return *jit_;
+    return jit_;
   }
 
   std::shared_ptr<ThreadBudget> budget_;
   mutable std::once_flag jit_once_;
   mutable std::shared_ptr<cpu::Jit> jit_;
-  mutable std::atomic<int64_t> counter_{0};
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/error.hpp"
+#include "runtime/ir/serialize.hpp"
 
 namespace kiln::cpu {
 
@@ -106,6 +107,87 @@ void ReferenceKernel::run(void* const* args) const {
                                             ir::dims_to_string(w.dims));
     std::memcpy(args[reads_.size() + i], outs[i].raw(), outs[i].nbytes());
   }
+}
+
+// ---- saving and loading (the on-disk cache) ---------------------------------
+
+using nlohmann::json;
+using ir::json_field;
+
+void CopyKernel::save(json& out, WeightsWriter&) const { out = {{"kind", "copy"}, {"bytes", bytes_}}; }
+
+std::unique_ptr<Kernel> CopyKernel::load(const json& j, const std::string& what) {
+  return std::make_unique<CopyKernel>(json_field<int64_t>(j, "bytes", what));
+}
+
+void ConcatKernel::save(json& out, WeightsWriter&) const {
+  out = {{"kind", "concat"}, {"outer", outer_}, {"chunk_bytes", chunk_bytes_}};
+}
+
+std::unique_ptr<Kernel> ConcatKernel::load(const json& j, const std::string& what) {
+  std::unique_ptr<ConcatKernel> k(new ConcatKernel());
+  k->outer_ = json_field<int64_t>(j, "outer", what);
+  k->chunk_bytes_ = json_field<std::vector<int64_t>>(j, "chunk_bytes", what);
+  return k;
+}
+
+void StridedCopyKernel::save(json& out, WeightsWriter&) const {
+  out = {{"kind", "strided_copy"}, {"out", out_}, {"offset", offset_}, {"strides", strides_}, {"element_size", element_size_}};
+}
+
+std::unique_ptr<Kernel> StridedCopyKernel::load(const json& j, const std::string& what) {
+  auto out = json_field<ir::Dims>(j, "out", what);
+  auto strides = json_field<std::vector<int64_t>>(j, "strides", what);
+  if (strides.size() != out.size()) ir::fail(ir::ErrorKind::InvalidModel, what + ": strides and shape differ in rank");
+  return std::make_unique<StridedCopyKernel>(std::move(out), json_field<int64_t>(j, "offset", what), std::move(strides),
+                                             json_field<size_t>(j, "element_size", what));
+}
+
+void GatherKernel::save(json& out, WeightsWriter&) const {
+  out = {{"kind", "gather"}, {"node", node_}, {"outer", outer_}, {"axis_dim", axis_dim_}, {"inner_bytes", inner_bytes_},
+         {"num_indices", num_indices_}, {"index_type", int(index_type_)}};
+}
+
+std::unique_ptr<Kernel> GatherKernel::load(const json& j, const std::string& what) {
+  std::unique_ptr<GatherKernel> k(new GatherKernel());
+  k->node_ = json_field<std::string>(j, "node", what);
+  k->outer_ = json_field<int64_t>(j, "outer", what);
+  k->axis_dim_ = json_field<int64_t>(j, "axis_dim", what);
+  k->inner_bytes_ = json_field<int64_t>(j, "inner_bytes", what);
+  k->num_indices_ = json_field<int64_t>(j, "num_indices", what);
+  k->index_type_ = ir::DType(json_field<int>(j, "index_type", what));
+  if (k->index_type_ != ir::DType::Int64 && k->index_type_ != ir::DType::Int32)
+    ir::fail(ir::ErrorKind::InvalidModel, what + ": gather indices must be int32 or int64");
+  return k;
+}
+
+namespace {
+
+json values_json(const std::vector<ReferenceKernel::Value>& values) {
+  json out = json::array();
+  for (const auto& v : values) out.push_back({{"name", v.name}, {"dtype", int(v.dtype)}, {"dims", v.dims}});
+  return out;
+}
+
+std::vector<ReferenceKernel::Value> values_from_json(const json& j, const std::string& what) {
+  std::vector<ReferenceKernel::Value> out;
+  for (const json& v : j)
+    out.push_back({json_field<std::string>(v, "name", what), ir::DType(json_field<int>(v, "dtype", what)),
+                   json_field<ir::Dims>(v, "dims", what)});
+  return out;
+}
+
+}  // namespace
+
+void ReferenceKernel::save(json& out, WeightsWriter&) const {
+  out = {{"kind", "reference"}, {"node", ir::node_to_json(graph_.nodes[0])}, {"reads", values_json(reads_)},
+         {"writes", values_json(writes_)}};
+}
+
+std::unique_ptr<Kernel> ReferenceKernel::load(const json& j, const std::string& what) {
+  return std::make_unique<ReferenceKernel>(ir::node_from_json(json_field<json>(j, "node", what)),
+                                           values_from_json(json_field<json>(j, "reads", what), what),
+                                           values_from_json(json_field<json>(j, "writes", what), what));
 }
 
 }  // namespace kiln::cpu

@@ -2,6 +2,7 @@
 // Steps the cpu backend runs with plain C++ rather than oneDNN or generated
 // loops: copies, concatenation, and the reference kernel of a node the
 // backend does not compile (the fallback of the partition).
+#include <string>
 #include <vector>
 
 #include "backends/cpu/program.hpp"
@@ -14,6 +15,8 @@ class CopyKernel : public Kernel {
  public:
   explicit CopyKernel(int64_t bytes) : bytes_(bytes) {}
   void run(void* const* args) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights) const override;
+  static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
 
  private:
   int64_t bytes_;
@@ -25,8 +28,11 @@ class ConcatKernel : public Kernel {
  public:
   ConcatKernel(const std::vector<ir::Dims>& inputs, int axis, size_t element_size);
   void run(void* const* args) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights) const override;
+  static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
 
  private:
+  ConcatKernel() = default;
   int64_t outer_ = 1;
   std::vector<int64_t> chunk_bytes_;  // per input, per outer index
 };
@@ -38,6 +44,8 @@ class StridedCopyKernel : public Kernel {
  public:
   StridedCopyKernel(ir::Dims out, int64_t offset, std::vector<int64_t> strides, size_t element_size);
   void run(void* const* args) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights) const override;
+  static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
 
  private:
   ir::Dims out_;
@@ -54,8 +62,11 @@ class GatherKernel : public Kernel {
   GatherKernel(std::string node, const ir::Dims& data, int axis, int64_t num_indices, ir::DType index_type,
                size_t element_size);
   void run(void* const* args) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights) const override;
+  static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
 
  private:
+  GatherKernel() = default;
   std::string node_;
   int64_t outer_ = 1, axis_dim_ = 0, inner_bytes_ = 0, num_indices_ = 0;
   ir::DType index_type_;
@@ -73,6 +84,8 @@ class ReferenceKernel : public Kernel {
   };
   ReferenceKernel(const ir::Node& node, std::vector<Value> reads, std::vector<Value> writes);
   void run(void* const* args) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights) const override;
+  static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
 
  private:
   ir::Graph graph_;  // the node alone, its reads as inputs

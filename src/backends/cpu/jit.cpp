@@ -1,5 +1,6 @@
 #include "backends/cpu/jit.hpp"
 
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
@@ -81,9 +82,25 @@ HostInfo detect_host() {
 
 struct Jit::Impl {
   HostInfo host;
-  std::unique_ptr<llvm::orc::JITTargetMachineBuilder> machine;  // what the optimiser tunes for
+  std::unique_ptr<llvm::orc::JITTargetMachineBuilder> machine;
   std::unique_ptr<llvm::orc::LLJIT> jit;
+  llvm::orc::SymbolMap host_symbols;
   std::atomic<int64_t> codegen_runs{0};
+  std::atomic<int64_t> libraries{0};
+};
+
+class Jit::Library {
+ public:
+  Library(Impl& impl, llvm::orc::JITDylib& dylib) : impl_(impl), dylib_(dylib) {}
+  ~Library() {
+    // Frees the code; nothing can call it any more (the last handle is gone).
+    llvm::consumeError(impl_.jit->getExecutionSession().removeJITDylib(dylib_));
+  }
+  llvm::orc::JITDylib& dylib() const { return dylib_; }
+
+ private:
+  Impl& impl_;
+  llvm::orc::JITDylib& dylib_;
 };
 
 Jit::Jit(const SymbolTable& host_symbols) : impl_(std::make_unique<Impl>()) {
@@ -96,50 +113,11 @@ Jit::Jit(const SymbolTable& host_symbols) : impl_(std::make_unique<Impl>()) {
   jtmb.setCodeModel(llvm::CodeModel::Small);
   impl_->machine = std::make_unique<llvm::orc::JITTargetMachineBuilder>(jtmb);
   impl_->jit = take(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create(), "cannot create the JIT");
-
-  llvm::orc::SymbolMap symbols;
   SymbolTable all = builtin_symbols();
   for (const auto& [name, address] : host_symbols) all[name] = address;
   for (const auto& [name, address] : all)
-    symbols[impl_->jit->mangleAndIntern(name)] = {llvm::orc::ExecutorAddr::fromPtr(address), llvm::JITSymbolFlags::Exported};
-  if (auto err = impl_->jit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(symbols))))
-    fail_llvm("cannot define host symbols", std::move(err));
-
-  // The IR transform layer optimises every module once, before codegen.
-  impl_->jit->getIRTransformLayer().setTransform(
-      [this](llvm::orc::ThreadSafeModule tsm, llvm::orc::MaterializationResponsibility&) -> llvm::Expected<llvm::orc::ThreadSafeModule> {
-        // A target machine per module (they are not shared across threads):
-        // without one the vectoriser knows no vector registers.
-        auto machine = take(impl_->machine->createTargetMachine(), "cannot target this CPU");
-        tsm.withModuleDo([&](llvm::Module& m) {
-          for (llvm::Function& f : m) {
-            if (f.isDeclaration()) continue;
-            f.addFnAttr("target-cpu", machine->getTargetCPU());
-            f.addFnAttr("target-features", machine->getTargetFeatureString());
-          }
-          llvm::LoopAnalysisManager lam;
-          llvm::FunctionAnalysisManager fam;
-          llvm::CGSCCAnalysisManager cgam;
-          llvm::ModuleAnalysisManager mam;
-          llvm::PassBuilder pb(machine.get());
-          pb.registerModuleAnalyses(mam);
-          pb.registerCGSCCAnalyses(cgam);
-          pb.registerFunctionAnalyses(fam);
-          pb.registerLoopAnalyses(lam);
-          pb.crossRegisterProxies(lam, fam, cgam, mam);
-          // Generated code is straight-line calls plus simple loops already in
-          // SSA form: what pays is hoisting invariants and vectorising the
-          // loops. The full O2 pipeline gave the same loops at twice the
-          // compile time.
-          llvm::ModulePassManager mpm;
-          if (auto err = pb.parsePassPipeline(mpm, "function(instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(licm),"
-                                                   "loop-vectorize,instcombine,simplifycfg)"))
-            fail_llvm("cannot build the optimisation pipeline", std::move(err));
-          mpm.run(m, mam);
-        });
-        impl_->codegen_runs++;
-        return tsm;
-      });
+    impl_->host_symbols[impl_->jit->mangleAndIntern(name)] = {llvm::orc::ExecutorAddr::fromPtr(address),
+                                                              llvm::JITSymbolFlags::Exported};
 }
 
 Jit::~Jit() = default;
@@ -154,18 +132,58 @@ Jit::ModuleUnit Jit::new_module(const std::string& name) const {
   return u;
 }
 
-void Jit::add(ModuleUnit unit) {
+std::string Jit::compile(ModuleUnit unit) {
+  llvm::Module& m = *unit.module;
   std::string problems;
   llvm::raw_string_ostream os(problems);
   // Debian builds LLVM without assertions: verify here, or bad IR crashes later.
-  if (llvm::verifyModule(*unit.module, &os))
-    ir::fail(ir::ErrorKind::Internal, "generated module '" + unit.module->getName().str() + "' is invalid: " + os.str());
-  llvm::orc::ThreadSafeModule tsm(std::move(unit.module), std::move(unit.context));
-  if (auto err = impl_->jit->addIRModule(std::move(tsm))) fail_llvm("cannot add module", std::move(err));
+  if (llvm::verifyModule(m, &os)) ir::fail(ir::ErrorKind::Internal, "generated module '" + m.getName().str() + "' is invalid: " + os.str());
+  // A target machine per module (they are not shared across threads): without
+  // one the vectoriser knows no vector registers.
+  auto machine = take(impl_->machine->createTargetMachine(), "cannot target this CPU");
+  for (llvm::Function& f : m) {
+    if (f.isDeclaration()) continue;
+    f.addFnAttr("target-cpu", machine->getTargetCPU());
+    f.addFnAttr("target-features", machine->getTargetFeatureString());
+  }
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(machine.get());
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  // Generated code is straight-line calls plus simple loops already in SSA
+  // form: what pays is hoisting invariants and vectorising the loops. The
+  // full O2 pipeline gave the same loops at twice the compile time.
+  llvm::ModulePassManager mpm;
+  if (auto err = pb.parsePassPipeline(mpm, "function(instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(licm),"
+                                           "loop-vectorize,instcombine,simplifycfg)"))
+    fail_llvm("cannot build the optimisation pipeline", std::move(err));
+  mpm.run(m, mam);
+  llvm::orc::SimpleCompiler compiler(*machine);
+  auto object = take(compiler(m), "cannot compile module '" + m.getName().str() + "'");
+  impl_->codegen_runs++;
+  return object->getBuffer().str();
 }
 
-void* Jit::lookup(const std::string& symbol) const {
-  auto addr = take(impl_->jit->lookup(symbol), "symbol '" + symbol + "' not found");
+std::shared_ptr<Jit::Library> Jit::link(const std::string& object) {
+  auto created = impl_->jit->createJITDylib("kiln_" + std::to_string(impl_->libraries++));
+  if (!created) fail_llvm("cannot create a JITDylib", created.takeError());
+  llvm::orc::JITDylib& dylib = *created;
+  auto library = std::make_shared<Library>(*impl_, dylib);
+  if (auto err = dylib.define(llvm::orc::absoluteSymbols(impl_->host_symbols)))
+    fail_llvm("cannot define host symbols", std::move(err));
+  if (auto err = impl_->jit->addObjectFile(dylib, llvm::MemoryBuffer::getMemBufferCopy(object, "kiln-object")))
+    fail_llvm("cannot link a compiled object", std::move(err));
+  return library;
+}
+
+void* Jit::lookup(const Library& library, const std::string& symbol) const {
+  auto addr = take(impl_->jit->lookup(library.dylib(), symbol), "symbol '" + symbol + "' not found");
   return addr.toPtr<void*>();
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The cpu backend's code generator host: one LLJIT per Jit, targeting the
-// host CPU, with each module optimised on ORC's IR transform layer and
-// the host functions generated code may call handed over as an explicit table
+// host CPU. Compiling (optimisation and codegen) and linking are separate
+// steps, so that an object from the on-disk cache links without either. The
+// host functions generated code may call are handed over as an explicit table
 // of absolute symbols (no process-wide symbol search: see TOOLCHAIN-FACTS.md).
 //
 // LLVM headers stay inside jit.cpp: including ORC costs seconds per file.
@@ -44,10 +45,17 @@ class Jit {
   };
   ModuleUnit new_module(const std::string& name) const;
 
-  // Verifies, optimises and compiles the module; its symbols become
-  // callable. Throws ir::Error(Internal) naming what failed.
-  void add(ModuleUnit unit);
-  void* lookup(const std::string& symbol) const;
+  // Verifies, optimises and compiles the module into a relocatable object
+  // (one codegen run). Throws ir::Error(Internal) naming what failed.
+  std::string compile(ModuleUnit unit);
+
+  // An object linked into a JITDylib of its own, so that specializations
+  // never clash on symbol names; unlinked when the last handle goes.
+  class Library;
+  // Links `object` (from compile(), or from the cache: no codegen at all).
+  // Throws ir::Error(Internal) if the object does not link.
+  std::shared_ptr<Library> link(const std::string& object);
+  void* lookup(const Library& library, const std::string& symbol) const;
 
   const HostInfo& host() const;
   // Modules compiled so far (for stats: a warm cache hit keeps this at 0).

@@ -1166,6 +1166,10 @@ bool lowers_natively(const ir::Node& node) {
   return alias_ops().count(node.op_type) || primitive_ops().count(node.op_type) || loop_ops().count(node.op_type);
 }
 
-Program lower(const ir::Graph& graph, const ir::Specialization& spec) { return Lowering(graph, spec).run(); }
+Program lower(const ir::Graph& graph, const ir::Specialization& spec) {
+  Program p = Lowering(graph, spec).run();
+  p.graph_nodes = int(graph.nodes.size());
+  return p;
+}
 
 }  // namespace kiln::cpu

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "runtime/ir/error.hpp"
+#include "runtime/ir/serialize.hpp"
 
 namespace kiln::cpu {
 
@@ -50,6 +51,188 @@ void OneDnnKernel::run(void* const* args) const {
   } catch (const dnnl::error& e) {
     ir::fail(ir::ErrorKind::Internal, std::string("oneDNN primitive failed: ") + e.what());
   }
+}
+
+}  // namespace kiln::cpu
+
+// ---- saving and loading (the on-disk cache) ---------------------------------
+//
+// oneDNN 2.x descriptors are plain C structs: a primitive is saved as its
+// operation descriptor (or, for reorder and concat, its memory descriptors)
+// and its post-ops, and created again from them. The cache key holds the
+// oneDNN version and the CPU, so the same implementation is picked again; the
+// layouts of the saved constants are still checked against the new primitive.
+
+namespace kiln::cpu {
+
+namespace {
+
+using nlohmann::json;
+
+json md_json(const dnnl_memory_desc_t* md) {
+  const auto* p = reinterpret_cast<const uint8_t*>(md);
+  return json::binary(std::vector<uint8_t>(p, p + sizeof(dnnl_memory_desc_t)));
+}
+
+dnnl_memory_desc_t md_from_json(const json& j, const std::string& what) {
+  if (!j.is_binary() || j.get_binary().size() != sizeof(dnnl_memory_desc_t))
+    ir::fail(ir::ErrorKind::InvalidModel, what + ": a oneDNN memory descriptor of the wrong size");
+  dnnl_memory_desc_t md;
+  std::memcpy(&md, j.get_binary().data(), sizeof md);
+  return md;
+}
+
+size_t op_desc_size(dnnl_primitive_kind_t kind) {
+  switch (kind) {
+    case dnnl_convolution: return sizeof(dnnl_convolution_desc_t);
+    case dnnl_eltwise: return sizeof(dnnl_eltwise_desc_t);
+    case dnnl_softmax: return sizeof(dnnl_softmax_desc_t);
+    case dnnl_softmax_v2: return sizeof(dnnl_softmax_v2_desc_t);
+    case dnnl_pooling: return sizeof(dnnl_pooling_desc_t);
+    case dnnl_pooling_v2: return sizeof(dnnl_pooling_v2_desc_t);
+    case dnnl_layer_normalization: return sizeof(dnnl_layer_normalization_desc_t);
+    case dnnl_batch_normalization: return sizeof(dnnl_batch_normalization_desc_t);
+    case dnnl_inner_product: return sizeof(dnnl_inner_product_desc_t);
+    case dnnl_binary: return sizeof(dnnl_binary_desc_t);
+    case dnnl_matmul: return sizeof(dnnl_matmul_desc_t);
+    default: return 0;
+  }
+}
+
+const dnnl_memory_desc_t* query_md(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index) {
+  const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(pd, what, index);
+  if (!md) ir::fail(ir::ErrorKind::Internal, "oneDNN primitive has no memory descriptor for query " + std::to_string(int(what)));
+  return md;
+}
+
+}  // namespace
+
+void OneDnnKernel::save(json& out, WeightsWriter& weights) const {
+  const_dnnl_primitive_desc_t pd = primitive_.get_primitive_desc();
+  dnnl_primitive_kind_t kind;
+  dnnl::error::wrap_c_api(dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind), "query primitive kind");
+  json prim = {{"kind", int(kind)}};
+  if (kind == dnnl_reorder) {
+    prim["src"] = md_json(query_md(pd, dnnl_query_src_md, 0));
+    prim["dst"] = md_json(query_md(pd, dnnl_query_dst_md, 0));
+  } else if (kind == dnnl_concat) {
+    int n = 0;
+    dnnl::error::wrap_c_api(dnnl_primitive_desc_query(pd, dnnl_query_num_of_inputs_s32, 0, &n), "query concat inputs");
+    const dnnl_memory_desc_t* dst = query_md(pd, dnnl_query_dst_md, 0);
+    prim["dst"] = md_json(dst);
+    // The axis is not queryable: it is the one dimension where a source is
+    // shorter than the destination (any axis gives the same result if none is).
+    int axis = 0;
+    for (int i = 0; i < n; ++i) {
+      const dnnl_memory_desc_t* src = query_md(pd, dnnl_query_src_md, i);
+      prim["srcs"].push_back(md_json(src));
+      for (int d = 0; d < dst->ndims; ++d)
+        if (src->dims[d] != dst->dims[d]) axis = d;
+    }
+    prim["axis"] = axis;
+  } else {
+    const size_t size = op_desc_size(kind);
+    if (size == 0) ir::fail(ir::ErrorKind::Unsupported, "oneDNN primitive kind " + std::to_string(int(kind)) + " cannot be saved");
+    const void* desc = nullptr;
+    dnnl::error::wrap_c_api(dnnl_primitive_desc_query(pd, dnnl_query_op_d, 0, &desc), "query operation descriptor");
+    const auto* p = static_cast<const uint8_t*>(desc);
+    prim["desc"] = json::binary(std::vector<uint8_t>(p, p + size));
+  }
+  const_dnnl_primitive_attr_t attr = nullptr;
+  const_dnnl_post_ops_t post_ops = nullptr;
+  dnnl::error::wrap_c_api(dnnl_primitive_desc_get_attr(pd, &attr), "query attributes");
+  dnnl::error::wrap_c_api(dnnl_primitive_attr_get_post_ops(attr, &post_ops), "query post-ops");
+  json ops = json::array();
+  for (int i = 0; i < dnnl_post_ops_len(post_ops); ++i) {
+    float scale = 1, alpha = 0, beta = 0;
+    dnnl_alg_kind_t alg;
+    switch (dnnl_post_ops_get_kind(post_ops, i)) {
+      case dnnl_sum:
+        dnnl::error::wrap_c_api(dnnl_post_ops_get_params_sum(post_ops, i, &scale), "query a sum post-op");
+        ops.push_back({{"sum", scale}});
+        break;
+      case dnnl_eltwise:
+        dnnl::error::wrap_c_api(dnnl_post_ops_get_params_eltwise(post_ops, i, &scale, &alg, &alpha, &beta), "query a post-op");
+        ops.push_back({{"eltwise", int(alg)}, {"scale", scale}, {"alpha", alpha}, {"beta", beta}});
+        break;
+      default: ir::fail(ir::ErrorKind::Unsupported, "a oneDNN post-op of this kind cannot be saved");
+    }
+  }
+  prim["post_ops"] = ops;
+  json runtime = json::array(), constants = json::array();
+  for (const auto& [id, desc] : runtime_args_) runtime.push_back({id, md_json(&desc.data)});
+  for (const auto& [id, memory] : constant_args_) {
+    const dnnl::memory::desc desc = memory.get_desc();
+    const size_t bytes = desc.get_size();
+    constants.push_back({id, md_json(&desc.data), weights.add(memory.get_data_handle(), bytes), bytes});
+  }
+  out = {{"kind", "onednn"}, {"primitive", prim}, {"runtime_args", runtime}, {"constants", constants}, {"sum_from", sum_from_}};
+}
+
+std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& weights, const std::string& what) {
+  const json prim = ir::json_field<json>(j, "primitive", what);
+  dnnl::post_ops ops;
+  for (const json& op : ir::json_field<json>(prim, "post_ops", what)) {
+    if (op.contains("sum")) ops.append_sum(ir::json_field<float>(op, "sum", what));
+    else
+      ops.append_eltwise(ir::json_field<float>(op, "scale", what), dnnl::algorithm(ir::json_field<int>(op, "eltwise", what)),
+                         ir::json_field<float>(op, "alpha", what), ir::json_field<float>(op, "beta", what));
+  }
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  const auto kind = dnnl_primitive_kind_t(ir::json_field<int>(prim, "kind", what));
+  const dnnl_engine_t engine = cpu_engine().get();
+  dnnl_primitive_desc_t pd = nullptr;
+  dnnl_status_t status;
+  if (kind == dnnl_reorder) {
+    const dnnl_memory_desc_t src = md_from_json(ir::json_field<json>(prim, "src", what), what);
+    const dnnl_memory_desc_t dst = md_from_json(ir::json_field<json>(prim, "dst", what), what);
+    status = dnnl_reorder_primitive_desc_create(&pd, &src, engine, &dst, engine, attr.get());
+  } else if (kind == dnnl_concat) {
+    const dnnl_memory_desc_t dst = md_from_json(ir::json_field<json>(prim, "dst", what), what);
+    std::vector<dnnl_memory_desc_t> srcs;
+    for (const json& s : ir::json_field<json>(prim, "srcs", what)) srcs.push_back(md_from_json(s, what));
+    status = dnnl_concat_primitive_desc_create(&pd, &dst, int(srcs.size()), ir::json_field<int>(prim, "axis", what), srcs.data(),
+                                               attr.get(), engine);
+  } else {
+    const json desc = ir::json_field<json>(prim, "desc", what);
+    const size_t size = op_desc_size(kind);
+    if (size == 0 || !desc.is_binary() || desc.get_binary().size() != size)
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": oneDNN operation descriptor of kind " + std::to_string(int(kind)) +
+                                                " has the wrong size");
+    std::vector<int64_t> aligned((size + 7) / 8);  // the descriptors hold 64-bit fields
+    std::memcpy(aligned.data(), desc.get_binary().data(), size);
+    status = dnnl_primitive_desc_create(&pd, aligned.data(), attr.get(), engine, nullptr);
+  }
+  if (status != dnnl_success)
+    ir::fail(ir::ErrorKind::InvalidModel, what + ": oneDNN cannot create the saved primitive again (status " +
+                                              std::to_string(int(status)) + ")");
+  std::unique_ptr<dnnl_primitive_desc, dnnl_status_t (*)(dnnl_primitive_desc_t)> owned(pd, dnnl_primitive_desc_destroy);
+  dnnl::primitive primitive(pd);
+
+  std::unordered_map<int, dnnl::memory> constants;
+  for (const json& c : ir::json_field<json>(j, "constants", what)) {
+    if (!c.is_array() || c.size() != 4) ir::fail(ir::ErrorKind::InvalidModel, what + ": a constant must be [id, desc, offset, bytes]");
+    const int id = c[0].get<int>();
+    const dnnl_memory_desc_t saved = md_from_json(c[1], what);
+    // The weights were reordered for the layout the primitive chose when it
+    // was compiled: the primitive made now must want the same one.
+    const dnnl_memory_desc_t* want = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, id);
+    if (!want || !dnnl_memory_desc_equal(want, &saved))
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": the recreated oneDNN primitive wants argument " + std::to_string(id) +
+                                                " in another layout than the saved weights");
+    const dnnl::memory::desc desc(saved);
+    const void* data = weights.at(c[2].get<int64_t>(), c[3].get<int64_t>(), what);
+    if (int64_t(desc.get_size()) != c[3].get<int64_t>()) ir::fail(ir::ErrorKind::InvalidModel, what + ": constant size mismatch");
+    constants[id] = dnnl::memory(desc, cpu_engine(), const_cast<void*>(data));  // read only: a weight is never written
+  }
+  std::vector<std::pair<int, dnnl::memory::desc>> runtime;
+  for (const json& r : ir::json_field<json>(j, "runtime_args", what)) {
+    if (!r.is_array() || r.size() != 2) ir::fail(ir::ErrorKind::InvalidModel, what + ": a runtime argument must be [id, desc]");
+    runtime.push_back({r[0].get<int>(), dnnl::memory::desc(md_from_json(r[1], what))});
+  }
+  return std::make_unique<OneDnnKernel>(std::move(primitive), std::move(runtime), std::move(constants),
+                                        ir::json_field<int>(j, "sum_from", what));
 }
 
 }  // namespace kiln::cpu

@@ -4,6 +4,8 @@
 // (weights reordered into the layout the primitive chose, bias, scale)
 // bound once. At run time only the activation buffers change.
 #include <dnnl.hpp>
+#include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -24,6 +26,10 @@ class OneDnnKernel : public Kernel {
   // Not reentrant: the memory handles are rebound on every call, which
   // allocates nothing. Runs of one Runtime are serialised (cpu_backend.cpp).
   void run(void* const* args) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights) const override;
+  // The saved kernel made again, its constants pointing into `weights`.
+  // Throws ir::Error(InvalidModel) if oneDNN no longer makes the same primitive.
+  static std::unique_ptr<Kernel> load(const nlohmann::json& j, const WeightsReader& weights, const std::string& what);
 
  private:
   dnnl::primitive primitive_;

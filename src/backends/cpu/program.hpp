@@ -8,9 +8,35 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "runtime/ir/tensor.hpp"
 
 namespace kiln::cpu {
+
+// The constant bytes of a saved program (for the on-disk cache): appended on
+// save, each at a multiple of 64 bytes, and found again by offset on load.
+class WeightsWriter {
+ public:
+  int64_t add(const void* data, size_t bytes);
+  const std::vector<std::pair<int64_t, std::pair<const void*, size_t>>>& chunks() const { return chunks_; }
+  int64_t size() const { return size_; }
+
+ private:
+  std::vector<std::pair<int64_t, std::pair<const void*, size_t>>> chunks_;  // offset -> bytes
+  int64_t size_ = 0;
+};
+
+class WeightsReader {
+ public:
+  WeightsReader(const char* base, size_t size) : base_(base), size_(size) {}
+  // Fails with InvalidModel if the range is outside the file.
+  const void* at(int64_t offset, int64_t bytes, const std::string& what) const;
+
+ private:
+  const char* base_;
+  size_t size_;
+};
 
 // Work the generated code calls into: a oneDNN primitive created once, a
 // reference kernel for what the backend does not compile, a copy.
@@ -21,6 +47,10 @@ class Kernel {
   // Throws ir::Error; the host wrapper turns that into a status for the
   // generated code (exceptions never unwind through generated frames).
   virtual void run(void* const* args) const = 0;
+  // The kernel as data for the on-disk cache (a "kind" and its parameters),
+  // its constant bytes handed to `weights`; load_kernel() makes it again.
+  // Throws ir::Error(Unsupported) if it cannot be saved, saying why.
+  virtual void save(nlohmann::json& out, WeightsWriter& weights) const = 0;
 };
 
 struct Buffer {
@@ -79,6 +109,7 @@ struct Program {
   std::vector<ir::Tensor> constants;  // what Constant buffers point at
   int64_t arena_bytes = 0;
   int64_t intermediate_bytes = 0;
+  int graph_nodes = 0;      // nodes of the specialized graph
   int compiled_nodes = 0;   // graph nodes lowered to oneDNN primitives or generated loops
   int fallback_nodes = 0;   // graph nodes run by the reference kernels
 };

@@ -112,6 +112,7 @@ struct Model {
   std::string producer_name;
   std::string producer_version;
   std::string source_path;  // where it was loaded from, for messages ("<memory>" if none)
+  std::string content_hash; // XXH3-128 (hex) of the file and its external weights: the model part of cache keys
 
   int64_t opset(const std::string& domain = "") const;  // 0 if not imported
 };

@@ -5,6 +5,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include <xxhash.h>
+
 #include <climits>
 #include <cstring>
 #include <filesystem>
@@ -54,7 +56,13 @@ bool parse_proto(Proto& proto, const void* data, size_t size) {
 
 class Importer {
  public:
-  Importer(std::string label, ImportOptions options) : label_(std::move(label)), options_(std::move(options)) {}
+  Importer(std::string label, ImportOptions options) : label_(std::move(label)), options_(std::move(options)) {
+    XXH3_128bits_reset(hash_.get());
+  }
+
+  // The model's identity for cache keys: the file, then every external
+  // weight read, in order, hashed as they pass (no second read).
+  void hash(const void* data, size_t size) { XXH3_128bits_update(hash_.get(), data, size); }
 
   ir::Model import(const onnx::ModelProto& mp) {
     ir::Model m;
@@ -74,6 +82,13 @@ class Importer {
     }
     if (!mp.has_graph()) fail(ErrorKind::InvalidModel, label_ + ": the model has no graph");
     m.graph = import_graph(mp.graph(), "graph");
+    XXH128_canonical_t digest;
+    XXH128_canonicalFromHash(&digest, XXH3_128bits_digest(hash_.get()));
+    static const char* hex = "0123456789abcdef";
+    for (unsigned char b : digest.digest) {
+      m.content_hash += hex[b >> 4];
+      m.content_hash += hex[b & 15];
+    }
     return m;
   }
 
@@ -217,6 +232,7 @@ class Importer {
     in.seekg(offset);
     if (want_bytes && !in.read(static_cast<char*>(t.raw()), std::streamsize(want_bytes)))
       fail(ErrorKind::Io, where_msg(where, tp.name()) + "cannot read external data file '" + full.string() + "'");
+    hash(t.raw(), want_bytes);
     return t;
   }
 
@@ -368,6 +384,7 @@ class Importer {
 
   std::string label_;
   ImportOptions options_;
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash_{XXH3_createState(), XXH3_freeState};
   std::map<std::string, int64_t> opsets_;
   int depth_ = 0;
 };
@@ -379,7 +396,9 @@ ir::Model import_model_bytes(const void* data, size_t size, const std::string& l
   if (size == 0) fail(ErrorKind::InvalidModel, label + ": the file is empty, not an ONNX model");
   if (!parse_proto(mp, data, size))
     fail(ErrorKind::InvalidModel, label + ": not a valid ONNX model (protobuf parse failed: the file is truncated, corrupt or not ONNX)");
-  return Importer(label, options).import(mp);
+  Importer importer(label, options);
+  importer.hash(data, size);
+  return importer.import(mp);
 }
 
 ir::Model import_model_file(const std::string& path, const ImportOptions& options) {

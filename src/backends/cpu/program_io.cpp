@@ -1,0 +1,197 @@
+#include "backends/cpu/program_io.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/codegen.hpp"
+#include "backends/cpu/host_kernels.hpp"
+#include "backends/cpu/onednn_kernel.hpp"
+#include "runtime/ir/serialize.hpp"
+
+namespace kiln::cpu {
+
+using nlohmann::json;
+using ir::json_field;
+
+int64_t WeightsWriter::add(const void* data, size_t bytes) {
+  const int64_t offset = (size_ + 63) / 64 * 64;
+  chunks_.push_back({offset, {data, bytes}});
+  size_ = offset + int64_t(bytes);
+  return offset;
+}
+
+const void* WeightsReader::at(int64_t offset, int64_t bytes, const std::string& what) const {
+  if (offset < 0 || bytes < 0 || uint64_t(offset) > size_ || uint64_t(bytes) > size_ - uint64_t(offset))
+    ir::fail(ir::ErrorKind::InvalidModel, what + ": constant at offset " + std::to_string(offset) + " (" + std::to_string(bytes) +
+                                              " bytes) is outside the weights file (" + std::to_string(size_) + " bytes)");
+  return base_ + offset;
+}
+
+namespace {
+
+constexpr int kFormat = 1;
+
+json loop_to_json(const Loop& loop) {
+  json operands = json::array(), code = json::array();
+  for (const auto& o : loop.operands) operands.push_back({{"arg", o.arg}, {"strides", o.strides}});
+  for (const auto& i : loop.code) code.push_back({{"op", int(i.op)}, {"a", i.a}, {"b", i.b}, {"alpha", i.alpha}, {"beta", i.beta}});
+  return {{"shape", loop.shape}, {"operands", operands}, {"code", code}, {"stores", loop.stores}};
+}
+
+std::unique_ptr<Loop> loop_from_json(const json& j, const std::string& what) {
+  auto loop = std::make_unique<Loop>();
+  loop->shape = json_field<ir::Dims>(j, "shape", what);
+  for (const json& o : json_field<json>(j, "operands", what))
+    loop->operands.push_back({json_field<int>(o, "arg", what), json_field<std::vector<int64_t>>(o, "strides", what)});
+  for (const json& i : json_field<json>(j, "code", what)) {
+    const int op = json_field<int>(i, "op", what);
+    if (op < 0 || op > int(Loop::Op::Softsign)) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown loop operation");
+    loop->code.push_back({Loop::Op(op), json_field<int>(i, "a", what), json_field<int>(i, "b", what),
+                          json_field<float>(i, "alpha", what), json_field<float>(i, "beta", what)});
+  }
+  loop->stores = json_field<std::vector<std::pair<int, int>>>(j, "stores", what);
+  return loop;
+}
+
+std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights, const std::string& what) {
+  const std::string kind = json_field<std::string>(j, "kind", what);
+  if (kind == "onednn") return OneDnnKernel::load(j, weights, what);
+  if (kind == "copy") return CopyKernel::load(j, what);
+  if (kind == "concat") return ConcatKernel::load(j, what);
+  if (kind == "strided_copy") return StridedCopyKernel::load(j, what);
+  if (kind == "gather") return GatherKernel::load(j, what);
+  if (kind == "reference") return ReferenceKernel::load(j, what);
+  ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown kernel kind '" + kind + "'");
+}
+
+}  // namespace
+
+SavedProgram save_program(const Program& program, const std::vector<std::string>& loop_symbols) {
+  SavedProgram saved;
+  json buffers = json::array(), steps = json::array(), constants = json::array(), summary_steps = json::array();
+  for (const Buffer& b : program.buffers) buffers.push_back({int(b.kind), b.index, b.bytes, b.offset, b.name});
+  for (size_t s = 0; s < program.steps.size(); ++s) {
+    const Step& step = program.steps[s];
+    json j = {{"label", step.label}, {"args", step.args}, {"writes", step.writes}, {"loop_symbol", loop_symbols.at(s)}};
+    if (step.loop) {
+      j["loop"] = loop_to_json(*step.loop);
+      summary_steps.push_back("loop " + loop_symbols[s] + ": " + step.label);
+    } else {
+      try {
+        step.kernel->save(j["kernel"], saved.weights);
+      } catch (const ir::Error& e) {
+        ir::fail(e.kind(), "step '" + step.label + "' cannot be saved: " + e.what());
+      }
+      summary_steps.push_back(j["kernel"]["kind"].get<std::string>() + ": " + step.label);
+    }
+    steps.push_back(std::move(j));
+  }
+  for (const ir::Tensor& c : program.constants)
+    constants.push_back({{"dtype", int(c.dtype())}, {"dims", c.dims()}, {"offset", saved.weights.add(c.raw(), c.nbytes())}});
+  json defaults = json::array();
+  for (const ir::Tensor& t : program.input_defaults) defaults.push_back(t.defined());
+  json out_dtypes = json::array();
+  for (ir::DType t : program.output_dtypes) out_dtypes.push_back(int(t));
+  const json j = {{"format", kFormat},
+                  {"buffers", buffers},
+                  {"steps", steps},
+                  {"inputs", program.inputs},
+                  {"input_has_default", defaults},
+                  {"outputs", program.outputs},
+                  {"output_dtypes", out_dtypes},
+                  {"output_dims", program.output_dims},
+                  {"constants", constants},
+                  {"arena_bytes", program.arena_bytes},
+                  {"intermediate_bytes", program.intermediate_bytes},
+                  {"graph_nodes", program.graph_nodes},
+                  {"compiled_nodes", program.compiled_nodes},
+                  {"fallback_nodes", program.fallback_nodes}};
+  const std::vector<uint8_t> cbor = json::to_cbor(j);
+  saved.bytes.assign(cbor.begin(), cbor.end());
+  saved.summary = json({{"entry", kEntrySymbol},
+                        {"arena_bytes", program.arena_bytes},
+                        {"intermediate_bytes", program.intermediate_bytes},
+                        {"buffers", program.buffers.size()},
+                        {"steps", summary_steps}})
+                      .dump();
+  return saved;
+}
+
+Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
+                     const ir::Graph& graph, std::vector<std::string>& loop_symbols) {
+  const std::string what = "cached program";
+  json j;
+  try {
+    j = json::from_cbor(bytes.begin(), bytes.end());
+  } catch (const json::exception& e) {
+    ir::fail(ir::ErrorKind::InvalidModel, what + " is not valid CBOR: " + e.what());
+  }
+  try {
+    if (json_field<int>(j, "format", what) != kFormat) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown format");
+    Program p;
+    for (const json& b : json_field<json>(j, "buffers", what)) {
+      const int kind = b.at(0).get<int>();
+      if (kind < int(Buffer::Kind::Arena) || kind > int(Buffer::Kind::Constant))
+        ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown buffer kind");
+      p.buffers.push_back({Buffer::Kind(kind), b.at(1).get<int>(), b.at(2).get<int64_t>(), b.at(3).get<int64_t>(),
+                           b.at(4).get<std::string>()});
+    }
+    loop_symbols.clear();
+    for (const json& s : json_field<json>(j, "steps", what)) {
+      Step step;
+      step.label = json_field<std::string>(s, "label", what);
+      const std::string where = what + " step '" + step.label + "'";
+      step.args = json_field<std::vector<int>>(s, "args", where);
+      step.writes = json_field<std::vector<char>>(s, "writes", where);
+      for (int a : step.args)
+        if (a < 0 || size_t(a) >= p.buffers.size()) ir::fail(ir::ErrorKind::InvalidModel, where + ": buffer out of range");
+      if (s.contains("loop")) step.loop = loop_from_json(s["loop"], where);
+      else step.kernel = load_kernel(json_field<json>(s, "kernel", where), weights, where);
+      loop_symbols.push_back(json_field<std::string>(s, "loop_symbol", where));
+      if (step.loop && loop_symbols.back().empty()) ir::fail(ir::ErrorKind::InvalidModel, where + ": a loop without a function");
+      p.steps.push_back(std::move(step));
+    }
+    p.inputs = json_field<std::vector<std::string>>(j, "inputs", what);
+    const auto has_default = json_field<std::vector<bool>>(j, "input_has_default", what);
+    if (has_default.size() != p.inputs.size()) ir::fail(ir::ErrorKind::InvalidModel, what + ": input defaults do not match the inputs");
+    for (size_t i = 0; i < p.inputs.size(); ++i) {
+      auto it = graph.initializers.find(p.inputs[i]);
+      if (has_default[i] && it == graph.initializers.end())
+        ir::fail(ir::ErrorKind::InvalidModel, what + ": input '" + p.inputs[i] + "' has no initializer in the model");
+      p.input_defaults.push_back(has_default[i] ? it->second : ir::Tensor());
+    }
+    p.outputs = json_field<std::vector<std::string>>(j, "outputs", what);
+    for (int t : json_field<std::vector<int>>(j, "output_dtypes", what)) p.output_dtypes.push_back(ir::DType(t));
+    p.output_dims = json_field<std::vector<ir::Dims>>(j, "output_dims", what);
+    if (p.output_dtypes.size() != p.outputs.size() || p.output_dims.size() != p.outputs.size())
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": output types do not match the outputs");
+    for (const json& c : json_field<json>(j, "constants", what)) {
+      const auto dtype = ir::DType(json_field<int>(c, "dtype", what));
+      if (!ir::dtype_supported(dtype)) ir::fail(ir::ErrorKind::InvalidModel, what + ": constant of unsupported dtype");
+      const auto dims = json_field<ir::Dims>(c, "dims", what);
+      const int64_t bytes = ir::checked_numel(dims) * int64_t(ir::dtype_size(dtype));
+      const void* data = weights.at(json_field<int64_t>(c, "offset", what), bytes, what);
+      // Read only: generated code and kernels never write a constant.
+      p.constants.push_back(ir::Tensor::view(dtype, dims, const_cast<void*>(data), keep_alive));
+    }
+    for (const Buffer& b : p.buffers) {
+      const size_t limit = b.kind == Buffer::Kind::Input ? p.inputs.size() : b.kind == Buffer::Kind::Output ? p.outputs.size()
+                           : b.kind == Buffer::Kind::Constant ? p.constants.size() : SIZE_MAX;
+      if (b.index < 0 || size_t(b.index) >= limit) ir::fail(ir::ErrorKind::InvalidModel, what + ": buffer '" + b.name + "' has a bad index");
+    }
+    p.arena_bytes = json_field<int64_t>(j, "arena_bytes", what);
+    p.intermediate_bytes = json_field<int64_t>(j, "intermediate_bytes", what);
+    p.graph_nodes = json_field<int>(j, "graph_nodes", what);
+    p.compiled_nodes = json_field<int>(j, "compiled_nodes", what);
+    p.fallback_nodes = json_field<int>(j, "fallback_nodes", what);
+    for (const Buffer& b : p.buffers)
+      if (b.kind == Buffer::Kind::Arena && (b.offset < 0 || b.bytes < 0 || b.offset + b.bytes > p.arena_bytes))
+        ir::fail(ir::ErrorKind::InvalidModel, what + ": buffer '" + b.name + "' lies outside the arena");
+    return p;
+  } catch (const json::exception& e) {
+    ir::fail(ir::ErrorKind::InvalidModel, what + " is malformed: " + e.what());
+  } catch (const dnnl::error& e) {
+    ir::fail(ir::ErrorKind::InvalidModel, what + ": oneDNN rejected a saved primitive: " + e.what());
+  }
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,33 @@
+#pragma once
+// A lowered Program as bytes, for the on-disk cache: its buffers, steps
+// (kernels as data, loops as their code), inputs, outputs and memory plan,
+// in CBOR, plus the constant bytes it points at. Loading makes every kernel
+// again (oneDNN primitives are recreated, never recompiled) with constants
+// pointing into the loaded weights; no graph pass, lowering or codegen runs.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "backends/cpu/program.hpp"
+#include "runtime/ir/graph.hpp"
+
+namespace kiln::cpu {
+
+struct SavedProgram {
+  std::string bytes;  // CBOR
+  WeightsWriter weights;
+  std::string summary;  // JSON for the cache manifest: the memory plan and the steps, readable
+};
+
+// Throws ir::Error(Unsupported) if a step cannot be saved, saying which and why.
+SavedProgram save_program(const Program& program, const std::vector<std::string>& loop_symbols);
+
+// `graph`: the model's graph, for the initializers behind inputs with
+// defaults. `keep_alive` owns the weights' memory (constants view it).
+// Throws ir::Error(InvalidModel) naming what is inconsistent.
+Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
+                     const ir::Graph& graph, std::vector<std::string>& loop_symbols);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,114 @@
+// kiln compile MODEL --shape NAME=DIMS [--dim SYMBOL=V]...: compiles (or
+// loads) specializations into the cache without running them.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "kiln/kiln.hpp"
+
+namespace kiln::cli {
+
+namespace {
+
+struct CompileArgs {
+  std::string model;
+  std::vector<std::string> shapes;  // NAME=1x3x224x224
+  std::vector<std::string> dims;    // SYMBOL=VALUE
+  int threads = 0;
+  std::string backend = "cpu";
+  std::string cache_dir;
+  bool json = false;
+};
+
+int64_t parse_size(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end || v < 0) throw Error(ErrorCode::InvalidArgument, what + ": '" + text + "' is not a non-negative integer");
+  return v;
+}
+
+Shape parse_shape(const std::string& text, const std::string& what) {
+  Shape shape;
+  size_t start = 0;
+  if (text == "scalar") return shape;
+  while (true) {
+    const size_t x = text.find('x', start);
+    shape.push_back(parse_size(text.substr(start, x == std::string::npos ? std::string::npos : x - start), what));
+    if (x == std::string::npos) return shape;
+    start = x + 1;
+  }
+}
+
+void compile(const CompileArgs& args) {
+  RuntimeOptions opts;
+  opts.threads = args.threads;
+  opts.backend = args.backend;
+  opts.cache_dir = args.cache_dir;
+  Runtime runtime(opts);
+  if (runtime.cache_dir().empty()) std::cerr << "warning: no cache (KILN_CACHE=off?): nothing will be stored\n";
+  Model model = Model::load(runtime, args.model);
+
+  std::map<std::string, int64_t> dims;
+  for (const auto& d : args.dims) {
+    auto [symbol, value] = split_assignment(d, "--dim");
+    dims[symbol] = parse_size(value, "--dim " + d);
+  }
+  std::map<std::string, Shape> given;
+  for (const auto& s : args.shapes) {
+    auto [name, text] = split_assignment(s, "--shape");
+    given[name] = parse_shape(text, "--shape " + s);
+  }
+  std::vector<std::pair<std::string, Shape>> shapes;
+  for (const auto& info : model.inputs()) {
+    if (auto it = given.find(info.name); it != given.end()) {
+      shapes.push_back(*it);
+      given.erase(it);
+      continue;
+    }
+    if (info.has_default) continue;
+    if (!info.rank_known) throw Error(ErrorCode::InvalidArgument, "input '" + info.name + "' has no declared shape: pass --shape " + info.name + "=DIMS");
+    Shape shape;
+    for (const Dim& d : info.shape) {
+      if (d.is_fixed()) shape.push_back(d.value);
+      else if (!d.symbol.empty() && dims.count(d.symbol)) shape.push_back(dims.at(d.symbol));
+      else
+        throw Error(ErrorCode::InvalidArgument, "input '" + info.name + "' " + info.shape_string() + ": pass --shape " + info.name +
+                                                    "=DIMS" + (d.symbol.empty() ? "" : " or --dim " + d.symbol + "=N"));
+    }
+    shapes.push_back({info.name, shape});
+  }
+  if (!given.empty()) throw Error(ErrorCode::InvalidArgument, "--shape names '" + given.begin()->first + "', which is not an input of the model");
+
+  const SpecializationStats s = model.prepare(shapes);
+  if (args.json) {
+    std::cout << nlohmann::json({{"key", s.key}, {"cache", cache_outcome_name(s.cache)}, {"cache_key", s.cache_key},
+                                 {"cache_note", s.cache_note}, {"compile_ms", s.compile_ms}, {"cache_dir", runtime.cache_dir()},
+                                 {"codegen_runs", runtime.codegen_runs()}})
+                     .dump(2)
+              << "\n";
+    return;
+  }
+  std::printf("%s: %s in %.1f ms (cache: %s%s%s)\n", s.key.c_str(), s.cache == CacheOutcome::Hit ? "loaded" : "compiled",
+              s.compile_ms, cache_outcome_name(s.cache), s.cache_note.empty() ? "" : ", ", s.cache_note.c_str());
+  if (!runtime.cache_dir().empty()) std::printf("cache: %s/entries/%s\n", runtime.cache_dir().c_str(), s.cache_key.c_str());
+}
+
+}  // namespace
+
+void add_compile_command(CLI::App& app) {
+  auto args = std::make_shared<CompileArgs>();
+  auto* cmd = app.add_subcommand("compile", "Compile a specialization into the cache without running it");
+  cmd->add_option("MODEL", args->model, "ONNX model file")->required();
+  cmd->add_option("--shape", args->shapes, "NAME=1x3x224x224: an input's shape (default: its declared shape)");
+  cmd->add_option("--dim", args->dims, "SYMBOL=VALUE for symbolic dimensions of declared shapes");
+  cmd->add_option("--threads", args->threads, "threads the code is compiled for (0: all usable cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", args->backend, "backend")->check(CLI::IsMember({"cpu", "reference"}));
+  cmd->add_option("--cache-dir", args->cache_dir, "cache directory (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
+  cmd->add_flag("--json", args->json, "print the result as JSON");
+  cmd->callback([args] { compile(*args); });
+}
+
+}  // namespace kiln::cli

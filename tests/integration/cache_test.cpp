@@ -1,0 +1,335 @@
+// The on-disk cache across processes, as a service fleet would use it: warm
+// starts, concurrent writers, killed writers, damaged entries, eviction while
+// another process reads, and a directory that cannot be written. Every case
+// runs the real `kiln` command in child processes on a fresh directory.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kiln/kiln.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const std::string kModel = std::string(KILN_SOURCE_DIR) + "/examples/digits/digits.onnx";
+const std::string kDigit = std::string(KILN_SOURCE_DIR) + "/examples/digits/digit.npy";
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class Child {
+ public:
+  // Runs `kiln args...` with extra environment variables; stdout and stderr go to files.
+  Child(const std::vector<std::string>& args, const std::vector<std::string>& env, const fs::path& scratch) {
+    static int count = 0;
+    out_ = scratch / ("out_" + std::to_string(::getpid()) + "_" + std::to_string(count));
+    err_ = scratch / ("err_" + std::to_string(::getpid()) + "_" + std::to_string(count++));
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+      ::unsetenv("KILN_CACHE");  // ctest may turn the cache off for other tests
+      if (!std::freopen(out_.c_str(), "w", stdout) || !std::freopen(err_.c_str(), "w", stderr)) ::_exit(126);
+      std::vector<char*> argv{const_cast<char*>(KILN_CLI_PATH)};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(KILN_CLI_PATH, argv.data());
+      ::_exit(127);
+    }
+  }
+  Result wait() {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = read_file(out_);
+    r.err = read_file(err_);
+    fs::remove(out_);
+    fs::remove(err_);
+    return r;
+  }
+  void kill() { ::kill(pid_, SIGKILL); }
+
+ private:
+  pid_t pid_ = -1;
+  fs::path out_, err_;
+};
+
+class CacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::path(::testing::TempDir()) / ("kiln_cache_test_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    dir_ = root_ / "cache";
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::permissions(root_, fs::perms::owner_all, ec);
+    for (auto& p : fs::recursive_directory_iterator(root_, ec)) fs::permissions(p.path(), fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(root_, ec);
+  }
+
+  Result kiln(std::vector<std::string> args, std::vector<std::string> env = {}) {
+    env.push_back("KILN_CACHE_DIR=" + dir_.string());
+    return Child(args, env, root_).wait();
+  }
+
+  // `kiln run` on the digit at batch 1 (or random inputs at another batch),
+  // its JSON summary; the output goes to `out_dir` when given.
+  json run(int batch = 1, const std::string& out_dir = "", std::vector<std::string> env = {}) {
+    std::vector<std::string> args{"run", kModel, "--json", "--threads", "1"};
+    if (batch == 1) args.insert(args.end(), {"--input", "image=" + kDigit});
+    else args.insert(args.end(), {"--random-inputs", "--dim", "batch=" + std::to_string(batch)});
+    if (!out_dir.empty()) args.insert(args.end(), {"--output-dir", out_dir});
+    Result r = kiln(args, env);
+    EXPECT_EQ(r.code, 0) << r.err;
+    json j = json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
+    last_err_ = r.err;
+    return j;
+  }
+
+  static std::string outcome(const json& j) { return j["specializations"][0]["cache"].get<std::string>(); }
+
+  std::vector<fs::path> entries() const {
+    std::vector<fs::path> out;
+    std::error_code ec;
+    for (const auto& d : fs::directory_iterator(dir_ / "entries", ec)) out.push_back(d.path());
+    return out;
+  }
+
+  static int64_t entry_bytes(const fs::path& entry) {
+    int64_t total = 0;
+    for (const auto& f : fs::directory_iterator(entry)) total += int64_t(f.file_size());
+    return total;
+  }
+
+  std::string digit_output() {
+    const fs::path out = root_ / ("digit_out_" + std::to_string(outputs_++));
+    run(1, out.string());
+    return read_file(out / "probabilities.npy");
+  }
+
+  fs::path root_, dir_;
+  std::string last_err_;
+  int outputs_ = 0;
+};
+
+TEST_F(CacheTest, WarmStartInSecondProcessDoesNoCodegenAndGivesIdenticalOutputs) {
+  const fs::path a = root_ / "a", b = root_ / "b";
+  json first = run(1, a.string());
+  EXPECT_EQ(outcome(first), "miss");
+  EXPECT_GE(first["codegen_runs"].get<int64_t>(), 1);
+  json second = run(1, b.string());
+  EXPECT_EQ(outcome(second), "hit");
+  EXPECT_EQ(second["codegen_runs"].get<int64_t>(), 0);
+  EXPECT_EQ(second["specializations"][0]["cache_key"], first["specializations"][0]["cache_key"]);
+  const std::string out_a = read_file(a / "probabilities.npy");
+  EXPECT_FALSE(out_a.empty());
+  EXPECT_EQ(out_a, read_file(b / "probabilities.npy"));
+  // Another shape is another entry; the thread count is part of the key too.
+  EXPECT_EQ(outcome(run(3)), "miss");
+  EXPECT_EQ(entries().size(), 2u);
+  Result other = kiln({"compile", kModel, "--shape", "image=1x1x8x8", "--threads", "2", "--json"});
+  ASSERT_EQ(other.code, 0) << other.err;
+  EXPECT_EQ(json::parse(other.out)["cache"], "miss");
+  EXPECT_EQ(entries().size(), 3u);
+}
+
+TEST_F(CacheTest, EightProcessesOnAnEmptyCacheAllSucceedWithOneEntry) {
+  std::vector<std::unique_ptr<Child>> children;
+  for (int i = 0; i < 8; ++i)
+    children.push_back(std::make_unique<Child>(std::vector<std::string>{"compile", kModel, "--dim", "batch=4", "--threads", "1", "--json"},
+                                               std::vector<std::string>{"KILN_CACHE_DIR=" + dir_.string()}, root_));
+  for (auto& c : children) {
+    Result r = c->wait();
+    EXPECT_EQ(r.code, 0) << r.err;
+    json j = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    EXPECT_TRUE(j["cache"] == "miss" || j["cache"] == "hit") << j.dump();
+  }
+  EXPECT_EQ(entries().size(), 1u);
+  EXPECT_EQ(outcome(run(4)), "hit");
+  Result verify = kiln({"cache", "verify", "--json"});
+  EXPECT_EQ(verify.code, 0) << verify.err;
+  EXPECT_EQ(json::parse(verify.out).size(), 0u) << verify.out;
+}
+
+TEST_F(CacheTest, WriterKilledMidWriteLeavesNothingAReaderAccepts) {
+  const std::string expected = digit_output();
+  Result cleared = kiln({"cache", "clear"});
+  ASSERT_EQ(cleared.code, 0) << cleared.err;
+  for (const std::string stall : {"object.o", "weights.bin", "manifest.json"}) {
+    Child writer({"run", kModel, "--input", "image=" + kDigit, "--threads", "1"},
+                 {"KILN_CACHE_DIR=" + dir_.string(), "KILN_CACHE_TEST_STALL_AFTER=" + stall}, root_);
+    // Wait until the writer has written that file into its private directory.
+    bool reached = false;
+    for (int i = 0; i < 600 && !reached; ++i) {
+      std::error_code ec;
+      for (const auto& d : fs::directory_iterator(dir_ / "tmp", ec))
+        if (fs::exists(d.path() / stall)) reached = true;
+      if (!reached) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    writer.kill();
+    writer.wait();
+    ASSERT_TRUE(reached) << "the writer never wrote " << stall;
+    EXPECT_TRUE(entries().empty()) << "killed after " << stall;
+    // A reader finds no entry, compiles, stores, and the next one hits.
+    json j = run();
+    EXPECT_EQ(outcome(j), "miss") << "killed after " << stall;
+    EXPECT_EQ(digit_output(), expected);
+    EXPECT_EQ(outcome(run()), "hit");
+    ASSERT_EQ(kiln({"cache", "clear"}).code, 0);
+  }
+}
+
+TEST_F(CacheTest, DamagedOrForeignEntriesAreRebuilt) {
+  const std::string expected = digit_output();
+  ASSERT_EQ(entries().size(), 1u);
+  const fs::path entry = entries()[0];
+  auto flip = [](const fs::path& p, int64_t at) {
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(at);
+    char c = 0;
+    f.get(c);
+    f.seekp(at);
+    f.put(char(c ^ 0x5a));
+  };
+  auto edit_manifest = [&](const std::function<void(json&)>& change) {
+    json m = json::parse(read_file(entry / "manifest.json"));
+    change(m);
+    std::ofstream(entry / "manifest.json") << m.dump();
+  };
+  const std::vector<std::pair<std::string, std::function<void()>>> damages = {
+      {"flipped weight byte", [&] { flip(entry / "weights.bin", int64_t(fs::file_size(entry / "weights.bin")) / 2); }},
+      {"flipped object byte", [&] { flip(entry / "object.o", 100); }},
+      {"truncated object", [&] { fs::resize_file(entry / "object.o", fs::file_size(entry / "object.o") / 2); }},
+      {"truncated program", [&] { fs::resize_file(entry / "program.bin", 10); }},
+      {"missing weights", [&] { fs::remove(entry / "weights.bin"); }},
+      {"manifest of another build", [&] { edit_manifest([](json& m) { m["kiln_build"] = "build-id:0123456789"; }); }},
+      {"manifest of another format", [&] { edit_manifest([](json& m) { m["format"] = 999; }); }},
+      {"manifest not JSON", [&] { std::ofstream(entry / "manifest.json") << "{ not json"; }},
+  };
+  for (const auto& [what, damage] : damages) {
+    damage();
+    json j = run();
+    EXPECT_EQ(outcome(j), "rebuild") << what;
+    EXPECT_FALSE(j["specializations"][0]["cache_note"].get<std::string>().empty()) << what;
+    EXPECT_NE(last_err_.find("warning"), std::string::npos) << what;
+    EXPECT_EQ(digit_output(), expected) << what;  // itself a hit on the rebuilt entry
+    EXPECT_EQ(outcome(run()), "hit") << what;
+    ASSERT_EQ(entries().size(), 1u) << what;
+  }
+}
+
+TEST_F(CacheTest, EvictionKeepsTheLimitAndNeverRemovesAnEntryInUse) {
+  // This process reads entry A for as long as `model` lives.
+  kiln::RuntimeOptions options;
+  options.cache_dir = dir_.string();
+  options.threads = 1;
+  ::unsetenv("KILN_CACHE");
+  kiln::Runtime runtime(options);
+  kiln::Model model = kiln::Model::load(runtime, kModel);
+  kiln::Tensor image(kiln::DType::Float32, {1, 1, 8, 8});
+  model.run({{"image", image}});
+  ASSERT_EQ(model.specializations()[0].cache, kiln::CacheOutcome::Miss);
+  ASSERT_EQ(entries().size(), 1u);
+  const fs::path in_use = entries()[0];
+  const int64_t limit = entry_bytes(in_use) * 5 / 2;  // room for about two entries
+
+  for (int batch = 2; batch <= 7; ++batch) {
+    run(batch, "", {"KILN_CACHE_MAX_BYTES=" + std::to_string(limit)});
+    EXPECT_TRUE(fs::exists(in_use / "manifest.json")) << "the entry in use was removed at batch " << batch;
+    int64_t others = 0;
+    for (const auto& e : entries())
+      if (e != in_use) others += entry_bytes(e);
+    EXPECT_LE(others, limit) << "at batch " << batch;
+  }
+  EXPECT_LE(entries().size(), 3u);
+  model.run({{"image", image}});  // the reader still works
+
+  // Released, it may go like any other.
+  model = kiln::Model();
+  Result pruned = kiln({"cache", "prune", "--max-bytes", std::to_string(limit)});
+  ASSERT_EQ(pruned.code, 0) << pruned.err;
+  int64_t total = 0;
+  for (const auto& e : entries()) total += entry_bytes(e);
+  EXPECT_LE(total, limit);
+}
+
+TEST_F(CacheTest, UnwritableDirectoryStillRunsWithOneWarning) {
+  const std::string expected = [&] {
+    const fs::path out = root_ / "plain";
+    Result r = kiln({"run", kModel, "--input", "image=" + kDigit, "--no-cache", "--output-dir", out.string()});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return read_file(out / "probabilities.npy");
+  }();
+  // A path under a regular file can never be a directory, for any user (root included).
+  std::ofstream(root_ / "file") << "x";
+  std::vector<fs::path> unwritable{root_ / "file" / "cache"};
+  if (::geteuid() != 0) {  // permissions bind everyone but root
+    fs::create_directories(root_ / "readonly");
+    fs::permissions(root_ / "readonly", fs::perms::owner_read | fs::perms::owner_exec);
+    unwritable.push_back(root_ / "readonly");
+  }
+  for (const auto& dir : unwritable) {
+    dir_ = dir;
+    const fs::path out = root_ / "out";
+    fs::remove_all(out);
+    Result r = kiln({"run", kModel, "--input", "image=" + kDigit, "--output-dir", out.string(), "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(json::parse(r.out)["specializations"][0]["cache"], "off") << dir;
+    size_t warnings = 0;
+    for (size_t at = r.err.find("warning"); at != std::string::npos; at = r.err.find("warning", at + 1)) ++warnings;
+    EXPECT_EQ(warnings, 1u) << r.err;
+    EXPECT_EQ(read_file(out / "probabilities.npy"), expected) << dir;
+  }
+}
+
+TEST_F(CacheTest, CommandsListVerifyPruneAndClear) {
+  run(1);
+  run(2);
+  Result ls = kiln({"cache", "ls", "--json"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  json list = json::parse(ls.out);
+  ASSERT_EQ(list.size(), 2u);
+  for (const auto& e : list) {
+    EXPECT_EQ(e["model"], kModel);
+    EXPECT_GT(e["bytes"].get<int64_t>(), 0);
+    EXPECT_EQ(e["problem"], "");
+    EXPECT_EQ(e["backend"].get<std::string>().rfind("cpu ", 0), 0u) << e["backend"];
+  }
+  // A damaged entry is reported and removed by verify, and only that one.
+  std::ofstream(entries()[0] / "program.bin", std::ios::app) << "junk";
+  Result verify = kiln({"cache", "verify", "--json"});
+  ASSERT_EQ(verify.code, 0) << verify.err;
+  EXPECT_EQ(json::parse(verify.out).size(), 1u);
+  EXPECT_EQ(entries().size(), 1u);
+  EXPECT_EQ(kiln({"cache", "prune", "--max-bytes", "0"}).code, 0);
+  EXPECT_TRUE(entries().empty());
+  run(1);
+  EXPECT_EQ(kiln({"cache", "clear"}).code, 0);
+  EXPECT_TRUE(entries().empty());
+  Result bad = kiln({"cache", "prune"});
+  EXPECT_NE(bad.code, 0);  // --max-bytes is required
+}
+
+}  // namespace
