@@ -153,6 +153,7 @@ struct SpecializationStats {
   CacheOutcome cache = CacheOutcome::Off;
   std::string cache_key;   // the entry's name in the cache directory
   std::string cache_note;  // why an entry was rebuilt or why nothing was stored
+  double store_ms = 0;     // preparing the entry on the run's path (the files are written in the background)
 };
 
 class Runtime {
@@ -164,6 +165,10 @@ class Runtime {
   // Modules the backend has optimised and compiled to machine code so far, in
   // this Runtime. Cache hits add nothing.
   int64_t codegen_runs() const;
+  // Compiled specializations are written to the cache in the background;
+  // this blocks until every pending entry is stored (the Runtime's
+  // destructor does the same).
+  void wait_for_cache() const;
   void log(LogLevel level, const std::string& message) const;
 
  private:

@@ -212,11 +212,18 @@ std::optional<backends::LoadedArtifact> Store::open(const std::string& key, std:
   return artifact;
 }
 
-bool Store::put(const std::string& key, const json& key_inputs, const backends::Artifact& artifact, double compile_ms) const {
+void Store::create() const {
   std::error_code ec;
   fs::create_directories(dir_ + "/entries", ec);
   if (!ec) fs::create_directories(dir_ + "/tmp", ec);
   if (ec) ir::fail(ir::ErrorKind::Io, "cache: cannot create '" + dir_ + "': " + ec.message());
+  if (::access((dir_ + "/tmp").c_str(), W_OK) != 0 || ::access((dir_ + "/entries").c_str(), W_OK) != 0)
+    fail_io("write into", dir_);
+}
+
+bool Store::put(const std::string& key, const json& key_inputs, const backends::Artifact& artifact, double compile_ms) const {
+  create();
+  std::error_code ec;
   const std::string tmp = dir_ + "/tmp/" + key + "." + random_suffix();
   if (::mkdir(tmp.c_str(), 0755) != 0) fail_io("create", tmp);
   try {

@@ -47,6 +47,9 @@ class Store {
   // when an entry exists but is unusable (what is wrong with it).
   std::optional<backends::LoadedArtifact> open(const std::string& key, std::string& problem) const;
 
+  // Creates the directory layout; throws ir::Error(Io) if it cannot be written.
+  void create() const;
+
   // Stores an entry (replacing an unusable one). `key_inputs` and the
   // artifact's summary go into the manifest. Returns false if another
   // process stored the same key first (theirs is kept). Throws ir::Error(Io)

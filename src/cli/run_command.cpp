@@ -236,7 +236,8 @@ void run(const RunArgs& args) {
                                       {"runs", sp.runs},
                                       {"cache", cache_outcome_name(sp.cache)},
                                       {"cache_key", sp.cache_key},
-                                      {"cache_note", sp.cache_note}});
+                                      {"cache_note", sp.cache_note},
+                                      {"store_ms", sp.store_ms}});
     j["codegen_runs"] = runtime.codegen_runs();
     j["cache_dir"] = runtime.cache_dir();
     j["notes"] = notes;

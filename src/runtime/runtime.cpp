@@ -10,6 +10,8 @@
 #include <mutex>
 #include <set>
 #include <cstdlib>
+#include <condition_variable>
+#include <deque>
 #include <thread>
 
 #include "backends/backend.hpp"
@@ -135,6 +137,78 @@ struct Runtime::Impl {
   std::unique_ptr<cache::Store> store;  // null: no cache
   mutable std::atomic<bool> store_writable{true};
   mutable std::mutex log_mutex;
+
+  // Entries are written by one background thread, so that writing and
+  // flushing (about as long as compiling, for a large model) stays off the
+  // first run. It is started on the first store and drained on destruction.
+  struct PendingStore {
+    cache::Key key;
+    backends::Artifact artifact;
+    std::shared_ptr<const backends::Executable> keep;  // what the artifact points into
+    double compile_ms = 0;
+  };
+  mutable std::mutex store_mutex;
+  mutable std::condition_variable store_cv;
+  mutable std::deque<PendingStore> store_queue;
+  mutable int stores_in_flight = 0;
+  mutable bool stopping = false;
+  mutable std::thread store_thread;
+
+  void enqueue_store(PendingStore p) const {
+    std::lock_guard<std::mutex> lock(store_mutex);
+    store_queue.push_back(std::move(p));
+    ++stores_in_flight;
+    if (!store_thread.joinable()) store_thread = std::thread([this] { write_entries(); });
+    store_cv.notify_all();
+  }
+
+  void write_entries() const {
+    std::unique_lock<std::mutex> lock(store_mutex);
+    while (true) {
+      store_cv.wait(lock, [&] { return stopping || !store_queue.empty(); });
+      if (store_queue.empty()) return;
+      PendingStore p = std::move(store_queue.front());
+      store_queue.pop_front();
+      lock.unlock();
+      try {
+        store->put(p.key.hex, p.key.readable, p.artifact, p.compile_ms);
+      } catch (const ir::Error& e) {
+        if (e.kind() != ir::ErrorKind::Io || store_writable.exchange(false))
+          log(LogLevel::Warning, std::string(e.what()) + (e.kind() == ir::ErrorKind::Io ? "; compiling in memory only from now on" : ""));
+      } catch (const std::exception& e) {
+        log(LogLevel::Warning, std::string("cache: storing an entry failed: ") + e.what());
+      }
+      p = PendingStore();
+      lock.lock();
+      --stores_in_flight;
+      store_cv.notify_all();
+    }
+  }
+
+  void log(LogLevel level, const std::string& message) const {
+    if (level == LogLevel::Off || level < options.log_level) return;
+    std::lock_guard<std::mutex> lock(log_mutex);
+    if (options.logger) {
+      options.logger(level, message);
+      return;
+    }
+    static const char* names[] = {"debug", "info", "warning", "error"};
+    std::cerr << "kiln " << names[int(level)] << ": " << message << "\n";
+  }
+
+  void wait_for_stores() const {
+    std::unique_lock<std::mutex> lock(store_mutex);
+    store_cv.wait(lock, [&] { return stores_in_flight == 0; });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(store_mutex);
+      stopping = true;
+      store_cv.notify_all();
+    }
+    if (store_thread.joinable()) store_thread.join();
+  }
 };
 
 const char* cache_outcome_name(CacheOutcome o) {
@@ -204,16 +278,9 @@ int64_t Runtime::codegen_runs() const { return impl_->backend->codegen_runs(); }
 const RuntimeOptions& Runtime::options() const { return impl_->options; }
 int Runtime::threads() const { return impl_->threads; }
 
-void Runtime::log(LogLevel level, const std::string& message) const {
-  if (level == LogLevel::Off || level < impl_->options.log_level) return;
-  std::lock_guard<std::mutex> lock(impl_->log_mutex);
-  if (impl_->options.logger) {
-    impl_->options.logger(level, message);
-    return;
-  }
-  static const char* names[] = {"debug", "info", "warning", "error"};
-  std::cerr << "kiln " << names[int(level)] << ": " << message << "\n";
-}
+void Runtime::log(LogLevel level, const std::string& message) const { impl_->log(level, message); }
+
+void Runtime::wait_for_cache() const { impl_->wait_for_stores(); }
 
 // ---- Model ----------------------------------------------------------------
 
@@ -241,18 +308,21 @@ struct Model::Impl {
 
   // Saves a freshly compiled specialization. A cache that cannot be written
   // is reported once and then left alone; run() never fails because of it.
-  void store_entry(const cache::Store& store, const cache::Key& key, const backends::Executable& executable,
+  // Saves a freshly compiled specialization: the artifact is made here (it
+  // says whether the specialization can be cached at all), the files are
+  // written in the background. A cache that cannot be written is reported
+  // once and then left alone; run() never fails because of it.
+  void store_entry(const cache::Store& store, const cache::Key& key, std::shared_ptr<const backends::Executable> executable,
                    SpecializationStats& stats) const {
-    if (!runtime.impl_->store_writable.load()) {
-      stats.cache = CacheOutcome::Off;
-      return;
-    }
+    const Runtime::Impl& rt = *runtime.impl_;
     try {
-      store.put(key.hex, key.readable, executable.save(), stats.compile_ms);
+      if (!rt.store_writable.load()) ir::fail(ir::ErrorKind::Io, "cache directory '" + store.dir() + "' is not writable");
+      backends::Artifact artifact = executable->save();
+      store.create();
+      rt.enqueue_store({key, std::move(artifact), std::move(executable), stats.compile_ms});
     } catch (const ir::Error& e) {
       if (e.kind() == ir::ErrorKind::Io) {
-        if (runtime.impl_->store_writable.exchange(false))
-          runtime.log(LogLevel::Warning, std::string(e.what()) + "; compiling in memory only from now on");
+        if (rt.store_writable.exchange(false)) runtime.log(LogLevel::Warning, std::string(e.what()) + "; compiling in memory only from now on");
         stats.cache = CacheOutcome::Off;
       } else {
         stats.cache = CacheOutcome::NotCached;
@@ -464,7 +534,11 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
     stats.key = key;
     stats.backend = backend.name();
     stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (store && stats.cache != CacheOutcome::Hit) store_entry(*store, cache_key, *entry->executable, stats);
+    if (store && stats.cache != CacheOutcome::Hit) {
+      const auto store_start = std::chrono::steady_clock::now();
+      store_entry(*store, cache_key, entry->executable, stats);
+      stats.store_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - store_start).count();
+    }
     entry->ready.store(true, std::memory_order_release);
     runtime.log(LogLevel::Debug, model_label(model) + ": " + (stats.cache == CacheOutcome::Hit ? "loaded " : "compiled ") + key +
                                      " with " + backend.name() + " in " + std::to_string(stats.compile_ms) + " ms (cache: " +
