@@ -18,6 +18,8 @@ void add_cache_command(CLI::App& app);
 
 // "NAME=VALUE" split at the first '='; InvalidArgument naming `option` otherwise.
 std::pair<std::string, std::string> split_assignment(const std::string& s, const char* option);
+// A non-negative integer; InvalidArgument naming `what` otherwise.
+int64_t parse_size(const std::string& text, const std::string& what);
 // "12.0 KiB", "3.52 MiB".
 std::string bytes_to_string(int64_t bytes);
 

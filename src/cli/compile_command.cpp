@@ -23,13 +23,6 @@ struct CompileArgs {
   bool json = false;
 };
 
-int64_t parse_size(const std::string& text, const std::string& what) {
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end || v < 0) throw Error(ErrorCode::InvalidArgument, what + ": '" + text + "' is not a non-negative integer");
-  return v;
-}
-
 Shape parse_shape(const std::string& text, const std::string& what) {
   Shape shape;
   size_t start = 0;

@@ -25,6 +25,13 @@ std::pair<std::string, std::string> split_assignment(const std::string& s, const
   return {s.substr(0, eq), s.substr(eq + 1)};
 }
 
+int64_t parse_size(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end || v < 0) throw Error(ErrorCode::InvalidArgument, what + ": '" + text + "' is not a non-negative integer");
+  return v;
+}
+
 std::string bytes_to_string(int64_t bytes) {
   char buf[32];
   if (bytes < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", double(bytes) / 1024);
@@ -159,10 +166,7 @@ void run(const RunArgs& args) {
   std::map<std::string, int64_t> dims;
   for (const auto& d : args.dims) {
     auto [sym, value] = split_assignment(d, "--dim");
-    char* end = nullptr;
-    long long v = std::strtoll(value.c_str(), &end, 10);
-    if (*end || v < 0) throw Error(ErrorCode::InvalidArgument, "--dim " + d + ": '" + value + "' is not a non-negative integer");
-    dims[sym] = v;
+    dims[sym] = parse_size(value, "--dim " + d);
   }
 
   std::vector<std::pair<std::string, Tensor>> inputs;

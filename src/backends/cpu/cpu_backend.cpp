@@ -254,8 +254,6 @@ class CpuBackend : public Backend {
     std::vector<std::string> loop_symbols;
     cpu::Program program = cpu::load_program(artifact.program, cpu::WeightsReader(artifact.weights, artifact.weights_bytes),
                                              artifact.keep_alive, *graph, loop_symbols);
-    if (loop_symbols.size() != program.steps.size())
-      ir::fail(ir::ErrorKind::InvalidModel, "cached program: loop symbols do not match the steps");
     return std::make_unique<CpuExecutable>(std::move(program), std::string(artifact.object), std::move(loop_symbols), jit_shared(),
                                            budget_, artifact.keep_alive);
   }
