@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev nlohmann-json3-dev libcli11-dev
   libonnx-testdata
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user cargo file
 )
 
 missing=()

@@ -68,6 +68,8 @@ typedef struct kiln_runtime_options {
   /* Since Kiln 0.2 (check struct_size): */
   int32_t no_cache;        /* nonzero: no on-disk cache of compiled code */
   int64_t cache_max_bytes; /* 0: $KILN_CACHE_MAX_BYTES, else 1 GiB */
+  /* Since Kiln 0.3 (check struct_size): */
+  const char* kernels; /* "native" or "portable"; NULL: $KILN_KERNELS, else "native" */
 } kiln_runtime_options;
 
 /* Describes one model input or output. dims[i] is -1 for a dynamic

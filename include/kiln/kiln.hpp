@@ -116,6 +116,10 @@ struct RuntimeOptions {
   std::string backend = "cpu";
   int threads = 0;        // thread budget, 0: every usable core. The cpu backend never has more
                           // busy threads than this; the reference backend runs on one.
+  // The cpu backend's kernels: "native" (oneDNN primitives, the fastest on
+  // this machine) or "portable" (Kiln's own kernel library compiled into the
+  // generated code: what bundles use). "" = $KILN_KERNELS, else "native".
+  std::string kernels;
   // The on-disk cache of compiled specializations: a new process loads what
   // any earlier one compiled instead of compiling it again. Off if `cache`
   // is false or the environment says KILN_CACHE=off. A directory that cannot
@@ -242,9 +246,43 @@ class Model {
   // Every specialization compiled so far, in the order they were made.
   std::vector<SpecializationStats> specializations() const;
 
+  // Freezes the model into a bundle (what `kiln aot-freeze` does): see
+  // FreezeOptions. Throws Error: InvalidArgument for bad options,
+  // Unsupported naming the nodes a bundle cannot run, Io if the files cannot
+  // be written.
+  struct FreezeOptions;
+  struct FreezeResult;
+  FreezeResult freeze(const FreezeOptions& options) const;
+
  private:
   struct Impl;
   std::shared_ptr<Impl> impl_;
+};
+
+// A bundle: DIR/NAME.h, DIR/NAME.o (or libNAME.a), DIR/NAME.weights.bin
+// (unless embedded) and DIR/README.md, linking into a C, C++ or Rust program
+// with nothing but libc and libm (README "Bundles").
+struct Model::FreezeOptions {
+  std::string output_dir;
+  std::string name;                                   // C identifier; "" = the model file's stem
+  std::vector<std::pair<std::string, Shape>> shapes;  // inputs' shapes (axis 0 of a batched input is replaced)
+  std::map<std::string, int64_t> dims;                // values of symbolic dims other than the batch
+  std::vector<int64_t> batch_sizes{1};                // compiled batch sizes; run() takes any
+  std::string target;                                 // LLVM triple; "" = this machine
+  std::string cpu;                                    // "" = this CPU (host target) or generic; e.g. "x86-64-v3"
+  bool embed_weights = false;                         // weights inside the object instead of a file
+  std::string kernels = "portable";                   // "portable" (only one implemented: see README)
+  std::string format = "object";                      // "object" (NAME.o) or "static" (libNAME.a)
+  std::function<void(const std::string&)> progress;  // one line per stage of a long freeze
+};
+
+struct Model::FreezeResult {
+  std::string name, target, cpu;
+  std::vector<int64_t> batch_sizes;
+  std::vector<std::string> files;
+  int64_t object_bytes = 0;
+  int64_t weights_bytes = 0;
+  double seconds = 0;
 };
 
 template <typename T>

@@ -63,6 +63,9 @@ class Executable {
 
 struct CompileOptions {
   int threads = 1;
+  // The cpu backend's kernel family: "native" (oneDNN) or "portable" (the
+  // kernel library compiled into the object itself).
+  std::string kernels = "native";
 };
 
 class Backend {

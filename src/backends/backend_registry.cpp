@@ -51,7 +51,7 @@ std::unique_ptr<Executable> Backend::load(const LoadedArtifact&, std::shared_ptr
 }
 
 std::string Backend::identity(const CompileOptions& options) const {
-  return name() + " " + version() + " threads=" + std::to_string(options.threads);
+  return name() + " " + version() + " threads=" + std::to_string(options.threads) + " kernels=" + options.kernels;
 }
 
 }  // namespace kiln::backends

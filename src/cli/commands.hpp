@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace kiln::cli {
 
@@ -15,11 +16,14 @@ void add_inspect_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_compile_command(CLI::App& app);
 void add_cache_command(CLI::App& app);
+void add_aot_freeze_command(CLI::App& app);
 
 // "NAME=VALUE" split at the first '='; InvalidArgument naming `option` otherwise.
 std::pair<std::string, std::string> split_assignment(const std::string& s, const char* option);
 // A non-negative integer; InvalidArgument naming `what` otherwise.
 int64_t parse_size(const std::string& text, const std::string& what);
+// "1x3x224x224" (or "scalar"); InvalidArgument naming `what` otherwise.
+std::vector<int64_t> parse_shape(const std::string& text, const std::string& what);
 // "12.0 KiB", "3.52 MiB".
 std::string bytes_to_string(int64_t bytes);
 

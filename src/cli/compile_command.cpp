@@ -19,26 +19,16 @@ struct CompileArgs {
   std::vector<std::string> dims;    // SYMBOL=VALUE
   int threads = 0;
   std::string backend = "cpu";
+  std::string kernels;
   std::string cache_dir;
   bool json = false;
 };
-
-Shape parse_shape(const std::string& text, const std::string& what) {
-  Shape shape;
-  size_t start = 0;
-  if (text == "scalar") return shape;
-  while (true) {
-    const size_t x = text.find('x', start);
-    shape.push_back(parse_size(text.substr(start, x == std::string::npos ? std::string::npos : x - start), what));
-    if (x == std::string::npos) return shape;
-    start = x + 1;
-  }
-}
 
 void compile(const CompileArgs& args) {
   RuntimeOptions opts;
   opts.threads = args.threads;
   opts.backend = args.backend;
+  opts.kernels = args.kernels;
   opts.cache_dir = args.cache_dir;
   Runtime runtime(opts);
   if (runtime.cache_dir().empty()) std::cerr << "warning: no cache (KILN_CACHE=off?): nothing will be stored\n";
@@ -99,6 +89,8 @@ void add_compile_command(CLI::App& app) {
   cmd->add_option("--dim", args->dims, "SYMBOL=VALUE for symbolic dimensions of declared shapes");
   cmd->add_option("--threads", args->threads, "threads the code is compiled for (0: all usable cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", args->backend, "backend")->check(CLI::IsMember({"cpu", "reference"}));
+  cmd->add_option("--kernels", args->kernels, "cpu kernels: native (oneDNN) or portable (self-contained; default: $KILN_KERNELS, else native)")
+      ->check(CLI::IsMember({"native", "portable"}));
   cmd->add_option("--cache-dir", args->cache_dir, "cache directory (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
   cmd->add_flag("--json", args->json, "print the result as JSON");
   cmd->callback([args] { compile(*args); });

@@ -32,6 +32,18 @@ int64_t parse_size(const std::string& text, const std::string& what) {
   return v;
 }
 
+Shape parse_shape(const std::string& text, const std::string& what) {
+  Shape shape;
+  size_t start = 0;
+  if (text == "scalar") return shape;
+  while (true) {
+    const size_t x = text.find('x', start);
+    shape.push_back(parse_size(text.substr(start, x == std::string::npos ? std::string::npos : x - start), what));
+    if (x == std::string::npos) return shape;
+    start = x + 1;
+  }
+}
+
 std::string bytes_to_string(int64_t bytes) {
   char buf[32];
   if (bytes < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", double(bytes) / 1024);
@@ -50,6 +62,7 @@ struct RunArgs {
   int repeat = 0;
   int threads = 0;
   std::string backend = "cpu";
+  std::string kernels;
   bool json = false;
   std::string cache_dir;
   bool no_cache = false;
@@ -156,6 +169,7 @@ void run(const RunArgs& args) {
   RuntimeOptions opts;
   opts.threads = args.threads;
   opts.backend = args.backend;
+  opts.kernels = args.kernels;
   opts.cache = !args.no_cache;
   opts.cache_dir = args.cache_dir;
   Runtime runtime(opts);
@@ -298,6 +312,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--no-cache", args->no_cache, "compile in memory only");
   cmd->add_option("--backend", args->backend, "backend: cpu (compiled) or reference (the interpreter)")
       ->check(CLI::IsMember({"cpu", "reference"}));
+  cmd->add_option("--kernels", args->kernels, "cpu kernels: native (oneDNN) or portable (self-contained; default: $KILN_KERNELS, else native)")
+      ->check(CLI::IsMember({"native", "portable"}));
   cmd->add_flag("--json", args->json, "print the summary as JSON");
   cmd->callback([args] { run(*args); });
 }

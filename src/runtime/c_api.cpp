@@ -116,6 +116,8 @@ kiln_status kiln_runtime_create(const kiln_runtime_options* options, kiln_runtim
       KILN_REQUIRE(options->cache_max_bytes >= 0, "options->cache_max_bytes is negative");
       o.cache_max_bytes = options->cache_max_bytes;
     }
+    if (options->struct_size >= offsetof(kiln_runtime_options, kernels) + sizeof(const char*) && options->kernels)
+      o.kernels = options->kernels;
   }
   return guarded([&] { *out = new kiln_runtime{kiln::Runtime(o)}; });
 }

@@ -16,6 +16,7 @@
 
 #include "backends/backend.hpp"
 #include "cache/cache_key.hpp"
+#include "cache/freeze.hpp"
 #include "cache/store.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "kiln/kiln.hpp"
@@ -258,6 +259,12 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
     for (const auto& n : backends::backend_names()) names += (names.empty() ? "'" : ", '") + n + "'";
     throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::backend '" + options.backend + "' is unknown; available: " + names);
   }
+  if (options.kernels.empty())
+    if (const char* env = std::getenv("KILN_KERNELS"); env && *env) options.kernels = env;
+  if (options.kernels.empty()) options.kernels = "native";
+  if (options.kernels != "native" && options.kernels != "portable")
+    throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::kernels (or KILN_KERNELS) is '" + options.kernels +
+                                                "'; expected 'native' or 'portable'");
   impl_->options = std::move(options);
   const RuntimeOptions& o = impl_->options;
   if (o.cache && !env_says_off("KILN_CACHE")) {
@@ -306,8 +313,6 @@ struct Model::Impl {
   std::shared_ptr<const backends::Executable> specialization_for(const std::map<std::string, ir::Tensor>& inputs,
                                                                  bool count_run = true);
 
-  // Saves a freshly compiled specialization. A cache that cannot be written
-  // is reported once and then left alone; run() never fails because of it.
   // Saves a freshly compiled specialization: the artifact is made here (it
   // says whether the specialization can be cached at all), the files are
   // written in the background. A cache that cannot be written is reported
@@ -493,6 +498,7 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
     const auto& backend = *runtime.impl_->backend;
     backends::CompileOptions options;
     options.threads = runtime.threads();
+    options.kernels = runtime.options().kernels;
     SpecializationStats& stats = entry->stats;
     const cache::Store* store = runtime.impl_->store.get();
     cache::Key cache_key;
@@ -567,6 +573,30 @@ SpecializationStats Model::prepare(const std::vector<std::pair<std::string, Shap
     SpecializationStats s = impl_->table.at(key)->stats;
     s.runs = impl_->table.at(key)->runs.load();
     return s;
+  });
+}
+
+Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
+  return translate_errors([&] {
+    if (options.kernels == "native")
+      ir::fail(ir::ErrorKind::Unsupported, "bundles with native (oneDNN) kernels are not implemented yet: use --kernels portable");
+    if (options.kernels != "portable")
+      ir::fail(ir::ErrorKind::InvalidArgument, "kernels '" + options.kernels + "': expected 'portable' or 'native'");
+    if (options.format != "object" && options.format != "static")
+      ir::fail(ir::ErrorKind::InvalidArgument, "format '" + options.format + "': expected 'object' or 'static'");
+    if (options.output_dir.empty()) ir::fail(ir::ErrorKind::InvalidArgument, "no output directory");
+    cache::FreezeRequest req;
+    req.output_dir = options.output_dir;
+    req.name = options.name;
+    for (const auto& [name, shape] : options.shapes) req.shapes[name] = shape;
+    req.dims = options.dims;
+    req.batch_sizes = options.batch_sizes;
+    req.target = {options.target, options.cpu, ""};
+    req.embed_weights = options.embed_weights;
+    req.static_library = options.format == "static";
+    req.progress = options.progress;
+    const cache::FreezeResult r = cache::freeze(impl_->model, req);
+    return FreezeResult{r.name, r.triple, r.cpu, r.batch_sizes, r.files, r.object_bytes, r.weights_bytes, r.seconds};
   });
 }
 

@@ -123,6 +123,7 @@ std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::
 
 // A compiled backend under test, or null for the reference executor.
 const kiln::backends::Backend* g_backend = nullptr;
+kiln::backends::CompileOptions g_options;
 
 Result run_test(const fs::path& dir, const std::string& id, double rtol, double atol, bool check_shapes, bool passes) {
   Result r;
@@ -174,7 +175,7 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
         auto spec = kiln::ir::specialize(g, shapes, kiln::ref::constant_evaluator());
         kiln::passes::optimize_specialization(*optimized, spec, kiln::ref::constant_evaluator());
         if (g_backend) {
-          auto exe = g_backend->compile(optimized, spec, {});
+          auto exe = g_backend->compile(optimized, spec, g_options);
           r.compiled_nodes += exe->stats().compiled_nodes;
           r.fallback_nodes += exe->stats().fallback_nodes;
           got = exe->run(inputs);
@@ -256,6 +257,7 @@ int main(int argc, char** argv) {
   app.add_option("--write-expected-failures", write_expected_path,
                  "write the failing tests as an expected-failures list (the reason is the error)");
   app.add_option("--backend", backend, "backend to run")->check(CLI::IsMember({"reference", "cpu"}));
+  app.add_option("--kernels", g_options.kernels, "the cpu backend's kernels")->check(CLI::IsMember({"native", "portable"}));
   app.add_flag("-v,--verbose", verbose, "print every failure");
   app.add_flag("--check-shapes", check_shapes, "also hold shape inference against the shapes each run produced");
   app.add_flag("--passes", passes, "run the graph passes (constant folding, BatchNormalization folding, dead nodes) first");
@@ -329,7 +331,8 @@ int main(int argc, char** argv) {
   }
   if (!write_expected_path.empty()) {
     std::ofstream out(write_expected_path);
-    out << "# Conformance tests the " << backend << " backend fails, one id per line, '#' and the reason after it.\n"
+    out << "# Conformance tests the " << backend << (backend == "cpu" ? " backend (" + g_options.kernels + " kernels)" : " backend")
+        << " fails, one id per line, '#' and the reason after it.\n"
         << "# This list may only shrink: a listed test that passes fails the run until it is removed.\n";
     for (const auto& r : results)
       if (r.outcome == Outcome::Fail) {

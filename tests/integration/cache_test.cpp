@@ -307,6 +307,28 @@ TEST_F(CacheTest, UnwritableDirectoryStillRunsWithOneWarning) {
   }
 }
 
+// examples/service-cpp: a C++ service linking libkiln, restarted once; the
+// second process loads every specialization it warms and answers the same.
+TEST_F(CacheTest, ServiceExampleStartsWarmAfterARestart) {
+  auto service = [&] {
+    const std::string command = std::string(KILN_SERVICE_PATH) + " " + kModel + " --cache-dir " + dir_.string() + " 2>&1";
+    std::string out;
+    FILE* p = ::popen(command.c_str(), "r");
+    char buf[1024];
+    while (p && std::fgets(buf, sizeof buf, p)) out += buf;
+    EXPECT_EQ(p ? ::pclose(p) : -1, 0) << out;
+    return out;
+  };
+  const std::string first = service(), second = service();
+  for (const char* batch : {"batch 1", "batch 4", "batch 8"}) {
+    EXPECT_NE(first.find(std::string(batch) + ": compiled (cache: miss)"), std::string::npos) << first;
+    EXPECT_NE(second.find(std::string(batch) + ": loaded (cache: hit)"), std::string::npos) << second;
+  }
+  const auto checksum = [](const std::string& out) { return out.substr(out.find("checksum")); };
+  ASSERT_NE(first.find("checksum"), std::string::npos) << first;
+  EXPECT_EQ(checksum(first), checksum(second));
+}
+
 TEST_F(CacheTest, CommandsListVerifyPruneAndClear) {
   run(1);
   run(2);

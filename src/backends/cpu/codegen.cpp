@@ -10,13 +10,10 @@
 #include <cmath>
 #include <map>
 
+#include "backends/cpu/portable_bitcode.hpp"
 #include "runtime/ir/error.hpp"
 
 namespace kiln::cpu {
-
-namespace {
-
-}  // namespace
 
 // Exceptions must not unwind through generated frames: they stop here and
 // become a status the entry function returns.
@@ -36,13 +33,29 @@ int32_t run_kernel(const Kernel* kernel, void* const* args, RunStatus* status) {
 }
 
 // Runs inside the Runtime's task arena, so its threads are the budget's.
-void run_loop(LoopFn fn, void* const* args, int64_t n, int64_t grain) {
-  if (n <= grain) {
-    fn(args, 0, n);
+void tbb_parallel_for(void* /*host*/, int64_t n, kiln_pk_task_fn fn, void* task) {
+  if (n <= 1) {
+    if (n == 1) fn(task, 0, 1);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
-                    [&](const tbb::blocked_range<int64_t>& r) { fn(args, r.begin(), r.end()); });
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, 1),
+                    [&](const tbb::blocked_range<int64_t>& r) { fn(task, r.begin(), r.end()); });
+}
+
+const kiln_pk_threads* tbb_threads() {
+  static const kiln_pk_threads threads{&tbb_parallel_for, nullptr};
+  return &threads;
+}
+
+std::string describe_call_failure(const Call& call, int64_t code) {
+  if (call.function == "kiln_pk_gather")
+    return "index " + std::to_string(code - 1) + " (in flattened order) is out of range for the gathered axis";
+  return call.function + " failed with status " + std::to_string(code);
+}
+
+void call_failed(RunStatus* status, int64_t step, int64_t code) {
+  status->step = step;
+  status->code = code;
 }
 
 namespace {
@@ -72,7 +85,7 @@ void collapse(Loop& loop) {
   for (size_t o = 0; o < loop.operands.size(); ++o) loop.operands[o].strides = strides[o];
 }
 
-std::string loop_name(const std::string& entry, size_t step) { return entry + "_loop" + std::to_string(step); }
+std::string step_name(const std::string& entry, size_t step) { return entry + "_step" + std::to_string(step); }
 
 class Emitter {
  public:
@@ -83,33 +96,66 @@ class Emitter {
     f32_ = llvm::Type::getFloatTy(ctx_);
   }
 
-  void entry(const Program& p, const std::string& name) {
-    auto* fn_type = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_, ptr_}, false);
+  // `bundle`: the entry of a frozen bundle instead (constants at fixed
+  // offsets from a weights pointer, no host kernels, failures as a status).
+  void entry(const Program& p, const std::string& name, const std::vector<int64_t>* bundle_constants = nullptr) {
+    const bool bundle = bundle_constants != nullptr;
+    auto* fn_type = bundle ? llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_}, false)
+                           : llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_, ptr_, ptr_}, false);
     auto* fn = llvm::Function::Create(fn_type, llvm::Function::ExternalLinkage, name, m_);
     // Straight-line calls gain nothing from optimisation and would cost most
     // of the compile time: only the loops are optimised.
     fn->addFnAttr(llvm::Attribute::OptimizeNone);
     fn->addFnAttr(llvm::Attribute::NoInline);
-    auto* kernels = fn->getArg(0);
-    auto* constants = fn->getArg(1);
-    auto* io = fn->getArg(2);
-    auto* arena = fn->getArg(3);
-    auto* status = fn->getArg(4);
+    llvm::Value *kernels = nullptr, *constants = nullptr, *status = nullptr;
+    llvm::Value *weights = nullptr, *io = nullptr, *arena = nullptr, *threads = nullptr;
+    if (bundle) {
+      weights = fn->getArg(0);
+      io = fn->getArg(1);
+      arena = fn->getArg(2);
+      threads = fn->getArg(3);
+    } else {
+      kernels = fn->getArg(0);
+      constants = fn->getArg(1);
+      io = fn->getArg(2);
+      arena = fn->getArg(3);
+      status = fn->getArg(4);
+      threads = fn->getArg(5);
+    }
     auto* block = llvm::BasicBlock::Create(ctx_, "entry", fn);
     auto* fail = llvm::BasicBlock::Create(ctx_, "fail", fn);
     b_.SetInsertPoint(fail);
     b_.CreateRet(b_.getInt32(1));
     b_.SetInsertPoint(block);
-
-    auto* run_kernel_type = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_}, false);
-    auto run_kernel_fn = m_.getOrInsertFunction("kiln_cpu_run_kernel", run_kernel_type);
-    auto* parallel_type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), {ptr_, ptr_, i64_, i64_}, false);
-    auto parallel_fn = m_.getOrInsertFunction("kiln_cpu_parallel_for", parallel_type);
-
     // Every step's argument array lives in the entry block: static stack slots.
     std::vector<llvm::Value*> arg_arrays;
     for (const Step& step : p.steps)
       arg_arrays.push_back(b_.CreateAlloca(llvm::ArrayType::get(ptr_, std::max<size_t>(step.args.size(), 1))));
+
+    // Host functions of the JIT (a bundle has none).
+    llvm::FunctionCallee run_kernel_fn, failed_fn;
+    if (!bundle) {
+      run_kernel_fn = m_.getOrInsertFunction("kiln_cpu_run_kernel", llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_}, false));
+      failed_fn = m_.getOrInsertFunction("kiln_cpu_call_failed",
+                                         llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), {ptr_, i64_, i64_}, false));
+    }
+    // threads->parallel_for, or null: serial.
+    auto* threads_set = llvm::BasicBlock::Create(ctx_, "threads_set", fn);
+    auto* threads_known = llvm::BasicBlock::Create(ctx_, "threads_known", fn);
+    b_.CreateCondBr(b_.CreateIsNull(threads), threads_known, threads_set);
+    b_.SetInsertPoint(threads_set);
+    auto* pf_loaded = b_.CreateLoad(ptr_, threads);
+    auto* host_loaded = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, threads, 1));
+    b_.CreateBr(threads_known);
+    b_.SetInsertPoint(threads_known);
+    auto* parallel_for = b_.CreatePHI(ptr_, 2, "parallel_for");
+    parallel_for->addIncoming(llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(ctx_)), block);
+    parallel_for->addIncoming(pf_loaded, threads_set);
+    auto* host = b_.CreatePHI(ptr_, 2, "host");
+    host->addIncoming(llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(ctx_)), block);
+    host->addIncoming(host_loaded, threads_set);
+    auto* task_type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), {ptr_, i64_, i64_}, false);
+    auto* parallel_type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), {ptr_, i64_, ptr_, ptr_}, false);
     const int64_t num_inputs = int64_t(p.inputs.size());
     for (size_t s = 0; s < p.steps.size(); ++s) {
       const Step& step = p.steps[s];
@@ -121,16 +167,33 @@ class Emitter {
           case Buffer::Kind::Arena: where = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), arena, uint64_t(buf.offset)); break;
           case Buffer::Kind::Input: where = load_ptr(io, buf.index); break;
           case Buffer::Kind::Output: where = load_ptr(io, num_inputs + buf.index); break;
-          case Buffer::Kind::Constant: where = load_ptr(constants, buf.index); break;
+          case Buffer::Kind::Constant:
+            where = bundle ? b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), weights, uint64_t(bundle_constants->at(size_t(buf.index))))
+                           : load_ptr(constants, buf.index);
+            break;
         }
         b_.CreateStore(where, b_.CreateConstInBoundsGEP1_64(ptr_, args, a));
       }
       if (step.kernel) {
-        loop_names.push_back("");
+        if (bundle) ir::fail(ir::ErrorKind::Unsupported, "step '" + step.label + "' needs a host kernel, which a bundle cannot call");
+        step_names.push_back("");
         auto* result = b_.CreateCall(run_kernel_fn, {load_ptr(kernels, int64_t(s)), args, status});
         auto* next = llvm::BasicBlock::Create(ctx_, "step" + std::to_string(s + 1), fn);
         b_.CreateCondBr(b_.CreateICmpNE(result, b_.getInt32(0)), fail, next);
         b_.SetInsertPoint(next);
+      } else if (step.call) {
+        llvm::Function* wrapper = call_function(*step.call, step.args.size(), step_name(name, s));
+        step_names.push_back(wrapper->getName().str());
+        auto* code = b_.CreateCall(wrapper, {threads, args});
+        if (step.call->returns_status) {
+          auto* failed = llvm::BasicBlock::Create(ctx_, "step" + std::to_string(s) + "_failed", fn);
+          auto* next = llvm::BasicBlock::Create(ctx_, "step" + std::to_string(s + 1), fn);
+          b_.CreateCondBr(b_.CreateICmpNE(code, b_.getInt64(0)), failed, next);
+          b_.SetInsertPoint(failed);
+          if (!bundle) b_.CreateCall(failed_fn, {status, b_.getInt64(uint64_t(s)), code});
+          b_.CreateBr(fail);
+          b_.SetInsertPoint(next);
+        }
       } else {
         Loop loop = *step.loop;
         collapse(loop);
@@ -140,16 +203,30 @@ class Emitter {
         // are generated once.
         const std::string key = loop_key(loop);
         auto& body = loops_by_key_[key];
-        if (!body) body = loop_function(loop, loop_name(name, s));
-        loop_names.push_back(body->getName().str());
-        // Chunks of at least 16K elements: below that, threads cost more than they save.
-        b_.CreateCall(parallel_fn, {body, args, b_.getInt64(uint64_t(n)), b_.getInt64(16384)});
+        if (!body) body = loop_function(loop, step_name(name, s));
+        step_names.push_back(body->getName().str());
+        const int64_t chunks = loop_chunks(n);
+        if (chunks == 1) {
+          b_.CreateCall(task_type, body, {args, b_.getInt64(0), b_.getInt64(1)});
+        } else {
+          auto* par = llvm::BasicBlock::Create(ctx_, "step" + std::to_string(s) + "_parallel", fn);
+          auto* ser = llvm::BasicBlock::Create(ctx_, "step" + std::to_string(s) + "_serial", fn);
+          auto* next = llvm::BasicBlock::Create(ctx_, "step" + std::to_string(s + 1), fn);
+          b_.CreateCondBr(b_.CreateIsNull(parallel_for), ser, par);
+          b_.SetInsertPoint(par);
+          b_.CreateCall(parallel_type, parallel_for, {host, b_.getInt64(uint64_t(chunks)), body, args});
+          b_.CreateBr(next);
+          b_.SetInsertPoint(ser);
+          b_.CreateCall(task_type, body, {args, b_.getInt64(0), b_.getInt64(uint64_t(chunks))});
+          b_.CreateBr(next);
+          b_.SetInsertPoint(next);
+        }
       }
     }
     b_.CreateRet(b_.getInt32(0));
   }
 
-  std::vector<std::string> loop_names;  // per step: its loop function, or ""
+  std::vector<std::string> step_names;  // per step: its loop or call function, or ""
 
  private:
   static std::string loop_key(const Loop& loop) {
@@ -239,17 +316,68 @@ class Emitter {
     ir::fail(ir::ErrorKind::Internal, "code generation: unknown loop instruction");
   }
 
-  // void fn(void* const* args, int64_t begin, int64_t end) over flat
-  // elements [begin, end) of the loop's (collapsed) shape: rows of the last
-  // dim, operand offsets recomputed once per row.
+  // int64_t fn(const kiln_pk_threads* threads, void* const* args): the
+  // portable kernel called with the step's buffers and its shapes as
+  // constants; returns the kernel's status (0 for kernels without one).
+  llvm::Function* call_function(const Call& call, size_t num_args, const std::string& name) {
+    llvm::Function* kernel = m_.getFunction(call.function);
+    if (!kernel)
+      ir::fail(ir::ErrorKind::Internal, "portable kernel '" + call.function + "' is not in the kernel library");
+    llvm::FunctionType* type = kernel->getFunctionType();
+    auto mismatch = [&](const std::string& what) {
+      ir::fail(ir::ErrorKind::Internal, "call of portable kernel '" + call.function + "': " + what);
+    };
+    if (type->getNumParams() != call.args.size() + 1)
+      mismatch(std::to_string(call.args.size() + 1) + " arguments for " + std::to_string(type->getNumParams()) + " parameters");
+    auto* saved = b_.GetInsertBlock();
+    auto* fn = llvm::Function::Create(llvm::FunctionType::get(i64_, {ptr_, ptr_}, false), llvm::Function::ExternalLinkage, name, m_);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
+    std::vector<llvm::Value*> values{fn->getArg(0)};
+    for (size_t i = 0; i < call.args.size(); ++i) {
+      const Call::Arg& a = call.args[i];
+      llvm::Type* want = type->getParamType(unsigned(i + 1));
+      llvm::Type* have = nullptr;
+      llvm::Value* v = nullptr;
+      switch (a.kind) {
+        case Call::Arg::Kind::Buffer:
+          if (a.value < 0 || size_t(a.value) >= num_args) mismatch("argument " + std::to_string(i) + " names no buffer");
+          have = ptr_;
+          v = load_ptr(fn->getArg(1), a.value);
+          if (a.byte_offset) v = b_.CreateInBoundsGEP(b_.getInt8Ty(), v, b_.getInt64(uint64_t(a.byte_offset)));
+          break;
+        case Call::Arg::Kind::Null: have = ptr_; v = llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(ctx_)); break;
+        case Call::Arg::Kind::Int64: have = i64_; v = b_.getInt64(uint64_t(a.value)); break;
+        case Call::Arg::Kind::Int32: have = i32_; v = b_.getInt32(uint32_t(a.value)); break;
+        case Call::Arg::Kind::Float: have = f32_; v = f(a.real); break;
+        case Call::Arg::Kind::Int64Array: {
+          auto* init = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint64_t>(
+                                                              reinterpret_cast<const uint64_t*>(a.values.data()), a.values.size()));
+          v = new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init, name + "_c");
+          have = ptr_;
+          break;
+        }
+      }
+      if (want != have) mismatch("argument " + std::to_string(i) + " has the wrong type");
+      values.push_back(v);
+    }
+    auto* result = b_.CreateCall(kernel, values);
+    if (call.returns_status != type->getReturnType()->isIntegerTy(64)) mismatch("status return does not match");
+    b_.CreateRet(call.returns_status ? static_cast<llvm::Value*>(result) : b_.getInt64(0));
+    b_.SetInsertPoint(saved);
+    return fn;
+  }
+
+  // void fn(void* const* args, int64_t first_chunk, int64_t end_chunk) over
+  // flat elements [first_chunk, end_chunk) * kLoopChunk of the loop's
+  // (collapsed) shape: rows of the last dim, operand offsets recomputed once
+  // per row. Its type is kiln_pk_task_fn's, so the host's parallel_for runs it.
   llvm::Function* loop_function(const Loop& loop, const std::string& name) {
     auto* saved = b_.GetInsertBlock();
     auto* fn_type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), {ptr_, i64_, i64_}, false);
     auto* fn = llvm::Function::Create(fn_type, llvm::Function::ExternalLinkage, name, m_);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
     auto* args = fn->getArg(0);
-    auto* begin = fn->getArg(1);
-    auto* end = fn->getArg(2);
     auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn);
     auto* row_head = llvm::BasicBlock::Create(ctx_, "row_head", fn);
     auto* row_body = llvm::BasicBlock::Create(ctx_, "row_body", fn);
@@ -259,7 +387,12 @@ class Emitter {
 
     const size_t rank = loop.shape.size();
     const int64_t row_len = loop.shape.back();
+    int64_t n = 1;
+    for (int64_t d : loop.shape) n *= d;
     b_.SetInsertPoint(entry);
+    auto* begin = b_.CreateMul(fn->getArg(1), b_.getInt64(uint64_t(kLoopChunk)));
+    auto* chunk_end = b_.CreateMul(fn->getArg(2), b_.getInt64(uint64_t(kLoopChunk)));
+    auto* end = b_.CreateSelect(b_.CreateICmpSLT(chunk_end, b_.getInt64(uint64_t(n))), chunk_end, b_.getInt64(uint64_t(n)));
     std::vector<llvm::Value*> operand_base;
     for (const auto& o : loop.operands) operand_base.push_back(load_ptr(args, o.arg));
     std::vector<llvm::Value*> store_base;
@@ -337,24 +470,36 @@ class Emitter {
 Jit::SymbolTable codegen_host_symbols() {
   return {
       {"kiln_cpu_run_kernel", reinterpret_cast<const void*>(&run_kernel)},
-      {"kiln_cpu_parallel_for", reinterpret_cast<const void*>(&run_loop)},
+      {"kiln_cpu_call_failed", reinterpret_cast<const void*>(&call_failed)},
   };
 }
 
-std::string compile_program(const Program& program, Jit& jit, std::vector<std::string>& loop_symbols) {
+void emit_bundle_entry(llvm::Module& m, const Program& program, const std::string& name,
+                       const std::vector<int64_t>& constant_offsets) {
+  if (constant_offsets.size() != program.constants.size())
+    ir::fail(ir::ErrorKind::Internal, "bundle entry '" + name + "': constant offsets do not match the constants");
+  Emitter emitter(m);
+  emitter.entry(program, name, &constant_offsets);
+}
+
+std::string compile_program(const Program& program, Jit& jit, std::vector<std::string>& step_symbols) {
   auto unit = jit.new_module(kEntrySymbol);
+  bool calls = false;
+  for (const Step& s : program.steps) calls = calls || s.call;
+  // The kernels themselves live in the Jit's shared library (see Jit::link).
+  if (calls) declare_portable_kernels(*unit.module);
   Emitter emitter(*unit.module);
   emitter.entry(program, kEntrySymbol);
-  loop_symbols = emitter.loop_names;
+  step_symbols = emitter.step_names;
   return jit.compile(std::move(unit));
 }
 
-CompiledProgram link_program(const std::string& object, const std::vector<std::string>& loop_symbols, Jit& jit) {
+CompiledProgram link_program(const std::string& object, const std::vector<std::string>& step_symbols, bool program_calls_kernels,
+                             Jit& jit) {
   CompiledProgram c;
-  c.library = jit.link(object);
+  c.library = jit.link(object, program_calls_kernels);
   c.entry = reinterpret_cast<EntryFn>(jit.lookup(*c.library, kEntrySymbol));
-  for (const auto& name : loop_symbols)
-    c.loops.push_back(name.empty() ? nullptr : reinterpret_cast<LoopFn>(jit.lookup(*c.library, name)));
+  for (const auto& name : step_symbols) c.steps.push_back(name.empty() ? nullptr : jit.lookup(*c.library, name));
   return c;
 }
 

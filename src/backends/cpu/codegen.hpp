@@ -1,53 +1,85 @@
 #pragma once
 // Code generation for a lowered specialization: one LLVM module holding the
-// entry function, which runs every step in order as straight-line code, and
-// one function per fused elementwise loop.
+// entry function, which runs every step in order as straight-line code, one
+// function per fused elementwise loop, and one per portable kernel call (the
+// kernel called with its shapes as constants).
 //
 // The entry function has the C signature
 //   int32_t entry(Kernel* const* kernels, const void* const* constants,
-//                 void* const* io, char* arena, RunStatus* status);
+//                 void* const* io, char* arena, RunStatus* status,
+//                 const kiln_pk_threads* threads);
 // `io` holds the inputs then the outputs, in Program order. It returns 0, or
-// non-zero after a kernel failed (its message is in `status`).
+// non-zero after a step failed: a host kernel's message is in `status`, a
+// portable call's step and status code in status->step and status->code.
+// Parallel loops and portable kernels split their work through `threads`
+// (serial if it is null).
 #include <string>
+#include <vector>
 
 #include "backends/cpu/jit.hpp"
+#include "backends/cpu/portable/kernels.h"
 #include "backends/cpu/program.hpp"
 #include "runtime/ir/error.hpp"
+
+namespace llvm {
+class Module;
+}
 
 namespace kiln::cpu {
 
 struct RunStatus {
   std::string error;
   ir::ErrorKind kind = ir::ErrorKind::Internal;
+  int64_t step = -1;  // a portable call that failed, and its status
+  int64_t code = 0;
 };
 
 using EntryFn = int32_t (*)(const Kernel* const* kernels, const void* const* constants, void* const* io, char* arena,
-                            RunStatus* status);
+                            RunStatus* status, const kiln_pk_threads* threads);
 
 // The host functions generated code calls, for the Jit's symbol table.
 Jit::SymbolTable codegen_host_symbols();
 
-using LoopFn = void (*)(void* const* args, int64_t begin, int64_t end);
+// Elements per chunk of a generated loop: below that, threads cost more than they save.
+inline constexpr int64_t kLoopChunk = 16384;
+inline int64_t loop_chunks(int64_t elements) { return elements <= kLoopChunk ? 1 : (elements + kLoopChunk - 1) / kLoopChunk; }
+// A loop step's function (a kiln_pk_task_fn over its argument array) runs
+// chunks [begin, end); a call step's returns its status.
+using CallFn = int64_t (*)(const kiln_pk_threads* threads, void* const* args);
 
 // The entry function's name in every object (each links into its own JITDylib).
 inline constexpr const char* kEntrySymbol = "kiln_entry";
 
 // Generates the module for `program` and compiles it into a relocatable
-// object (one codegen run). `loop_symbols` receives, per step, the name of
-// its loop function ("" for kernel steps).
-std::string compile_program(const Program& program, Jit& jit, std::vector<std::string>& loop_symbols);
+// object (one codegen run). `step_symbols` receives, per step, the name of
+// its loop or call function ("" for host kernel steps).
+std::string compile_program(const Program& program, Jit& jit, std::vector<std::string>& step_symbols);
+
+// The entry of one specialization of a frozen bundle, added to `m` (which
+// must already hold the portable kernels):
+//   int32_t name(const uint8_t* weights, void* const* io, uint8_t* arena,
+//                const kiln_pk_threads* threads);
+// Constant i lives at weights + constant_offsets[i]. Returns 0, or 1 when a
+// step failed (an index out of range). Throws ir::Error(Unsupported) naming
+// a step that needs a host kernel.
+void emit_bundle_entry(llvm::Module& m, const Program& program, const std::string& name,
+                       const std::vector<int64_t>& constant_offsets);
 
 struct CompiledProgram {
   std::shared_ptr<Jit::Library> library;  // owns the code
   EntryFn entry = nullptr;
-  std::vector<LoopFn> loops;  // per step: its loop function, or null (for profiling step by step)
+  std::vector<void*> steps;  // per step: its LoopFn or CallFn, or null (for profiling step by step)
 };
 
-// Links an object from compile_program (or from the cache) and finds its functions.
-CompiledProgram link_program(const std::string& object, const std::vector<std::string>& loop_symbols, Jit& jit);
+// Links an object from compile_program (or from the cache) and finds its
+// functions; `program_calls_kernels`: some step is a portable call.
+CompiledProgram link_program(const std::string& object, const std::vector<std::string>& step_symbols, bool program_calls_kernels,
+                             Jit& jit);
 
-// The host side of a generated parallel loop (what the entry function calls).
-void run_loop(LoopFn fn, void* const* args, int64_t n, int64_t grain);
+// The JIT's threads: a parallel_for over TBB, inside the Runtime's task arena.
+const kiln_pk_threads* tbb_threads();
 int32_t run_kernel(const Kernel* kernel, void* const* args, RunStatus* status);
+// What a portable call's non-zero status means, for the error message.
+std::string describe_call_failure(const Call& call, int64_t code);
 
 }  // namespace kiln::cpu

@@ -86,15 +86,17 @@ class ArenaPool {
 
 class CpuExecutable : public Executable {
  public:
-  CpuExecutable(cpu::Program program, std::string object, std::vector<std::string> loop_symbols,
+  CpuExecutable(cpu::Program program, std::string object, std::vector<std::string> step_symbols,
                 std::shared_ptr<cpu::Jit> jit, std::shared_ptr<ThreadBudget> budget,
                 std::shared_ptr<void> mapped_weights = nullptr)
       : mapped_weights_(std::move(mapped_weights)),
         program_(std::move(program)),
         object_(std::move(object)),
-        loop_symbols_(std::move(loop_symbols)),
+        step_symbols_(std::move(step_symbols)),
         jit_(std::move(jit)),
-        code_(cpu::link_program(object_, loop_symbols_, *jit_)),
+        code_(cpu::link_program(object_, step_symbols_,
+                                std::any_of(program_.steps.begin(), program_.steps.end(), [](const cpu::Step& s) { return bool(s.call); }),
+                                *jit_)),
         budget_(std::move(budget)),
         arenas_(program_.arena_bytes) {
     for (const auto& step : program_.steps) kernels_.push_back(step.kernel.get());
@@ -113,7 +115,7 @@ class CpuExecutable : public Executable {
                  total / double(profiled_runs_), static_cast<long long>(profiled_runs_));
     for (size_t i = 0; i < std::min<size_t>(order.size(), 20); ++i)
       std::fprintf(stderr, "  %8.3f ms  %5.1f%%  %s %s\n", step_ms_[order[i]] / double(profiled_runs_),
-                   100 * step_ms_[order[i]] / total, program_.steps[order[i]].loop ? "loop  " : "kernel",
+                   100 * step_ms_[order[i]] / total, program_.steps[order[i]].loop ? "loop  " : program_.steps[order[i]].call ? "call  " : "kernel",
                    program_.steps[order[i]].label.c_str());
   }
 
@@ -122,7 +124,7 @@ class CpuExecutable : public Executable {
   }
 
   Artifact save() const override {
-    cpu::SavedProgram saved = cpu::save_program(program_, loop_symbols_);
+    cpu::SavedProgram saved = cpu::save_program(program_, step_symbols_);
     Artifact a;
     a.object = object_;
     a.program = std::move(saved.bytes);
@@ -172,12 +174,17 @@ class CpuExecutable : public Executable {
       std::lock_guard<std::mutex> lock(budget_->running);
       budget_->arena.execute([&] {
         OmpThreads omp(budget_->threads);
-        rc = step_ms_.empty() ? code_.entry(kernels_.data(), constants_.data(), io, arena, &status)
+        rc = step_ms_.empty() ? code_.entry(kernels_.data(), constants_.data(), io, arena, &status, cpu::tbb_threads())
                               : run_profiled(io, arena, status);
       });
     }
     arenas_.release(arena);
-    if (rc != 0) throw ir::Error(status.kind, status.error);
+    if (rc == 0) return;
+    if (status.step >= 0 && size_t(status.step) < program_.steps.size() && program_.steps[size_t(status.step)].call) {
+      const cpu::Step& step = program_.steps[size_t(status.step)];
+      throw ir::Error(ir::ErrorKind::InvalidArgument, step.label + ": " + cpu::describe_call_failure(*step.call, status.code));
+    }
+    throw ir::Error(status.kind, status.error);
   }
 
   // KILN_PROFILE: the steps one by one, timed (what the entry function does, from C++).
@@ -198,10 +205,17 @@ class CpuExecutable : public Executable {
       const auto start = std::chrono::steady_clock::now();
       if (step.kernel) {
         if (cpu::run_kernel(step.kernel.get(), args.data(), &status)) return 1;
+      } else if (step.call) {
+        if (int64_t code = reinterpret_cast<cpu::CallFn>(code_.steps[s])(cpu::tbb_threads(), args.data())) {
+          status.step = int64_t(s);
+          status.code = code;
+          return 1;
+        }
       } else {
         int64_t n = 1;
         for (int64_t d : step.loop->shape) n *= d;
-        cpu::run_loop(code_.loops[s], args.data(), n, 16384);
+        cpu::tbb_threads()->parallel_for(nullptr, cpu::loop_chunks(n), reinterpret_cast<kiln_pk_task_fn>(code_.steps[s]),
+                                         args.data());
       }
       step_ms_[s] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     }
@@ -211,7 +225,7 @@ class CpuExecutable : public Executable {
   std::shared_ptr<void> mapped_weights_;  // a cache entry's files, which kernels point into
   cpu::Program program_;
   std::string object_;  // what the cache stores
-  std::vector<std::string> loop_symbols_;
+  std::vector<std::string> step_symbols_;
   std::shared_ptr<cpu::Jit> jit_;
   cpu::CompiledProgram code_;  // owns the linked code (before jit_ goes)
   mutable std::vector<double> step_ms_;  // KILN_PROFILE only (runs are serialised)
@@ -227,7 +241,7 @@ class CpuBackend : public Backend {
   explicit CpuBackend(int threads) : budget_(std::make_shared<ThreadBudget>(threads)) {}
 
   std::string name() const override { return "cpu"; }
-  std::string version() const override { return "cpu-2"; }
+  std::string version() const override { return "cpu-3"; }
   bool supports(const ir::Node& node) const override { return cpu::lowers_natively(node); }
 
   std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
@@ -235,26 +249,26 @@ class CpuBackend : public Backend {
     OmpThreads omp(budget_->threads);
     cpu::Program program;
     try {
-      program = cpu::lower(*graph, spec);
+      program = cpu::lower(*graph, spec, options.kernels == "portable" ? cpu::KernelFamily::Portable : cpu::KernelFamily::Native);
     } catch (const ir::Error& e) {
       if (e.kind() != ir::ErrorKind::Unsupported) throw;
       // Shapes that depend on data cannot be planned statically: the
       // reference executor runs the whole specialization.
       return make_reference_backend()->compile(std::move(graph), spec, options);
     }
-    std::vector<std::string> loop_symbols;
-    std::string object = cpu::compile_program(program, jit(), loop_symbols);
-    return std::make_unique<CpuExecutable>(std::move(program), std::move(object), std::move(loop_symbols), jit_shared(), budget_);
+    std::vector<std::string> step_symbols;
+    std::string object = cpu::compile_program(program, jit(), step_symbols);
+    return std::make_unique<CpuExecutable>(std::move(program), std::move(object), std::move(step_symbols), jit_shared(), budget_);
   }
 
   std::unique_ptr<Executable> load(const LoadedArtifact& artifact, std::shared_ptr<const ir::Graph> graph,
                                    const CompileOptions& options) const override {
     // Primitives are created in the threading context that runs them.
     OmpThreads omp(budget_->threads);
-    std::vector<std::string> loop_symbols;
+    std::vector<std::string> step_symbols;
     cpu::Program program = cpu::load_program(artifact.program, cpu::WeightsReader(artifact.weights, artifact.weights_bytes),
-                                             artifact.keep_alive, *graph, loop_symbols);
-    return std::make_unique<CpuExecutable>(std::move(program), std::string(artifact.object), std::move(loop_symbols), jit_shared(),
+                                             artifact.keep_alive, *graph, step_symbols);
+    return std::make_unique<CpuExecutable>(std::move(program), std::string(artifact.object), std::move(step_symbols), jit_shared(),
                                            budget_, artifact.keep_alive);
   }
 

@@ -19,6 +19,10 @@
 #include <cstring>
 #include <mutex>
 
+#include <llvm/MC/MCSubtargetInfo.h>
+#include <llvm/MC/TargetRegistry.h>
+
+#include "backends/cpu/portable_bitcode.hpp"
 #include "runtime/ir/error.hpp"
 
 namespace kiln::cpu {
@@ -30,6 +34,17 @@ void init_llvm() {
   std::call_once(once, [] {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+// Every target LLVM was built with, for bundles built for another machine.
+void init_all_targets() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
   });
 }
 
@@ -87,6 +102,8 @@ struct Jit::Impl {
   llvm::orc::SymbolMap host_symbols;
   std::atomic<int64_t> codegen_runs{0};
   std::atomic<int64_t> libraries{0};
+  std::once_flag kernels_once;
+  llvm::orc::JITDylib* kernels = nullptr;  // the portable kernel library, once built
 };
 
 class Jit::Library {
@@ -132,25 +149,24 @@ Jit::ModuleUnit Jit::new_module(const std::string& name) const {
   return u;
 }
 
-std::string Jit::compile(ModuleUnit unit) {
-  llvm::Module& m = *unit.module;
+namespace {
+
+// Verifies, optimises for `machine` and emits an object.
+std::string optimise_and_emit(llvm::Module& m, llvm::TargetMachine& machine, Jit::Optimise level) {
   std::string problems;
   llvm::raw_string_ostream os(problems);
   // Debian builds LLVM without assertions: verify here, or bad IR crashes later.
   if (llvm::verifyModule(m, &os)) ir::fail(ir::ErrorKind::Internal, "generated module '" + m.getName().str() + "' is invalid: " + os.str());
-  // A target machine per module (they are not shared across threads): without
-  // one the vectoriser knows no vector registers.
-  auto machine = take(impl_->machine->createTargetMachine(), "cannot target this CPU");
   for (llvm::Function& f : m) {
     if (f.isDeclaration()) continue;
-    f.addFnAttr("target-cpu", machine->getTargetCPU());
-    f.addFnAttr("target-features", machine->getTargetFeatureString());
+    f.addFnAttr("target-cpu", machine.getTargetCPU());
+    f.addFnAttr("target-features", machine.getTargetFeatureString());
   }
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
   llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(machine.get());
+  llvm::PassBuilder pb(&machine);
   pb.registerModuleAnalyses(mam);
   pb.registerCGSCCAnalyses(cgam);
   pb.registerFunctionAnalyses(fam);
@@ -160,21 +176,110 @@ std::string Jit::compile(ModuleUnit unit) {
   // form: what pays is hoisting invariants and vectorising the loops. The
   // full O2 pipeline gave the same loops at twice the compile time.
   llvm::ModulePassManager mpm;
-  if (auto err = pb.parsePassPipeline(mpm, "function(instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(licm),"
-                                           "loop-vectorize,instcombine,simplifycfg)"))
+  const char* pipeline = level == Jit::Optimise::Full ? "default<O3>"
+                                                 : "function(instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(licm),"
+                                                   "loop-vectorize,instcombine,simplifycfg)";
+  if (auto err = pb.parsePassPipeline(mpm, pipeline))
     fail_llvm("cannot build the optimisation pipeline", std::move(err));
   mpm.run(m, mam);
-  llvm::orc::SimpleCompiler compiler(*machine);
+  llvm::orc::SimpleCompiler compiler(machine);
   auto object = take(compiler(m), "cannot compile module '" + m.getName().str() + "'");
-  impl_->codegen_runs++;
   return object->getBuffer().str();
 }
 
-std::shared_ptr<Jit::Library> Jit::link(const std::string& object) {
+VectorConfig vectors_of(const llvm::TargetMachine& machine) {
+  const llvm::MCSubtargetInfo* sti = machine.getMCSubtargetInfo();
+  VectorConfig v;
+  if (machine.getTargetTriple().isAArch64()) {
+    v.registers = 32;
+  } else if (sti->checkFeatures("+avx512f")) {
+    v.bytes = 64;
+    v.registers = 32;
+  } else if (sti->checkFeatures("+avx")) {
+    v.bytes = 32;
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string Jit::compile(ModuleUnit unit, Optimise level) {
+  // A target machine per module (they are not shared across threads): without
+  // one the vectoriser knows no vector registers.
+  auto machine = take(impl_->machine->createTargetMachine(), "cannot target this CPU");
+  std::string object = optimise_and_emit(*unit.module, *machine, level);
+  impl_->codegen_runs++;
+  return object;
+}
+
+VectorConfig Jit::vector_config() const {
+  auto machine = take(impl_->machine->createTargetMachine(), "cannot target this CPU");
+  return vectors_of(*machine);
+}
+
+struct TargetCompiler::Impl {
+  Target target;
+  std::unique_ptr<llvm::TargetMachine> machine;
+};
+
+TargetCompiler::TargetCompiler(Target target) : impl_(std::make_unique<Impl>()) {
+  init_all_targets();
+  const std::string triple = llvm::Triple::normalize(target.triple);
+  std::string error;
+  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!t) ir::fail(ir::ErrorKind::InvalidArgument, "target '" + target.triple + "' is unknown to LLVM: " + error);
+  const std::string cpu = target.cpu.empty() ? "generic" : target.cpu;
+  llvm::TargetOptions options;
+  impl_->machine.reset(t->createTargetMachine(triple, cpu, target.features, options, llvm::Reloc::PIC_, llvm::CodeModel::Small,
+                                              llvm::CodeGenOptLevel::Aggressive));
+  if (!impl_->machine) ir::fail(ir::ErrorKind::InvalidArgument, "LLVM cannot target '" + triple + "' with cpu '" + cpu + "'");
+  if (cpu != "generic" && !impl_->machine->getMCSubtargetInfo()->isCPUStringValid(cpu))
+    ir::fail(ir::ErrorKind::InvalidArgument, "cpu '" + cpu + "' is unknown for target '" + triple + "'");
+  target.triple = triple;
+  impl_->target = std::move(target);
+}
+
+TargetCompiler::~TargetCompiler() = default;
+
+Jit::ModuleUnit TargetCompiler::new_module(const std::string& name) const {
+  Jit::ModuleUnit u;
+  u.context = std::make_unique<llvm::LLVMContext>();
+  u.module = std::make_unique<llvm::Module>(name, *u.context);
+  u.module->setDataLayout(impl_->machine->createDataLayout());
+  u.module->setTargetTriple(impl_->target.triple);
+  return u;
+}
+
+std::string TargetCompiler::compile(Jit::ModuleUnit unit, Jit::Optimise level) const {
+  return optimise_and_emit(*unit.module, *impl_->machine, level);
+}
+
+VectorConfig TargetCompiler::vector_config() const { return vectors_of(*impl_->machine); }
+const Target& TargetCompiler::target() const { return impl_->target; }
+
+std::shared_ptr<Jit::Library> Jit::link(const std::string& object, bool portable_kernels) {
+  if (portable_kernels) {
+    // Not a codegen run of any specialization: codegen_runs does not count it.
+    std::call_once(impl_->kernels_once, [&] {
+      auto unit = new_module("kiln_portable_kernels");
+      auto machine = take(impl_->machine->createTargetMachine(), "cannot target this CPU");
+      link_bitcode(*unit.module, BitcodeLibrary::Kernels, vectors_of(*machine), KernelLinkage::Shared);
+      const std::string code = optimise_and_emit(*unit.module, *machine, Optimise::Full);
+      auto dylib = impl_->jit->createJITDylib("kiln_portable_kernels");
+      if (!dylib) fail_llvm("cannot create a JITDylib", dylib.takeError());
+      if (auto err = dylib->define(llvm::orc::absoluteSymbols(impl_->host_symbols)))
+        fail_llvm("cannot define host symbols", std::move(err));
+      if (auto err = impl_->jit->addObjectFile(*dylib, llvm::MemoryBuffer::getMemBufferCopy(code, "kiln-portable-kernels")))
+        fail_llvm("cannot link the portable kernels", std::move(err));
+      impl_->kernels = &*dylib;
+    });
+    if (!impl_->kernels) ir::fail(ir::ErrorKind::Internal, "the portable kernel library failed to build earlier");
+  }
   auto created = impl_->jit->createJITDylib("kiln_" + std::to_string(impl_->libraries++));
   if (!created) fail_llvm("cannot create a JITDylib", created.takeError());
   llvm::orc::JITDylib& dylib = *created;
   auto library = std::make_shared<Library>(*impl_, dylib);
+  if (portable_kernels) dylib.addToLinkOrder(*impl_->kernels);
   if (auto err = dylib.define(llvm::orc::absoluteSymbols(impl_->host_symbols)))
     fail_llvm("cannot define host symbols", std::move(err));
   if (auto err = impl_->jit->addObjectFile(dylib, llvm::MemoryBuffer::getMemBufferCopy(object, "kiln-object")))

@@ -19,6 +19,8 @@ class Module;
 
 namespace kiln::cpu {
 
+struct VectorConfig;
+
 struct HostInfo {
   std::string triple;                 // "x86_64-pc-linux-gnu"
   std::string cpu;                    // "znver5"
@@ -47,19 +49,52 @@ class Jit {
 
   // Verifies, optimises and compiles the module into a relocatable object
   // (one codegen run). Throws ir::Error(Internal) naming what failed.
-  std::string compile(ModuleUnit unit);
+  enum class Optimise {
+    Loops,  // a short pipeline for straight-line calls and generated loops
+    Full,   // O3: inlined, specialised portable kernels
+  };
+  std::string compile(ModuleUnit unit, Optimise level = Optimise::Loops);
 
   // An object linked into a JITDylib of its own, so that specializations
   // never clash on symbol names; unlinked when the last handle goes.
   class Library;
   // Links `object` (from compile(), or from the cache: no codegen at all).
-  // Throws ir::Error(Internal) if the object does not link.
-  std::shared_ptr<Library> link(const std::string& object);
+  // `portable_kernels`: it calls the portable kernel library, which this Jit
+  // then compiles once (a few seconds, the first time only) into a library
+  // of its own that every such object links against. Throws
+  // ir::Error(Internal) if the object does not link.
+  std::shared_ptr<Library> link(const std::string& object, bool portable_kernels = false);
   void* lookup(const Library& library, const std::string& symbol) const;
 
   const HostInfo& host() const;
+  // The host's vector registers, for the portable kernels' micro-kernels.
+  VectorConfig vector_config() const;
   // Modules compiled so far (for stats: a warm cache hit keeps this at 0).
   int64_t codegen_runs() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A machine other than this one, for bundles: a triple, a CPU name ("" or
+// "generic" for the baseline) and extra features ("+avx2,-avx512f").
+struct Target {
+  std::string triple;
+  std::string cpu;
+  std::string features;
+};
+// Compiles modules for one target into relocatable objects (PIC, small code
+// model: what a later `cc` link accepts), with no JIT.
+class TargetCompiler {
+ public:
+  // Throws ir::Error(InvalidArgument) naming the triple or CPU LLVM does not know.
+  explicit TargetCompiler(Target target);
+  ~TargetCompiler();
+  Jit::ModuleUnit new_module(const std::string& name) const;
+  std::string compile(Jit::ModuleUnit unit, Jit::Optimise level) const;
+  VectorConfig vector_config() const;
+  const Target& target() const;
 
  private:
   struct Impl;

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/host_kernels.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
+#include "backends/cpu/portable/kernels.h"
 #include "backends/reference/kernel_context.hpp"
 #include "backends/reference/ops/op_util.hpp"
 #include "runtime/passes/memory_plan.hpp"
@@ -90,7 +91,10 @@ const std::set<std::string>& primitive_ops() {
 
 class Lowering {
  public:
-  Lowering(const ir::Graph& graph, const ir::Specialization& spec) : g_(graph), spec_(spec) {}
+  Lowering(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family)
+      : g_(graph), spec_(spec), portable_(family == KernelFamily::Portable) {
+    p_.family = family;
+  }
 
   Program run() {
     if (!spec_.dynamic.empty())
@@ -276,6 +280,21 @@ class Lowering {
     if (!n.domain.empty() && n.domain != "ai.onnx") return false;
     const std::string& op = n.op_type;
     if (alias_ops().count(op)) return lower_alias(n);
+    if (portable_) {
+      if (op == "Conv") return portable_conv(n);
+      if (op == "Gemm") return portable_gemm(n);
+      if (op == "MatMul") return portable_matmul(n);
+      if (op == "MaxPool" || op == "AveragePool") return portable_pool(n);
+      if (op == "GlobalAveragePool" || op == "GlobalMaxPool") return portable_global_pool(n);
+      if (op == "Softmax" || op == "LogSoftmax") return portable_softmax(n);
+      if (op == "LayerNormalization") return portable_layer_norm(n);
+      if (op == "Transpose") return portable_transpose(n);
+      if (op == "Concat") return portable_concat(n);
+      if (op == "Slice") return portable_slice(n);
+      if (op == "Gather") return portable_gather(n);
+      if (loop_ops().count(op)) return lower_elementwise(n);
+      return false;
+    }
     if (op == "Conv") return lower_conv(n);
     if (op == "Gemm") return lower_gemm(n);
     if (op == "MatMul") return lower_matmul(n);
@@ -1112,6 +1131,462 @@ class Lowering {
     return true;
   }
 
+  // ---- portable kernels: calls into the kernel library, plain layouts only ---------
+  void add_call(const std::string& label, std::vector<int> args, std::vector<char> writes, Call call) {
+    Step s;
+    s.label = label;
+    s.args = std::move(args);
+    s.writes = std::move(writes);
+    s.call = std::make_unique<Call>(std::move(call));
+    p_.steps.push_back(std::move(s));
+  }
+
+  // A scratch buffer live only during the step that uses it.
+  Call::Arg scratch(std::vector<int>& args, std::vector<char>& writes, size_t bytes, const std::string& label) {
+    if (bytes == 0) return Call::null();
+    args.push_back(add_buffer(Buffer::Kind::Arena, 0, int64_t(bytes), label + "#scratch"));
+    writes.push_back(1);
+    return Call::buffer(int(args.size()) - 1);
+  }
+
+  // What a convolution or product can apply as it stores: one activation,
+  // a residual added before it.
+  struct Epilogue {
+    Fused fused;
+    int32_t act = KILN_PK_ACT_NONE;
+    float alpha = 0, beta = 0;
+  };
+
+  static std::optional<Epilogue> portable_activation(Fused f) {
+    Epilogue e;
+    if (!f.eltwise.empty()) {
+      const PostOp& op = f.eltwise[0];
+      switch (op.alg) {
+        case dnnl::algorithm::eltwise_relu: e.act = op.alpha == 0 ? KILN_PK_ACT_RELU : KILN_PK_ACT_LEAKY_RELU; break;
+        case dnnl::algorithm::eltwise_clip_v2: e.act = KILN_PK_ACT_CLIP; break;
+        case dnnl::algorithm::eltwise_logistic: e.act = KILN_PK_ACT_SIGMOID; break;
+        case dnnl::algorithm::eltwise_tanh: e.act = KILN_PK_ACT_TANH; break;
+        case dnnl::algorithm::eltwise_hardswish: e.act = KILN_PK_ACT_HARD_SWISH; break;
+        case dnnl::algorithm::eltwise_swish: e.act = KILN_PK_ACT_SILU; break;
+        case dnnl::algorithm::eltwise_gelu_erf: e.act = KILN_PK_ACT_GELU_ERF; break;
+        default: return std::nullopt;
+      }
+      e.alpha = op.alpha;
+      e.beta = op.beta;
+    }
+    e.fused = std::move(f);
+    return e;
+  }
+
+  Epilogue portable_epilogue(const std::string& value, bool allow_sum) {
+    // The residual is added before the activation, so a chain that adds it
+    // after one stops before the Add.
+    for (bool sum : {allow_sum, false})
+      for (size_t max_eltwise : {size_t(1), size_t(0)}) {
+        Fused f = fuse_chain(value, sum, max_eltwise);
+        if (f.sum_position > 0) continue;
+        if (auto e = portable_activation(std::move(f))) return *e;
+      }
+    Epilogue none;
+    none.fused.value = value;
+    return none;
+  }
+
+  // Appends the epilogue's residual and destination; returns the residual arg.
+  Call::Arg epilogue_args(const Epilogue& e, std::vector<int>& args, std::vector<char>& writes, int& dst) {
+    Call::Arg residual = Call::null();
+    if (!e.fused.residual.empty()) {
+      args.push_back(plain(e.fused.residual));
+      writes.push_back(0);
+      residual = Call::buffer(int(args.size()) - 1);
+    }
+    args.push_back(define_plain(e.fused.value));
+    writes.push_back(1);
+    dst = int(args.size()) - 1;
+    return residual;
+  }
+
+  bool portable_conv(const ir::Node& n) {
+    if (n.inputs.size() < 2 || !is_f32(n.inputs[0]) || !is_f32(n.inputs[1]) || n.outputs.size() != 1) return false;
+    const bool has_bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+    if (has_bias && !is_f32(n.inputs[2])) return false;
+    const Dims in = dims(n.inputs[0]), wd = dims(n.inputs[1]), out = dims(n.outputs[0]);
+    if ((in.size() != 3 && in.size() != 4) || wd.size() != in.size() || out.size() != in.size()) return false;
+    if (has_bias && ir::checked_numel(dims(n.inputs[2])) != wd[0]) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    const int64_t group = ctx.attr_int("group", 1);
+    ref::Geometry geo = ref::forward_geometry(ctx, Dims(in.begin() + 2, in.end()), Dims(wd.begin() + 2, wd.end()), false);
+    if (Dims(out.begin() + 2, out.end()) != geo.out || group < 1 || in[1] != wd[1] * group || wd[0] % group) return false;
+    // A 1-D convolution is a 2-D one of height 1.
+    auto two = [&](const Dims& d, int64_t one) { return d.size() == 1 ? Dims{one, d[0]} : d; };
+    const Dims hw = two(Dims(in.begin() + 2, in.end()), 1), k = two(geo.kernel, 1), st = two(geo.strides, 1),
+               pad = two(geo.pad_begin, 0), dil = two(geo.dilations, 1), o = two(geo.out, 1);
+    Epilogue e = portable_epilogue(n.outputs[0], true);
+    std::vector<int> args{plain(n.inputs[0]), plain(n.inputs[1])};
+    std::vector<char> writes{0, 0};
+    Call::Arg bias = Call::null();
+    if (has_bias) {
+      args.push_back(plain(n.inputs[2]));
+      writes.push_back(0);
+      bias = Call::buffer(int(args.size()) - 1);
+    }
+    int dst = -1;
+    const Call::Arg residual = epilogue_args(e, args, writes, dst);
+    const size_t scratch_bytes = kiln_pk_conv2d_scratch_bytes(in[0], in[1], hw[0], hw[1], wd[0], o[0], o[1], k[0], k[1], st[0], st[1],
+                                                              dil[0], dil[1], group);
+    const Call::Arg work = scratch(args, writes, scratch_bytes, n.describe());
+    Call call{"kiln_pk_conv2d",
+              {Call::i64(in[0]), Call::i64(in[1]), Call::i64(hw[0]), Call::i64(hw[1]), Call::i64(wd[0]), Call::i64(o[0]),
+               Call::i64(o[1]), Call::i64(k[0]), Call::i64(k[1]), Call::i64(st[0]), Call::i64(st[1]), Call::i64(pad[0]),
+               Call::i64(pad[1]), Call::i64(dil[0]), Call::i64(dil[1]), Call::i64(group), Call::buffer(0), Call::buffer(1), bias,
+               residual, Call::buffer(dst), Call::i32(e.act), Call::f32(e.alpha), Call::f32(e.beta), work},
+              false};
+    compiled();
+    absorb(e.fused);
+    add_call(n.describe(), std::move(args), std::move(writes), std::move(call));
+    return true;
+  }
+
+  // One product (or a batch of them) with its epilogue. `bias` is a buffer
+  // argument already in `args`, or null.
+  struct Product {
+    int64_t batch = 1, m = 0, n = 0, k = 0;
+    int64_t lda = 0, stride_a = 0, ldb = 0, stride_b = 0;
+    bool trans_a = false, trans_b = false;
+    float alpha = 1, beta = 1;
+    int64_t bias_rs = 0, bias_cs = 0;
+  };
+  void emit_product(const ir::Node& n, const Product& pr, std::vector<int> args, std::vector<char> writes, Call::Arg bias,
+                    const Epilogue& e) {
+    int dst = -1;
+    const Call::Arg residual = epilogue_args(e, args, writes, dst);
+    const Call::Arg work = scratch(args, writes, kiln_pk_gemm_scratch_bytes(pr.batch, pr.m, pr.n, pr.k), n.describe());
+    Call call{"kiln_pk_gemm",
+              {Call::i64(pr.batch), Call::i64(pr.m), Call::i64(pr.n), Call::i64(pr.k), Call::buffer(0), Call::i64(pr.lda),
+               Call::i64(pr.stride_a), Call::i32(pr.trans_a), Call::buffer(1), Call::i64(pr.ldb), Call::i64(pr.stride_b),
+               Call::i32(pr.trans_b), Call::buffer(dst), Call::i64(pr.n), Call::i64(pr.m * pr.n), Call::f32(pr.alpha), bias,
+               Call::i64(pr.bias_rs), Call::i64(pr.bias_cs), Call::f32(pr.beta), residual, Call::i32(e.act), Call::f32(e.alpha),
+               Call::f32(e.beta), work},
+              false};
+    compiled();
+    absorb(e.fused);
+    add_call(n.describe(), std::move(args), std::move(writes), std::move(call));
+  }
+
+  bool portable_gemm(const ir::Node& n) {
+    if (n.inputs.size() < 2 || n.outputs.size() != 1 || !is_f32(n.inputs[0]) || !is_f32(n.inputs[1])) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    const Dims a = dims(n.inputs[0]), b = dims(n.inputs[1]), out = dims(n.outputs[0]);
+    if (a.size() != 2 || b.size() != 2 || out.size() != 2) return false;
+    Product pr;
+    pr.trans_a = ctx.attr_int("transA", 0) != 0;
+    pr.trans_b = ctx.attr_int("transB", 0) != 0;
+    pr.alpha = ctx.attr_float("alpha", 1.0f);
+    pr.beta = ctx.attr_float("beta", 1.0f);
+    pr.m = out[0];
+    pr.n = out[1];
+    pr.k = pr.trans_a ? a[0] : a[1];
+    pr.lda = a[1];
+    pr.ldb = b[1];
+    std::vector<int> args{plain(n.inputs[0]), plain(n.inputs[1])};
+    std::vector<char> writes{0, 0};
+    Call::Arg bias = Call::null();
+    if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+      const std::string& c = n.inputs[2];
+      if (!is_f32(c)) return false;
+      // C broadcasts to [m, n] unidirectionally.
+      Dims cd = dims(c);
+      if (cd.size() > 2) return false;
+      cd.insert(cd.begin(), 2 - cd.size(), 1);
+      if ((cd[0] != 1 && cd[0] != pr.m) || (cd[1] != 1 && cd[1] != pr.n)) return false;
+      pr.bias_rs = cd[0] == 1 ? 0 : cd[1];
+      pr.bias_cs = cd[1] == 1 ? 0 : 1;
+      args.push_back(plain(c));
+      writes.push_back(0);
+      bias = Call::buffer(2);
+    }
+    emit_product(n, pr, std::move(args), std::move(writes), bias, portable_epilogue(n.outputs[0], true));
+    return true;
+  }
+
+  bool portable_matmul(const ir::Node& n) {
+    if (n.inputs.size() != 2 || n.outputs.size() != 1 || !is_f32(n.inputs[0]) || !is_f32(n.inputs[1])) return false;
+    Dims a = dims(n.inputs[0]), b = dims(n.inputs[1]);
+    const Dims out = dims(n.outputs[0]);
+    if (a.size() < 2 || b.size() < 2) return false;
+    Product pr;
+    pr.k = a.back();
+    pr.n = b.back();
+    pr.lda = pr.k;
+    pr.ldb = pr.n;
+    if (b.size() == 2) {  // a stack of rows times one matrix: one product
+      pr.m = ir::checked_numel(a) / pr.k;
+    } else {
+      // Batch dims: each operand's either equals the output's or is all ones.
+      const size_t rank = out.size();
+      a.insert(a.begin(), rank - a.size(), 1);
+      b.insert(b.begin(), rank - b.size(), 1);
+      const Dims batch_dims(out.begin(), out.end() - 2);
+      auto batch_of = [&](const Dims& d) { return Dims(d.begin(), d.end() - 2); };
+      pr.batch = ir::checked_numel(batch_dims);
+      pr.m = a[rank - 2];
+      for (const Dims* d : {&a, &b}) {
+        const Dims bd = batch_of(*d);
+        if (bd != batch_dims && ir::checked_numel(bd) != 1) return false;
+      }
+      pr.stride_a = batch_of(a) == batch_dims && pr.batch > 1 ? pr.m * pr.k : 0;
+      pr.stride_b = batch_of(b) == batch_dims && pr.batch > 1 ? pr.k * pr.n : 0;
+    }
+    if (pr.batch * pr.m * pr.n != ir::checked_numel(out)) return false;
+    std::vector<int> args{plain(n.inputs[0]), plain(n.inputs[1])};
+    std::vector<char> writes{0, 0};
+    Call::Arg bias = Call::null();
+    // A bias row added next (exporters write Linear as MatMul + Add).
+    std::string value = n.outputs[0];
+    std::vector<size_t> bias_nodes;
+    if (single_use(value)) {
+      const ir::Node& c = g_.nodes[consumers(value)[0]];
+      if (c.op_type == "Add" && c.domain.empty() && c.inputs.size() == 2) {
+        const std::string& other = c.inputs[0] == value ? c.inputs[1] : c.inputs[0];
+        const Dims bd = is_f32(other) && available(other) ? dims(other) : Dims{};
+        if (!bd.empty() && bd.back() == pr.n && ir::checked_numel(bd) == pr.n && dims(c.outputs[0]) == out) {
+          args.push_back(plain(other));
+          writes.push_back(0);
+          bias = Call::buffer(2);
+          pr.bias_cs = 1;
+          bias_nodes.push_back(consumers(value)[0]);
+          value = c.outputs[0];
+        }
+      }
+    }
+    Epilogue e = portable_epilogue(value, true);
+    e.fused.nodes.insert(e.fused.nodes.begin(), bias_nodes.begin(), bias_nodes.end());
+    emit_product(n, pr, std::move(args), std::move(writes), bias, e);
+    return true;
+  }
+
+  bool portable_pool(const ir::Node& n) {
+    if (n.inputs.empty() || !is_f32(n.inputs[0])) return false;
+    for (size_t i = 1; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) return false;  // MaxPool's Indices
+    const Dims in = dims(n.inputs[0]), out = dims(n.outputs[0]);
+    if (in.size() != 3 && in.size() != 4) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    const bool ceil = ctx.attr_int("ceil_mode", 0) != 0;
+    const bool include_pad = n.op_type == "AveragePool" && ctx.attr_int("count_include_pad", 0) != 0;
+    // Padding counted into a window that ceil mode runs past the end: the
+    // kernel would count the overhang too.
+    if (include_pad && ceil) return false;
+    ref::Geometry geo = ref::forward_geometry(ctx, Dims(in.begin() + 2, in.end()), ctx.attr_ints("kernel_shape"), ceil);
+    if (Dims(out.begin() + 2, out.end()) != geo.out) return false;
+    if (n.op_type == "AveragePool")
+      for (int64_t d : geo.dilations)
+        if (d != 1) return false;
+    auto two = [&](const Dims& d, int64_t one) { return d.size() == 1 ? Dims{one, d[0]} : d; };
+    const Dims hw = two(Dims(in.begin() + 2, in.end()), 1), k = two(geo.kernel, 1), st = two(geo.strides, 1),
+               pad = two(geo.pad_begin, 0), dil = two(geo.dilations, 1), o = two(geo.out, 1);
+    std::vector<Call::Arg> a{Call::i64(in[0] * in[1]), Call::i64(hw[0]), Call::i64(hw[1]), Call::i64(o[0]), Call::i64(o[1]),
+                             Call::i64(k[0]), Call::i64(k[1]), Call::i64(st[0]), Call::i64(st[1]), Call::i64(pad[0]),
+                             Call::i64(pad[1])};
+    if (n.op_type == "MaxPool") {
+      a.push_back(Call::i64(dil[0]));
+      a.push_back(Call::i64(dil[1]));
+    } else {
+      a.push_back(Call::i32(include_pad));
+    }
+    a.push_back(Call::buffer(0));
+    a.push_back(Call::buffer(1));
+    const int src = plain(n.inputs[0]);
+    compiled();
+    add_call(n.describe(), {src, define_plain(n.outputs[0])}, {0, 1},
+             {n.op_type == "MaxPool" ? "kiln_pk_max_pool2d" : "kiln_pk_avg_pool2d", std::move(a), false});
+    return true;
+  }
+
+  bool portable_global_pool(const ir::Node& n) {
+    if (n.inputs.size() != 1 || !is_f32(n.inputs[0])) return false;
+    const Dims in = dims(n.inputs[0]);
+    if (in.size() < 3) return false;
+    const int64_t planes = in[0] * in[1];
+    const int src = plain(n.inputs[0]);
+    compiled();
+    add_call(n.describe(), {src, define_plain(n.outputs[0])}, {0, 1},
+             {"kiln_pk_global_pool",
+              {Call::i64(planes), Call::i64(ir::checked_numel(in) / std::max<int64_t>(planes, 1)),
+               Call::i32(n.op_type == "GlobalMaxPool"), Call::buffer(0), Call::buffer(1)},
+              false});
+    return true;
+  }
+
+  bool portable_softmax(const ir::Node& n) {
+    if (n.inputs.size() != 1 || !is_f32(n.inputs[0])) return false;
+    const Dims d = dims(n.inputs[0]);
+    if (d.empty()) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    int64_t axis = ctx.attr_int("axis", n.opset >= 13 ? -1 : 1);
+    if (axis < 0) axis += int64_t(d.size());
+    if (axis < 0 || axis >= int64_t(d.size())) return false;
+    int64_t outer = 1, len = 1, inner = 1;
+    for (size_t i = 0; i < d.size(); ++i) {
+      const int64_t at = int64_t(i);
+      // Before opset 13 the input is coerced to 2-D around the axis.
+      (at < axis ? outer : at == axis || n.opset < 13 ? len : inner) *= d[i];
+    }
+    const int src = plain(n.inputs[0]);
+    compiled();
+    add_call(n.describe(), {src, define_plain(n.outputs[0])}, {0, 1},
+             {"kiln_pk_softmax",
+              {Call::i64(outer), Call::i64(len), Call::i64(inner), Call::i32(n.op_type == "LogSoftmax"), Call::buffer(0),
+               Call::buffer(1)},
+              false});
+    return true;
+  }
+
+  bool portable_layer_norm(const ir::Node& n) {
+    if (n.inputs.size() < 2 || !is_f32(n.inputs[0]) || !is_f32(n.inputs[1])) return false;
+    for (size_t i = 1; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) return false;  // Mean, InvStdDev
+    const Dims d = dims(n.inputs[0]);
+    ref::KernelContext ctx(n, {}, nullptr);
+    int64_t axis = ctx.attr_int("axis", -1);
+    if (axis < 0) axis += int64_t(d.size());
+    if (axis < 0 || axis >= int64_t(d.size())) return false;
+    int64_t rows = 1, cols = 1;
+    for (size_t i = 0; i < d.size(); ++i) (int64_t(i) < axis ? rows : cols) *= d[i];
+    const bool has_bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+    if (ir::checked_numel(dims(n.inputs[1])) != cols) return false;
+    if (has_bias && (!is_f32(n.inputs[2]) || ir::checked_numel(dims(n.inputs[2])) != cols)) return false;
+    std::vector<int> args{plain(n.inputs[0]), plain(n.inputs[1])};
+    if (has_bias) args.push_back(plain(n.inputs[2]));
+    args.push_back(define_plain(n.outputs[0]));
+    std::vector<char> writes(args.size(), 0);
+    writes.back() = 1;
+    compiled();
+    add_call(n.describe(), std::move(args), std::move(writes),
+             {"kiln_pk_layer_norm",
+              {Call::i64(rows), Call::i64(cols), Call::f32(ctx.attr_float("epsilon", 1e-5f)), Call::buffer(0), Call::buffer(1),
+               has_bias ? Call::buffer(2) : Call::null(), Call::buffer(has_bias ? 3 : 2)},
+              false});
+    return true;
+  }
+
+  // A strided view of the input copied densely: Transpose and Slice.
+  bool portable_strided_copy(const ir::Node& n, const Dims& out, int64_t offset, std::vector<int64_t> strides) {
+    if (out.size() > 8) return false;
+    const int src = plain(n.inputs[0]);
+    compiled();
+    add_call(n.describe(), {src, define_plain(n.outputs[0])}, {0, 1},
+             {"kiln_pk_strided_copy",
+              {Call::i32(int32_t(out.size())), Call::array(out), Call::array(std::move(strides)), Call::i64(offset),
+               Call::i64(int64_t(ir::dtype_size(dtype(n.inputs[0])))), Call::buffer(0), Call::buffer(1)},
+              false});
+    return true;
+  }
+
+  bool portable_transpose(const ir::Node& n) {
+    const Dims in = dims(n.inputs[0]), out = dims(n.outputs[0]);
+    ref::KernelContext ctx(n, {}, nullptr);
+    std::vector<int64_t> perm = ctx.attr_ints("perm", {});
+    if (perm.empty())
+      for (size_t i = in.size(); i-- > 0;) perm.push_back(int64_t(i));
+    if (perm.size() != in.size()) return false;
+    const auto in_strides = row_major_strides(in);
+    std::vector<int64_t> strides;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= int64_t(in.size())) return false;
+      strides.push_back(in_strides[size_t(p)]);
+    }
+    return portable_strided_copy(n, out, 0, std::move(strides));
+  }
+
+  bool portable_slice(const ir::Node& n) {
+    const Dims in = dims(n.inputs[0]);
+    if (in.empty() || n.outputs.size() != 1) return false;
+    std::vector<int64_t> starts, ends, axes, steps;
+    ref::KernelContext ctx(n, {}, nullptr);
+    if (n.opset < 10) {
+      starts = ctx.attr_ints("starts");
+      ends = ctx.attr_ints("ends");
+      axes = ctx.attr_ints("axes", {});
+    } else {
+      std::vector<std::vector<int64_t>*> params{&starts, &ends, &axes, &steps};
+      for (size_t i = 1; i < n.inputs.size() && i <= 4; ++i) {
+        if (n.inputs[i].empty()) continue;
+        const ir::Tensor* t = constant(n.inputs[i]);
+        if (!t) return false;
+        *params[i - 1] = t->to_int64_vector();
+      }
+    }
+    const ref::SliceWindow w = ref::slice_window(ctx, in, starts, ends, axes, steps);
+    if (w.out != dims(n.outputs[0])) return false;
+    const auto in_strides = row_major_strides(in);
+    int64_t offset = 0;
+    std::vector<int64_t> strides;
+    for (size_t d = 0; d < in.size(); ++d) {
+      offset += w.first[d] * in_strides[d];
+      strides.push_back(w.step[d] * in_strides[d]);
+    }
+    return portable_strided_copy(n, w.out, offset, std::move(strides));
+  }
+
+  bool portable_concat(const ir::Node& n) {
+    const Dims out = dims(n.outputs[0]);
+    if (out.empty()) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    int64_t axis = n.opset < 4 ? ctx.attr_int("axis", 1) : ctx.attr_int("axis");  // optional before opset 4
+    if (axis < 0) axis += int64_t(out.size());
+    if (axis < 0 || axis >= int64_t(out.size())) return false;
+    const int64_t esize = int64_t(ir::dtype_size(dtype(n.outputs[0])));
+    int64_t outer = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= out[size_t(i)];
+    const int64_t out_row = ir::checked_numel(out) / std::max<int64_t>(outer, 1) * esize;
+    std::vector<std::pair<std::string, int64_t>> parts;  // input, its bytes per outer row
+    for (const auto& in : n.inputs) {
+      if (in.empty() || dtype(in) != dtype(n.outputs[0])) return false;
+      const int64_t numel = ir::checked_numel(dims(in));
+      if (numel) parts.push_back({in, numel / std::max<int64_t>(outer, 1) * esize});
+    }
+    std::vector<int> srcs;
+    for (const auto& [in, row] : parts) srcs.push_back(plain(in));
+    const int dst = define_plain(n.outputs[0]);
+    // One copy step per input, each into its columns of the output.
+    int64_t at = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const int64_t row = parts[i].second;
+      add_call(n.describe() + " part " + std::to_string(i), {srcs[i], dst}, {0, 1},
+               {"kiln_pk_copy_rows",
+                {Call::i64(outer), Call::i64(row), Call::buffer(0), Call::i64(row), Call::buffer(1, at), Call::i64(out_row)},
+                false});
+      at += row;
+    }
+    compiled();
+    return true;
+  }
+
+  bool portable_gather(const ir::Node& n) {
+    if (n.inputs.size() != 2 || n.outputs.size() != 1) return false;
+    const Dims data = dims(n.inputs[0]);
+    const DType index_type = dtype(n.inputs[1]);
+    if (data.empty() || (index_type != DType::Int64 && index_type != DType::Int32)) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    int64_t axis = ctx.attr_int("axis", 0);
+    if (axis < 0) axis += int64_t(data.size());
+    if (axis < 0 || axis >= int64_t(data.size())) return false;
+    int64_t outer = 1, inner = int64_t(ir::dtype_size(dtype(n.inputs[0])));
+    for (size_t i = 0; i < data.size(); ++i) {
+      if (int64_t(i) < axis) outer *= data[i];
+      if (int64_t(i) > axis) inner *= data[i];
+    }
+    const int src = plain(n.inputs[0]), indices = plain(n.inputs[1]);
+    compiled();
+    add_call(n.describe(), {src, indices, define_plain(n.outputs[0])}, {0, 0, 1},
+             {"kiln_pk_gather",
+              {Call::i64(outer), Call::i64(data[size_t(axis)]), Call::i64(inner), Call::i64(ir::checked_numel(dims(n.inputs[1]))),
+               Call::i32(index_type == DType::Int64), Call::buffer(1), Call::buffer(0), Call::buffer(2)},
+              true});
+    return true;
+  }
+
   // ---- the end: outputs, memory plan -----------------------------------------
   void finish_output(int k) {
     const std::string& name = p_.outputs[size_t(k)];
@@ -1121,6 +1596,9 @@ class Lowering {
     if (v.buffer == target) return;
     if (v.blocked) {
       add_kernel("output " + name, {v.buffer, target}, {0, 1}, reorder_kernel(v.layout, plain_md(dims(name))));
+    } else if (portable_) {
+      add_call("output " + name, {v.buffer, target}, {0, 1},
+               {"kiln_pk_copy_rows", {Call::i64(1), Call::i64(bytes_of(name)), Call::buffer(0), Call::i64(0), Call::buffer(1), Call::i64(0)}});
     } else {
       add_kernel("output " + name, {v.buffer, target}, {0, 1}, std::make_unique<CopyKernel>(bytes_of(name)));
     }
@@ -1148,6 +1626,7 @@ class Lowering {
 
   const ir::Graph& g_;
   const ir::Specialization& spec_;
+  const bool portable_;
   Program p_;
   std::map<std::string, Val> vals_;
   std::map<std::string, std::vector<size_t>> consumers_;
@@ -1166,8 +1645,8 @@ bool lowers_natively(const ir::Node& node) {
   return alias_ops().count(node.op_type) || primitive_ops().count(node.op_type) || loop_ops().count(node.op_type);
 }
 
-Program lower(const ir::Graph& graph, const ir::Specialization& spec) {
-  Program p = Lowering(graph, spec).run();
+Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family) {
+  Program p = Lowering(graph, spec, family).run();
   p.graph_nodes = int(graph.nodes.size());
   return p;
 }

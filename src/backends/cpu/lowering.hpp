@@ -14,7 +14,9 @@ namespace kiln::cpu {
 // Throws ir::Error(Unsupported) when the specialization cannot be planned
 // statically (a value's shape depends on data, or its type has no fixed
 // size); the backend then runs it with the reference executor.
-Program lower(const ir::Graph& graph, const ir::Specialization& spec);
+// `family` picks the kernels of convolutions, products, pooling,
+// normalisations and copies; what neither compiles runs its reference kernel.
+Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family = KernelFamily::Native);
 
 // Whether the cpu backend compiles a node of this kind itself (for the other
 // kinds, it calls the reference kernel). Shapes and dtypes can still send a

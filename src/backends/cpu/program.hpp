@@ -90,15 +90,48 @@ struct Loop {
   std::vector<std::pair<int, int>> stores;  // (instruction, argument) written contiguously over `shape`
 };
 
+// A call into the portable kernel library (portable/kernels.h), every
+// shape a constant, so that the kernel is specialised for it once inlined.
+struct Call {
+  struct Arg {
+    enum class Kind { Buffer, Null, Int64, Int32, Float, Int64Array };
+    Kind kind = Kind::Null;
+    int64_t value = 0;            // Buffer: the step's argument; Int64, Int32
+    float real = 0;               // Float
+    std::vector<int64_t> values;  // Int64Array (a pointer to constants)
+    int64_t byte_offset = 0;      // Buffer: where in it (a Concat input's place in the output)
+  };
+  std::string function;    // "kiln_pk_conv2d"
+  std::vector<Arg> args;   // after the leading `const kiln_pk_threads*`
+  bool returns_status = false;  // returns int64_t, non-zero on failure (kiln_pk_gather)
+
+  static Arg buffer(int arg, int64_t byte_offset = 0) { return {Arg::Kind::Buffer, arg, 0, {}, byte_offset}; }
+  static Arg null() { return {}; }
+  static Arg i64(int64_t v) { return {Arg::Kind::Int64, v, 0, {}, 0}; }
+  static Arg i32(int32_t v) { return {Arg::Kind::Int32, v, 0, {}, 0}; }
+  static Arg f32(float v) { return {Arg::Kind::Float, 0, v, {}, 0}; }
+  static Arg array(std::vector<int64_t> v) { return {Arg::Kind::Int64Array, 0, 0, std::move(v), 0}; }
+};
+
 struct Step {
   std::string label;  // the node(s) it runs, for messages
   std::vector<int> args;          // buffer ids
   std::vector<char> writes;       // per argument
-  std::unique_ptr<Kernel> kernel;  // exactly one of kernel and loop
+  // Exactly one of these: a host kernel, a generated loop, a portable call.
+  std::unique_ptr<Kernel> kernel;
   std::unique_ptr<Loop> loop;
+  std::unique_ptr<Call> call;
+};
+
+// Which kernels the lowering calls for convolutions, products, pooling,
+// normalisations and copies.
+enum class KernelFamily {
+  Native,    // oneDNN primitives and host kernels (JIT and cache only)
+  Portable,  // the portable kernel library, inlined: self-contained objects
 };
 
 struct Program {
+  KernelFamily family = KernelFamily::Native;
   std::vector<Buffer> buffers;
   std::vector<Step> steps;
   std::vector<std::string> inputs;   // graph input names, in io order

@@ -28,7 +28,7 @@ const void* WeightsReader::at(int64_t offset, int64_t bytes, const std::string& 
 
 namespace {
 
-constexpr int kFormat = 1;
+constexpr int kFormat = 2;
 
 json loop_to_json(const Loop& loop) {
   json operands = json::array(), code = json::array();
@@ -52,6 +52,25 @@ std::unique_ptr<Loop> loop_from_json(const json& j, const std::string& what) {
   return loop;
 }
 
+json call_to_json(const Call& call) {
+  json args = json::array();
+  for (const auto& a : call.args) args.push_back({{"kind", int(a.kind)}, {"value", a.value}, {"real", a.real}, {"values", a.values}, {"offset", a.byte_offset}});
+  return {{"function", call.function}, {"args", args}, {"returns_status", call.returns_status}};
+}
+
+std::unique_ptr<Call> call_from_json(const json& j, const std::string& what) {
+  auto call = std::make_unique<Call>();
+  call->function = json_field<std::string>(j, "function", what);
+  call->returns_status = json_field<bool>(j, "returns_status", what);
+  for (const json& a : json_field<json>(j, "args", what)) {
+    const int kind = json_field<int>(a, "kind", what);
+    if (kind < 0 || kind > int(Call::Arg::Kind::Int64Array)) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown call argument");
+    call->args.push_back({Call::Arg::Kind(kind), json_field<int64_t>(a, "value", what), json_field<float>(a, "real", what),
+                          json_field<std::vector<int64_t>>(a, "values", what), json_field<int64_t>(a, "offset", what)});
+  }
+  return call;
+}
+
 std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights, const std::string& what) {
   const std::string kind = json_field<std::string>(j, "kind", what);
   if (kind == "onednn") return OneDnnKernel::load(j, weights, what);
@@ -65,16 +84,19 @@ std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights,
 
 }  // namespace
 
-SavedProgram save_program(const Program& program, const std::vector<std::string>& loop_symbols) {
+SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols) {
   SavedProgram saved;
   json buffers = json::array(), steps = json::array(), constants = json::array(), summary_steps = json::array();
   for (const Buffer& b : program.buffers) buffers.push_back({int(b.kind), b.index, b.bytes, b.offset, b.name});
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const Step& step = program.steps[s];
-    json j = {{"label", step.label}, {"args", step.args}, {"writes", step.writes}, {"loop_symbol", loop_symbols.at(s)}};
+    json j = {{"label", step.label}, {"args", step.args}, {"writes", step.writes}, {"symbol", step_symbols.at(s)}};
     if (step.loop) {
       j["loop"] = loop_to_json(*step.loop);
-      summary_steps.push_back("loop " + loop_symbols[s] + ": " + step.label);
+      summary_steps.push_back("loop " + step_symbols[s] + ": " + step.label);
+    } else if (step.call) {
+      j["call"] = call_to_json(*step.call);
+      summary_steps.push_back(step.call->function + ": " + step.label);
     } else {
       try {
         step.kernel->save(j["kernel"], saved.weights);
@@ -92,6 +114,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
   json out_dtypes = json::array();
   for (ir::DType t : program.output_dtypes) out_dtypes.push_back(int(t));
   const json j = {{"format", kFormat},
+                  {"family", int(program.family)},
                   {"buffers", buffers},
                   {"steps", steps},
                   {"inputs", program.inputs},
@@ -108,6 +131,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
   const std::vector<uint8_t> cbor = json::to_cbor(j);
   saved.bytes.assign(cbor.begin(), cbor.end());
   saved.summary = json({{"entry", kEntrySymbol},
+                        {"kernels", program.family == KernelFamily::Portable ? "portable" : "native"},
                         {"arena_bytes", program.arena_bytes},
                         {"intermediate_bytes", program.intermediate_bytes},
                         {"buffers", program.buffers.size()},
@@ -117,7 +141,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
 }
 
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
-                     const ir::Graph& graph, std::vector<std::string>& loop_symbols) {
+                     const ir::Graph& graph, std::vector<std::string>& step_symbols) {
   const std::string what = "cached program";
   json j;
   try {
@@ -128,6 +152,10 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
   try {
     if (json_field<int>(j, "format", what) != kFormat) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown format");
     Program p;
+    const int family = json_field<int>(j, "family", what);
+    if (family != int(KernelFamily::Native) && family != int(KernelFamily::Portable))
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown kernel family");
+    p.family = KernelFamily(family);
     for (const json& b : json_field<json>(j, "buffers", what)) {
       const int kind = b.at(0).get<int>();
       if (kind < int(Buffer::Kind::Arena) || kind > int(Buffer::Kind::Constant))
@@ -135,7 +163,7 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
       p.buffers.push_back({Buffer::Kind(kind), b.at(1).get<int>(), b.at(2).get<int64_t>(), b.at(3).get<int64_t>(),
                            b.at(4).get<std::string>()});
     }
-    loop_symbols.clear();
+    step_symbols.clear();
     for (const json& s : json_field<json>(j, "steps", what)) {
       Step step;
       step.label = json_field<std::string>(s, "label", what);
@@ -145,9 +173,13 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
       for (int a : step.args)
         if (a < 0 || size_t(a) >= p.buffers.size()) ir::fail(ir::ErrorKind::InvalidModel, where + ": buffer out of range");
       if (s.contains("loop")) step.loop = loop_from_json(s["loop"], where);
+      else if (s.contains("call")) step.call = call_from_json(s["call"], where);
       else step.kernel = load_kernel(json_field<json>(s, "kernel", where), weights, where);
-      loop_symbols.push_back(json_field<std::string>(s, "loop_symbol", where));
-      if (step.loop && loop_symbols.back().empty()) ir::fail(ir::ErrorKind::InvalidModel, where + ": a loop without a function");
+      step_symbols.push_back(json_field<std::string>(s, "symbol", where));
+      if (!step.kernel && step_symbols.back().empty()) ir::fail(ir::ErrorKind::InvalidModel, where + ": a step without a function");
+      for (const auto& a : step.call ? step.call->args : std::vector<Call::Arg>{})
+        if (a.kind == Call::Arg::Kind::Buffer && (a.value < 0 || size_t(a.value) >= step.args.size()))
+          ir::fail(ir::ErrorKind::InvalidModel, where + ": a call argument names no buffer");
       p.steps.push_back(std::move(step));
     }
     p.inputs = json_field<std::vector<std::string>>(j, "inputs", what);

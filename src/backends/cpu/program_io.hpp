@@ -22,12 +22,12 @@ struct SavedProgram {
 };
 
 // Throws ir::Error(Unsupported) if a step cannot be saved, saying which and why.
-SavedProgram save_program(const Program& program, const std::vector<std::string>& loop_symbols);
+SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols);
 
 // `graph`: the model's graph, for the initializers behind inputs with
 // defaults. `keep_alive` owns the weights' memory (constants view it).
 // Throws ir::Error(InvalidModel) naming what is inconsistent.
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
-                     const ir::Graph& graph, std::vector<std::string>& loop_symbols);
+                     const ir::Graph& graph, std::vector<std::string>& step_symbols);
 
 }  // namespace kiln::cpu

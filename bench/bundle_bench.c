@@ -1,0 +1,119 @@
+/* Times a frozen one-input bundle: median latency of NAME_run at a batch
+ * size, serial or on a persistent pthread pool passed as parallel_for (what
+ * a host with its own threads would do). Built by bench/bundle_bench.sh:
+ *   cc -O2 -DPREFIX=net -DUPREFIX=NET -include net.h bundle_bench.c net.o -lm
+ *   ./bench WEIGHTS BATCH THREADS RUNS */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define FN(x) CAT(PREFIX, x)
+#define K(x) CAT(UPREFIX, x)
+
+typedef struct pool {
+  pthread_mutex_t mutex;
+  pthread_cond_t go, done;
+  long generation;
+  int threads, pending;
+  FN(_task_fn) fn;
+  void* task;
+  int64_t n;
+} pool;
+
+static void part(pool* p, int t) { p->fn(p->task, p->n * t / p->threads, p->n * (t + 1) / p->threads); }
+
+typedef struct worker {
+  pool* p;
+  int index;
+} worker;
+
+static void* work(void* arg) {
+  worker* w = (worker*)arg;
+  pool* p = w->p;
+  long seen = 0;
+  for (;;) {
+    pthread_mutex_lock(&p->mutex);
+    while (p->generation == seen) pthread_cond_wait(&p->go, &p->mutex);
+    seen = p->generation;
+    pthread_mutex_unlock(&p->mutex);
+    part(p, w->index);
+    pthread_mutex_lock(&p->mutex);
+    if (--p->pending == 0) pthread_cond_signal(&p->done);
+    pthread_mutex_unlock(&p->mutex);
+  }
+  return NULL;
+}
+
+static void parallel_for(void* host, int64_t n, FN(_task_fn) fn, void* task) {
+  pool* p = (pool*)host;
+  if (n < 2) {
+    fn(task, 0, n);
+    return;
+  }
+  pthread_mutex_lock(&p->mutex);
+  p->fn = fn;
+  p->task = task;
+  p->n = n;
+  p->pending = p->threads - 1;
+  p->generation++;
+  pthread_cond_broadcast(&p->go);
+  pthread_mutex_unlock(&p->mutex);
+  part(p, 0);
+  pthread_mutex_lock(&p->mutex);
+  while (p->pending) pthread_cond_wait(&p->done, &p->mutex);
+  pthread_mutex_unlock(&p->mutex);
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static int cmp(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 5) return 2;
+  const long batch = atol(argv[2]);
+  const int threads = atoi(argv[3]), runs = atoi(argv[4]);
+  const double start = now_ms();
+  FN() * model = NULL;
+  if (FN(_create)(argv[1], &model) != K(_OK)) {
+    fprintf(stderr, "create: %s\n", FN(_last_error)(model));
+    return 1;
+  }
+  const double created = now_ms();
+  static pool p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 1, 0, 0, 0, 0};
+  p.threads = threads;
+  static worker workers[64];
+  for (int t = 1; t < threads; ++t) {
+    pthread_t id;
+    workers[t] = (worker){&p, t};
+    pthread_create(&id, NULL, work, &workers[t]);
+  }
+  if (threads > 1) FN(_set_parallel_for)(model, parallel_for, &p);
+  float* in = calloc((size_t)batch, K(_INPUT_0_ITEM_BYTES));
+  void* out = malloc((size_t)batch * K(_OUTPUT_0_ITEM_BYTES));
+  for (size_t i = 0; i < batch * K(_INPUT_0_ITEM_BYTES) / sizeof(float); ++i) in[i] = (float)((i * 37) % 101) / 50.0f - 1;
+  const void* inputs[1] = {in};
+  void* outputs[1] = {out};
+  double* t = malloc(sizeof(double) * (size_t)runs);
+  double first = 0;
+  for (int r = -1; r < runs; ++r) {
+    const double s = now_ms();
+    if (FN(_run)(model, batch, inputs, outputs) != K(_OK)) return 1;
+    if (r < 0) first = now_ms() - s;
+    else t[r] = now_ms() - s;
+  }
+  qsort(t, (size_t)runs, sizeof(double), cmp);
+  printf("{\"create_ms\": %.3f, \"first_run_ms\": %.3f, \"median_ms\": %.4f, \"min_ms\": %.4f}\n", created - start, first,
+         t[runs / 2], t[0]);
+  return 0;
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Bundles against the JIT: freezes each model (portable kernels, this CPU),
+# links bench/bundle_bench.c with plain cc, and prints the bundle's median
+# latency (its parallel_for on a pthread pool of N threads) next to the JIT's
+# (native oneDNN kernels, same threads) in the same run, with the freeze
+# time and the code size (the object; the weights are a separate file).
+#
+#   bench/bundle_bench.sh [--threads N] [--batch B] [--runs R] MODEL...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+threads=2 batch=1 runs=50
+while [[ $# -gt 0 && $1 == --* ]]; do
+  case $1 in
+    --threads) threads=$2; shift 2 ;;
+    --batch) batch=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+kiln=build/bin/kiln
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+json() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
+printf "%-18s %5s %10s %10s %8s %10s %10s\n" model batch "jit ms" "bundle ms" ratio "freeze s" "code MiB"
+for model in "$@"; do
+  name=$(basename "$model" .onnx | tr -c 'A-Za-z0-9_\n' _)
+  out=$work/$name
+  freeze=$("$kiln" aot-freeze "$model" -o "$out" --name m --batch-sizes "$batch" --json 2>/dev/null)
+  cc -O2 -DPREFIX=m -DUPREFIX=M -include "$out/m.h" bench/bundle_bench.c "$out/m.o" -lm -o "$out/bench"
+  bundle=$("$out/bench" "$out/m.weights.bin" "$batch" "$threads" "$runs" | json 'd["median_ms"]')
+  jit=$("$kiln" run "$model" --random-inputs --dim batch="$batch" --threads "$threads" --repeat "$runs" --no-cache --json 2>/dev/null |
+    json 'd["latency_ms"]["median"]')
+  seconds=$(echo "$freeze" | json 'd["seconds"]')
+  code=$(echo "$freeze" | json 'd["object_bytes"] / 2**20')
+  ratio=$(/usr/bin/python3 -c "print(f'{$bundle / $jit:.2f}')")
+  printf "%-18s %5s %10.3f %10.3f %8s %10.1f %10.2f\n" "$name" "$batch" "$jit" "$bundle" "$ratio" "$seconds" "$code"
+done

@@ -1,0 +1,107 @@
+// Single-threaded GFLOP/s of the portable GEMM on the host CPU. Not part of
+// the build or CI; compile by hand next to the kernel sources, e.g.
+//   clang++-19 -std=c++20 -O3 -march=native -ffp-contract=fast -fno-math-errno \
+//     -DKILN_BENCH_VECTOR_BYTES=64 -DKILN_BENCH_VECTOR_REGISTERS=32 -I src \
+//     bench/portable_gemm_bench.cpp src/backends/cpu/portable/gemm.cpp \
+//     src/backends/cpu/portable/conv.cpp -o /tmp/pk_gemm_bench
+// The two constants stand in for what the code generator defines for its
+// target (AVX-512: 64 / 32, AVX2: 32 / 16, NEON: 16 / 32).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "backends/cpu/portable/kernels.h"
+
+#ifndef KILN_BENCH_VECTOR_BYTES
+#define KILN_BENCH_VECTOR_BYTES 64
+#endif
+#ifndef KILN_BENCH_VECTOR_REGISTERS
+#define KILN_BENCH_VECTOR_REGISTERS 32
+#endif
+extern "C" const int32_t kiln_pk_vector_bytes = KILN_BENCH_VECTOR_BYTES;
+extern "C" const int32_t kiln_pk_vector_registers = KILN_BENCH_VECTOR_REGISTERS;
+
+namespace {
+
+double bench(int64_t m, int64_t n, int64_t k, bool trans_b, double min_seconds) {
+  std::vector<float> a(size_t(m * k)), b(size_t(k * n)), c(size_t(m * n));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float((i * 7919) % 1000) / 1000.0f - 0.5f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float((i * 104729) % 1000) / 1000.0f - 0.5f;
+  const size_t bytes = kiln_pk_gemm_scratch_bytes(1, m, n, k);
+  void* scratch = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  auto run = [&] {
+    kiln_pk_gemm(nullptr, 1, m, n, k, a.data(), k, 0, 0, b.data(), trans_b ? k : n, 0, trans_b, c.data(), n, 0, 1.0f,
+                 nullptr, 0, 0, 0.0f, nullptr, 0, 0.0f, 0.0f, scratch);
+  };
+  run();
+  double best = 1e30;
+  const auto start = std::chrono::steady_clock::now();
+  int reps = 0;
+  while (reps < 3 || std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < min_seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s < best) best = s;
+    ++reps;
+  }
+  std::free(scratch);
+  return 2.0 * double(m) * double(n) * double(k) / best * 1e-9;
+}
+
+// The same products as convolutions (NCHW, one image): the 1x1 ones as a
+// plain product, the 3x3 one through the packed im2col panels.
+double bench_conv(int64_t c, int64_t hw, int64_t k, int64_t ks, double min_seconds) {
+  const int64_t pad = ks / 2;
+  std::vector<float> x(size_t(c * hw * hw)), w(size_t(k * c * ks * ks)), y(size_t(k * hw * hw));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float((i * 7919) % 1000) / 1000.0f - 0.5f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float((i * 104729) % 1000) / 1000.0f - 0.5f;
+  const size_t bytes = kiln_pk_conv2d_scratch_bytes(1, c, hw, hw, k, hw, hw, ks, ks, 1, 1, 1, 1, 1);
+  void* scratch = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  auto run = [&] {
+    kiln_pk_conv2d(nullptr, 1, c, hw, hw, k, hw, hw, ks, ks, 1, 1, pad, pad, 1, 1, 1, x.data(), w.data(), nullptr,
+                   nullptr, y.data(), KILN_PK_ACT_RELU, 0.0f, 0.0f, scratch);
+  };
+  run();
+  double best = 1e30;
+  const auto start = std::chrono::steady_clock::now();
+  int reps = 0;
+  while (reps < 3 || std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < min_seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s < best) best = s;
+    ++reps;
+  }
+  std::free(scratch);
+  return 2.0 * double(k) * double(hw * hw) * double(c * ks * ks) / best * 1e-9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double seconds = argc > 1 ? std::atof(argv[1]) : 1.0;
+  struct Shape {
+    int64_t m, n, k;
+    bool trans_b;
+    const char* what;
+  } shapes[] = {
+      {1024, 1024, 1024, false, "1024^3"},
+      {1024, 1024, 1024, true, "1024^3, B transposed"},
+      {64, 3136, 576, false, "resnet50 3x3 conv as gemm"},
+      {256, 3136, 64, false, "resnet50 1x1 conv"},
+      {512, 784, 128, false, "resnet50 1x1 conv"},
+  };
+  std::printf("vector bytes %d, registers %d, one thread\n", kiln_pk_vector_bytes, kiln_pk_vector_registers);
+  for (const Shape& s : shapes)
+    std::printf("%5lld x %5lld x %5lld  %-28s %7.1f GFLOP/s\n", (long long)s.m, (long long)s.n, (long long)s.k,
+                s.what, bench(s.m, s.n, s.k, s.trans_b, seconds));
+  struct Conv {
+    int64_t c, hw, k, ks;
+  } convs[] = {{64, 56, 64, 3}, {64, 56, 256, 1}, {128, 28, 512, 1}};
+  for (const Conv& v : convs)
+    std::printf("conv %4lld -> %4lld, %lldx%lld on %lldx%lld (ReLU)     %7.1f GFLOP/s\n", (long long)v.c, (long long)v.k,
+                (long long)v.ks, (long long)v.ks, (long long)v.hw, (long long)v.hw, bench_conv(v.c, v.hw, v.k, v.ks, seconds));
+  return 0;
+}

@@ -1,0 +1,109 @@
+/* The contract between a frozen bundle's generated code and the bundle
+ * runtime (bundle_runtime.c) compiled into the same object. The generated
+ * code defines one kiln_bundle_desc as constant data; the runtime reads it.
+ * Plain C, LP64 targets only (x86_64, aarch64): every layout below is
+ * checked by static asserts here and mirrored by the freezer, which builds
+ * the constants as LLVM IR. Changing a layout means bumping
+ * KILN_BUNDLE_ABI_VERSION. */
+#ifndef KILN_BUNDLE_ABI_H
+#define KILN_BUNDLE_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/cpu/portable/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_BUNDLE_ABI_VERSION 1
+#define KILN_BUNDLE_ALIGNMENT 64
+#define KILN_BUNDLE_MAX_SPECS 16
+#define KILN_BUNDLE_MAX_IO 64
+
+/* Status codes every bundle API returns (the header repeats them under the
+ * bundle's own prefix). */
+enum {
+  KILN_BUNDLE_OK = 0,
+  KILN_BUNDLE_ERROR_ARGUMENT = 1,  /* a null pointer, a bad batch size or batch rule */
+  KILN_BUNDLE_ERROR_WEIGHTS = 2,   /* the weights are missing, unreadable, truncated or not this bundle's */
+  KILN_BUNDLE_ERROR_MEMORY = 3,    /* an allocation failed */
+  KILN_BUNDLE_ERROR_INDEX = 4      /* an index input (Gather) was out of range */
+};
+
+/* The weights file: this header, then the data at KILN_BUNDLE_ALIGNMENT. */
+#define KILN_BUNDLE_WEIGHTS_MAGIC "KILNWTS1"
+typedef struct kiln_bundle_weights_header {
+  char magic[8];
+  uint32_t abi_version;
+  uint32_t header_bytes; /* where the data starts */
+  uint64_t data_bytes;
+  uint64_t checksum; /* XXH3-64 of the data */
+  uint8_t reserved[32];
+} kiln_bundle_weights_header;
+
+/* One specialization: returns 0, or non-zero when a step failed (an index
+ * out of range). io: the inputs, then the outputs, each for `batch` items. */
+typedef int32_t (*kiln_bundle_entry_fn)(const uint8_t* weights, void* const* io, uint8_t* arena,
+                                        const kiln_pk_threads* threads);
+
+typedef struct kiln_bundle_spec {
+  int64_t batch;
+  int64_t arena_bytes;
+  kiln_bundle_entry_fn entry;
+} kiln_bundle_spec;
+
+typedef struct kiln_bundle_tensor {
+  const char* name;
+  int64_t item_bytes; /* bytes of one batch item (the whole tensor when not batched) */
+  int32_t batched;    /* axis 0 is the batch axis */
+  int32_t dtype;      /* ONNX TensorProto.DataType */
+} kiln_bundle_tensor;
+
+typedef struct kiln_bundle_desc {
+  uint32_t abi_version;
+  int32_t num_inputs;
+  int32_t num_outputs;
+  int32_t num_specs;
+  const kiln_bundle_tensor* inputs;
+  const kiln_bundle_tensor* outputs;
+  const kiln_bundle_spec* specs; /* ascending batch sizes */
+  uint64_t weights_bytes;
+  uint64_t weights_checksum;
+  const uint8_t* embedded_weights; /* the data itself, or NULL when weights live in a file */
+} kiln_bundle_desc;
+
+#if defined(__cplusplus)
+#define KILN_BUNDLE_STATIC_ASSERT static_assert
+#else
+#define KILN_BUNDLE_STATIC_ASSERT _Static_assert
+#endif
+KILN_BUNDLE_STATIC_ASSERT(sizeof(void*) == 8, "bundles target LP64 platforms");
+KILN_BUNDLE_STATIC_ASSERT(sizeof(kiln_bundle_weights_header) == 64, "weights header layout");
+KILN_BUNDLE_STATIC_ASSERT(sizeof(kiln_bundle_spec) == 24, "spec layout");
+KILN_BUNDLE_STATIC_ASSERT(offsetof(kiln_bundle_tensor, dtype) == 20 && sizeof(kiln_bundle_tensor) == 24, "tensor layout");
+KILN_BUNDLE_STATIC_ASSERT(offsetof(kiln_bundle_desc, inputs) == 16 && offsetof(kiln_bundle_desc, weights_bytes) == 40 &&
+                              offsetof(kiln_bundle_desc, embedded_weights) == 56 && sizeof(kiln_bundle_desc) == 64,
+                          "descriptor layout");
+
+/* The runtime, called by the bundle's exported wrappers. */
+typedef struct kiln_bundle kiln_bundle;
+int32_t kiln_bundle_create(const kiln_bundle_desc* desc, const char* weights_path, const void* weights, uint64_t weights_size,
+                           kiln_bundle** out);
+void kiln_bundle_destroy(kiln_bundle* b);
+void kiln_bundle_set_parallel_for(kiln_bundle* b, kiln_pk_parallel_for_fn fn, void* host);
+int32_t kiln_bundle_set_batch_rule(kiln_bundle* b, const char* rule);
+int32_t kiln_bundle_run(kiln_bundle* b, int64_t batch, const void* const* inputs, void* const* outputs);
+const char* kiln_bundle_last_error(const kiln_bundle* b);
+/* Checks a weights image (header and data) against the descriptor. */
+int32_t kiln_bundle_check_weights(const kiln_bundle_desc* desc, const void* image, uint64_t size);
+/* The static API: one specialization, caller-owned memory, no allocation. */
+int32_t kiln_bundle_run_static(const kiln_bundle_desc* desc, int32_t spec, const void* weights_image, void* arena,
+                               const void* const* inputs, void* const* outputs, kiln_pk_parallel_for_fn fn, void* host);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_BUNDLE_ABI_H */

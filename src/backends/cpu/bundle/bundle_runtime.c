@@ -1,0 +1,349 @@
+/* The runtime of a frozen bundle: weights loading and checking, batch
+ * splitting (the CMSSW batch rules), and the calls into the compiled
+ * specializations. Compiled to bitcode for every target and linked into each
+ * bundle, internal there (two bundles in one program do not clash). Uses
+ * only libc: malloc/free for the simple API, stdio to read the weights. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#define XXH_NO_STREAM
+#include <xxhash.h>
+
+#include "backends/cpu/bundle/bundle_abi.h"
+
+#define MAX_RULES 16
+
+typedef struct rule {
+  int64_t batch;
+  int32_t num_parts;
+  int32_t parts[KILN_BUNDLE_MAX_SPECS]; /* spec indices */
+} rule;
+
+struct kiln_bundle {
+  const kiln_bundle_desc* desc;
+  uint8_t* image; /* the weights file read into memory, owned */
+  const uint8_t* weights;
+  uint8_t* arena;
+  uint8_t* staging; /* padded copies of every input and output for the largest batch */
+  kiln_pk_threads threads;
+  int32_t ready; /* create succeeded */
+  int32_t num_rules;
+  rule rules[MAX_RULES];
+  char error[256];
+};
+
+static void set_error(kiln_bundle* b, const char* what, const char* detail) {
+  if (!b) return;
+  snprintf(b->error, sizeof b->error, "%s%s%s", what, detail ? ": " : "", detail ? detail : "");
+}
+
+static uint64_t round_up(uint64_t n) { return (n + KILN_BUNDLE_ALIGNMENT - 1) / KILN_BUNDLE_ALIGNMENT * KILN_BUNDLE_ALIGNMENT; }
+
+static uint8_t* aligned(uint64_t bytes) { return (uint8_t*)aligned_alloc(KILN_BUNDLE_ALIGNMENT, round_up(bytes ? bytes : 1)); }
+
+/* The data of a weights image, or NULL (why in *problem). */
+static const uint8_t* weights_data(const kiln_bundle_desc* d, const uint8_t* image, uint64_t size, int check_sum,
+                                   const char** problem) {
+  kiln_bundle_weights_header h;
+  if (size < sizeof h) {
+    *problem = "shorter than its header (truncated, or not a Kiln weights file)";
+    return NULL;
+  }
+  memcpy(&h, image, sizeof h);
+  if (memcmp(h.magic, KILN_BUNDLE_WEIGHTS_MAGIC, 8) != 0) {
+    *problem = "not a Kiln weights file (bad magic)";
+    return NULL;
+  }
+  if (h.abi_version != KILN_BUNDLE_ABI_VERSION || h.header_bytes < sizeof h || h.header_bytes % KILN_BUNDLE_ALIGNMENT) {
+    *problem = "written for another bundle format";
+    return NULL;
+  }
+  if (h.data_bytes != d->weights_bytes) {
+    *problem = "holds another bundle's weights (size differs)";
+    return NULL;
+  }
+  if (size < h.header_bytes || size - h.header_bytes < h.data_bytes) {
+    *problem = "truncated";
+    return NULL;
+  }
+  const uint8_t* data = image + h.header_bytes;
+  if (h.checksum != d->weights_checksum || (check_sum && XXH3_64bits(data, (size_t)h.data_bytes) != h.checksum)) {
+    *problem = "corrupt or another bundle's weights (checksum differs)";
+    return NULL;
+  }
+  return data;
+}
+
+int32_t kiln_bundle_check_weights(const kiln_bundle_desc* desc, const void* image, uint64_t size) {
+  const char* problem = NULL;
+  if (!desc || !image) return KILN_BUNDLE_ERROR_ARGUMENT;
+  return weights_data(desc, (const uint8_t*)image, size, 1, &problem) ? KILN_BUNDLE_OK : KILN_BUNDLE_ERROR_WEIGHTS;
+}
+
+static int32_t read_file(kiln_bundle* b, const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) {
+    set_error(b, "cannot open the weights file", path);
+    return KILN_BUNDLE_ERROR_WEIGHTS;
+  }
+  int32_t rc = KILN_BUNDLE_OK;
+  long size = -1;
+  if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+  if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    set_error(b, "cannot read the weights file", path);
+    rc = KILN_BUNDLE_ERROR_WEIGHTS;
+  } else if (!(b->image = aligned((uint64_t)size))) {
+    set_error(b, "out of memory reading the weights file", path);
+    rc = KILN_BUNDLE_ERROR_MEMORY;
+  } else if (fread(b->image, 1, (size_t)size, f) != (size_t)size) {
+    set_error(b, "cannot read the weights file", path);
+    rc = KILN_BUNDLE_ERROR_WEIGHTS;
+  } else {
+    const char* problem = NULL;
+    b->weights = weights_data(b->desc, b->image, (uint64_t)size, 1, &problem);
+    if (!b->weights) {
+      snprintf(b->error, sizeof b->error, "weights file %s: %s", path, problem);
+      rc = KILN_BUNDLE_ERROR_WEIGHTS;
+    }
+  }
+  fclose(f);
+  return rc;
+}
+
+int32_t kiln_bundle_create(const kiln_bundle_desc* d, const char* weights_path, const void* weights, uint64_t weights_size,
+                           kiln_bundle** out) {
+  if (!out || !d) return KILN_BUNDLE_ERROR_ARGUMENT;
+  *out = NULL;
+  kiln_bundle* b = (kiln_bundle*)calloc(1, sizeof *b);
+  if (!b) return KILN_BUNDLE_ERROR_MEMORY;
+  b->desc = d;
+  int32_t rc = KILN_BUNDLE_OK;
+  if (d->embedded_weights || d->weights_bytes == 0) {
+    b->weights = d->embedded_weights; /* a path or image given anyway is ignored, as the header says */
+  } else if (weights) {
+    const char* problem = NULL;
+    b->weights = weights_data(d, (const uint8_t*)weights, weights_size, 1, &problem);
+    if (!b->weights) {
+      set_error(b, "weights in memory", problem);
+      rc = KILN_BUNDLE_ERROR_WEIGHTS;
+    }
+  } else if (weights_path) {
+    rc = read_file(b, weights_path);
+  } else {
+    set_error(b, "this bundle keeps its weights in a file: pass its path", NULL);
+    rc = KILN_BUNDLE_ERROR_WEIGHTS;
+  }
+  uint64_t arena = 0, staging = 0;
+  const int64_t largest = d->specs[d->num_specs - 1].batch;
+  for (int32_t s = 0; s < d->num_specs; ++s)
+    if ((uint64_t)d->specs[s].arena_bytes > arena) arena = (uint64_t)d->specs[s].arena_bytes;
+  for (int32_t i = 0; i < d->num_inputs + d->num_outputs; ++i) {
+    const kiln_bundle_tensor* t = i < d->num_inputs ? &d->inputs[i] : &d->outputs[i - d->num_inputs];
+    staging += round_up((uint64_t)t->item_bytes * (uint64_t)(t->batched ? largest : 1));
+  }
+  if (rc == KILN_BUNDLE_OK && (!(b->arena = aligned(arena)) || !(b->staging = aligned(staging)))) {
+    set_error(b, "out of memory for the scratch arena", NULL);
+    rc = KILN_BUNDLE_ERROR_MEMORY;
+  }
+  if (rc != KILN_BUNDLE_OK) {
+    /* The message stays readable through a handle that can only be destroyed. */
+    *out = b;
+    free(b->image);
+    b->image = NULL;
+    b->weights = NULL;
+    return rc;
+  }
+  b->ready = 1;
+  *out = b;
+  return KILN_BUNDLE_OK;
+}
+
+void kiln_bundle_destroy(kiln_bundle* b) {
+  if (!b) return;
+  free(b->image);
+  free(b->arena);
+  free(b->staging);
+  free(b);
+}
+
+const char* kiln_bundle_last_error(const kiln_bundle* b) { return b ? b->error : "no bundle"; }
+
+void kiln_bundle_set_parallel_for(kiln_bundle* b, kiln_pk_parallel_for_fn fn, void* host) {
+  if (!b) return;
+  b->threads.parallel_for = fn;
+  b->threads.host = host;
+}
+
+static int32_t spec_of(const kiln_bundle_desc* d, int64_t batch) {
+  for (int32_t s = 0; s < d->num_specs; ++s)
+    if (d->specs[s].batch == batch) return s;
+  return -1;
+}
+
+static int64_t parse_int(const char** p) {
+  int64_t v = 0;
+  int digits = 0;
+  while (**p >= '0' && **p <= '9' && digits < 12) {
+    v = v * 10 + (**p - '0');
+    ++*p;
+    ++digits;
+  }
+  return digits ? v : -1;
+}
+
+/* "5:1,4;13:8,8": batch 5 runs as batch 1 then batch 4, batch 13 as 8 and 8
+ * (the last part padded). Every part but the last is used in full. */
+int32_t kiln_bundle_set_batch_rule(kiln_bundle* b, const char* text) {
+  if (!b || !text) return KILN_BUNDLE_ERROR_ARGUMENT;
+  rule parsed[MAX_RULES];
+  int32_t n = 0;
+  const char* p = text;
+  while (*p) {
+    if (n == MAX_RULES) {
+      set_error(b, "too many batch rules (at most 16)", text);
+      return KILN_BUNDLE_ERROR_ARGUMENT;
+    }
+    rule r;
+    memset(&r, 0, sizeof r);
+    r.batch = parse_int(&p);
+    if (r.batch <= 0 || *p != ':') {
+      set_error(b, "a batch rule is BATCH:SIZE,SIZE,... (rules separated by ';')", text);
+      return KILN_BUNDLE_ERROR_ARGUMENT;
+    }
+    ++p;
+    int64_t sum = 0, last = 0;
+    for (;;) {
+      const int64_t size = parse_int(&p);
+      const int32_t s = size > 0 ? spec_of(b->desc, size) : -1;
+      if (s < 0 || r.num_parts == KILN_BUNDLE_MAX_SPECS) {
+        set_error(b, "a batch rule names a batch size this bundle was not compiled for", text);
+        return KILN_BUNDLE_ERROR_ARGUMENT;
+      }
+      r.parts[r.num_parts++] = s;
+      sum += size;
+      last = size;
+      if (*p != ',') break;
+      ++p;
+    }
+    if (sum < r.batch || sum - last >= r.batch) {
+      set_error(b, "a batch rule's sizes must add up to at least its batch, padding only the last part", text);
+      return KILN_BUNDLE_ERROR_ARGUMENT;
+    }
+    parsed[n++] = r;
+    if (*p == ';') ++p;
+    else if (*p) {
+      set_error(b, "a batch rule is BATCH:SIZE,SIZE,... (rules separated by ';')", text);
+      return KILN_BUNDLE_ERROR_ARGUMENT;
+    }
+  }
+  memcpy(b->rules, parsed, sizeof(rule) * (size_t)n);
+  b->num_rules = n;
+  return KILN_BUNDLE_OK;
+}
+
+/* The default rule: the largest compiled size that fits what is left; when
+ * none fits, the smallest compiled size, padded. */
+static int32_t next_part(const kiln_bundle_desc* d, int64_t left) {
+  for (int32_t s = d->num_specs; s-- > 0;)
+    if (d->specs[s].batch <= left) return s;
+  return 0;
+}
+
+static int32_t run_part(const kiln_bundle* b, int32_t s, int64_t first, int64_t count, const void* const* inputs,
+                        void* const* outputs) {
+  const kiln_bundle_desc* d = b->desc;
+  const kiln_bundle_spec* spec = &d->specs[s];
+  void* io[KILN_BUNDLE_MAX_IO];
+  const int padded = count < spec->batch;
+  uint8_t* stage = b->staging;
+  for (int32_t i = 0; i < d->num_inputs + d->num_outputs; ++i) {
+    const int is_input = i < d->num_inputs;
+    const kiln_bundle_tensor* t = is_input ? &d->inputs[i] : &d->outputs[i - d->num_inputs];
+    uint8_t* user = is_input ? (uint8_t*)(uintptr_t)inputs[i] : (uint8_t*)outputs[i - d->num_inputs];
+    if (!t->batched) {
+      io[i] = user;
+      continue;
+    }
+    uint8_t* at = user + (uint64_t)first * (uint64_t)t->item_bytes;
+    if (!padded) {
+      io[i] = at;
+      continue;
+    }
+    const uint64_t used = (uint64_t)count * (uint64_t)t->item_bytes;
+    if (is_input) {
+      memcpy(stage, at, used);
+      memset(stage + used, 0, (uint64_t)(spec->batch - count) * (uint64_t)t->item_bytes);
+    }
+    io[i] = stage;
+    stage += round_up((uint64_t)t->item_bytes * (uint64_t)spec->batch);
+  }
+  const kiln_pk_threads* threads = b->threads.parallel_for ? &b->threads : NULL;
+  if (spec->entry(b->weights, io, b->arena, threads) != 0) return KILN_BUNDLE_ERROR_INDEX;
+  if (padded)
+    for (int32_t o = 0; o < d->num_outputs; ++o) {
+      const kiln_bundle_tensor* t = &d->outputs[o];
+      if (t->batched)
+        memcpy((uint8_t*)outputs[o] + (uint64_t)first * (uint64_t)t->item_bytes, io[d->num_inputs + o],
+               (uint64_t)count * (uint64_t)t->item_bytes);
+    }
+  return KILN_BUNDLE_OK;
+}
+
+int32_t kiln_bundle_run(kiln_bundle* b, int64_t batch, const void* const* inputs, void* const* outputs) {
+  if (!b || !b->ready) return KILN_BUNDLE_ERROR_ARGUMENT;
+  const kiln_bundle_desc* d = b->desc;
+  if (batch <= 0 || (d->num_inputs && !inputs) || !outputs) {
+    set_error(b, "run needs a positive batch size and the input and output pointers", NULL);
+    return KILN_BUNDLE_ERROR_ARGUMENT;
+  }
+  for (int32_t i = 0; i < d->num_inputs; ++i)
+    if (!inputs[i]) {
+      set_error(b, "an input pointer is null", d->inputs[i].name);
+      return KILN_BUNDLE_ERROR_ARGUMENT;
+    }
+  for (int32_t o = 0; o < d->num_outputs; ++o)
+    if (!outputs[o]) {
+      set_error(b, "an output pointer is null", d->outputs[o].name);
+      return KILN_BUNDLE_ERROR_ARGUMENT;
+    }
+  const rule* r = NULL;
+  for (int32_t k = 0; k < b->num_rules; ++k)
+    if (b->rules[k].batch == batch) r = &b->rules[k];
+  int64_t done = 0;
+  for (int32_t part = 0; done < batch; ++part) {
+    const int32_t s = r ? (part < r->num_parts ? r->parts[part] : next_part(d, batch - done)) : next_part(d, batch - done);
+    int64_t count = d->specs[s].batch;
+    if (count > batch - done) count = batch - done;
+    const int32_t rc = run_part(b, s, done, count, inputs, outputs);
+    if (rc != KILN_BUNDLE_OK) {
+      set_error(b, "an index input is out of range", NULL);
+      return rc;
+    }
+    done += count;
+  }
+  return KILN_BUNDLE_OK;
+}
+
+int32_t kiln_bundle_run_static(const kiln_bundle_desc* d, int32_t spec, const void* weights_image, void* arena,
+                               const void* const* inputs, void* const* outputs, kiln_pk_parallel_for_fn fn, void* host) {
+  if (!d || spec < 0 || spec >= d->num_specs || !outputs || (d->specs[spec].arena_bytes && !arena) ||
+      ((uintptr_t)arena % KILN_BUNDLE_ALIGNMENT))
+    return KILN_BUNDLE_ERROR_ARGUMENT;
+  const uint8_t* weights = d->embedded_weights;
+  if (weights_image) {
+    /* The header only: checksumming every run would cost a pass over the weights. */
+    const char* problem = NULL;
+    kiln_bundle_weights_header h;
+    memcpy(&h, weights_image, sizeof h);
+    weights = weights_data(d, (const uint8_t*)weights_image, h.header_bytes + h.data_bytes, 0, &problem);
+  }
+  if (!weights && d->weights_bytes) return KILN_BUNDLE_ERROR_WEIGHTS;
+  if (((uintptr_t)weights % KILN_BUNDLE_ALIGNMENT)) return KILN_BUNDLE_ERROR_WEIGHTS;
+  void* io[KILN_BUNDLE_MAX_IO];
+  for (int32_t i = 0; i < d->num_inputs; ++i) io[i] = (void*)(uintptr_t)inputs[i];
+  for (int32_t o = 0; o < d->num_outputs; ++o) io[d->num_inputs + o] = outputs[o];
+  kiln_pk_threads threads = {fn, host};
+  return d->specs[spec].entry(weights, io, (uint8_t*)arena, fn ? &threads : NULL) ? KILN_BUNDLE_ERROR_INDEX : KILN_BUNDLE_OK;
+}

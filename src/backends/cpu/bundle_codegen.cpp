@@ -1,0 +1,176 @@
+#include "backends/cpu/bundle_codegen.hpp"
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Object/ArchiveWriter.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <set>
+
+#include "backends/cpu/codegen.hpp"
+#include "backends/cpu/portable_bitcode.hpp"
+#include "backends/cpu/bundle/bundle_abi.h"
+#include "runtime/ir/error.hpp"
+
+namespace kiln::cpu {
+
+namespace {
+
+class BundleEmitter {
+ public:
+  BundleEmitter(llvm::Module& m, const BundlePlan& plan) : m_(m), ctx_(m.getContext()), b_(ctx_), plan_(plan) {
+    ptr_ = llvm::PointerType::getUnqual(ctx_);
+    i64_ = llvm::Type::getInt64Ty(ctx_);
+    i32_ = llvm::Type::getInt32Ty(ctx_);
+  }
+
+  void emit() {
+    std::vector<llvm::Constant*> specs;
+    auto* spec_type = llvm::StructType::get(ctx_, {i64_, i64_, ptr_});
+    for (size_t s = 0; s < plan_.specs.size(); ++s) {
+      const BundleSpecialization& spec = plan_.specs[s];
+      const std::string entry = plan_.name + "_b" + std::to_string(spec.batch) + "_entry";
+      emit_bundle_entry(m_, *spec.program, entry, spec.constant_offsets);
+      specs.push_back(llvm::ConstantStruct::get(spec_type, {i(spec.batch), i(spec.program->arena_bytes), m_.getFunction(entry)}));
+    }
+    auto* tensor_type = llvm::StructType::get(ctx_, {ptr_, i64_, i32_, i32_});
+    auto tensors = [&](const std::vector<BundleTensor>& list, const char* what) -> llvm::Constant* {
+      std::vector<llvm::Constant*> items;
+      for (const auto& t : list)
+        items.push_back(llvm::ConstantStruct::get(
+            tensor_type, {string(t.name), i(t.item_bytes), i32(t.batched ? 1 : 0), i32(int32_t(t.dtype))}));
+      return global(llvm::ConstantArray::get(llvm::ArrayType::get(tensor_type, items.size()), items), what);
+    };
+    llvm::Constant* embedded = llvm::ConstantPointerNull::get(ptr_);
+    if (plan_.embedded_weights) {
+      // Typed as bytes: codegen of a large float array is ten times slower (TOOLCHAIN-FACTS.md).
+      auto* data = llvm::ConstantDataArray::getString(ctx_, *plan_.embedded_weights, false);
+      auto* g = new llvm::GlobalVariable(m_, data->getType(), true, llvm::GlobalValue::InternalLinkage, data,
+                                         plan_.name + "_weights");
+      g->setAlignment(llvm::Align(KILN_BUNDLE_ALIGNMENT));
+      embedded = g;
+    }
+    auto* desc_type = llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, i64_, i64_, ptr_});
+    desc_ = global(llvm::ConstantStruct::get(
+                       desc_type, {i32(KILN_BUNDLE_ABI_VERSION), i32(int32_t(plan_.inputs.size())),
+                                   i32(int32_t(plan_.outputs.size())), i32(int32_t(plan_.specs.size())),
+                                   tensors(plan_.inputs, "inputs"), tensors(plan_.outputs, "outputs"),
+                                   global(llvm::ConstantArray::get(llvm::ArrayType::get(spec_type, specs.size()), specs), "specs"),
+                                   i(int64_t(plan_.weights_bytes)), i(int64_t(plan_.weights_checksum)), embedded}),
+                   "desc");
+
+    // The exported API: thin calls into the runtime with this bundle's descriptor.
+    wrap("create", "kiln_bundle_create", {ptr_, ptr_}, [&](llvm::Function* f) {
+      return std::vector<llvm::Value*>{desc_, f->getArg(0), null(), i(0), f->getArg(1)};
+    });
+    wrap("create_from_memory", "kiln_bundle_create", {ptr_, i64_, ptr_}, [&](llvm::Function* f) {
+      return std::vector<llvm::Value*>{desc_, null(), f->getArg(0), f->getArg(1), f->getArg(2)};
+    });
+    wrap("check_weights", "kiln_bundle_check_weights", {ptr_, i64_}, [&](llvm::Function* f) {
+      return std::vector<llvm::Value*>{desc_, f->getArg(0), f->getArg(1)};
+    });
+    forward("destroy", "kiln_bundle_destroy");
+    forward("last_error", "kiln_bundle_last_error");
+    forward("set_parallel_for", "kiln_bundle_set_parallel_for");
+    forward("set_batch_rule", "kiln_bundle_set_batch_rule");
+    forward("run", "kiln_bundle_run");
+    for (size_t s = 0; s < plan_.specs.size(); ++s)
+      wrap("run_b" + std::to_string(plan_.specs[s].batch), "kiln_bundle_run_static", {ptr_, ptr_, ptr_, ptr_, ptr_, ptr_},
+           [&](llvm::Function* f) {
+             return std::vector<llvm::Value*>{desc_,        i32(int32_t(s)), f->getArg(0), f->getArg(1),
+                                              f->getArg(2), f->getArg(3),    f->getArg(4), f->getArg(5)};
+           });
+    // Everything else is internal: two bundles in one program do not clash.
+    for (llvm::Function& f : m_)
+      if (!f.isDeclaration() && !exported_.count(f.getName().str())) f.setLinkage(llvm::GlobalValue::InternalLinkage);
+    for (llvm::GlobalVariable& g : m_.globals())
+      if (!g.isDeclaration()) g.setLinkage(llvm::GlobalValue::InternalLinkage);
+  }
+
+ private:
+  llvm::Constant* i(int64_t v) { return llvm::ConstantInt::get(i64_, uint64_t(v)); }
+  llvm::Constant* i32(int32_t v) { return llvm::ConstantInt::get(i32_, uint64_t(uint32_t(v))); }
+  llvm::Constant* null() { return llvm::ConstantPointerNull::get(ptr_); }
+  llvm::Constant* string(const std::string& s) {
+    auto* data = llvm::ConstantDataArray::getString(ctx_, s, true);
+    return new llvm::GlobalVariable(m_, data->getType(), true, llvm::GlobalValue::PrivateLinkage, data, plan_.name + "_str");
+  }
+  llvm::GlobalVariable* global(llvm::Constant* value, const std::string& what) {
+    return new llvm::GlobalVariable(m_, value->getType(), true, llvm::GlobalValue::InternalLinkage, value,
+                                    plan_.name + "_" + what);
+  }
+
+  llvm::Function* runtime(const std::string& name) {
+    llvm::Function* f = m_.getFunction(name);
+    if (!f || f->isDeclaration()) ir::fail(ir::ErrorKind::Internal, "the bundle runtime has no '" + name + "'");
+    return f;
+  }
+
+  // NAME_<suffix>(params...) { return fn(args(f)...); }
+  template <typename Args>
+  void wrap(const std::string& suffix, const std::string& fn_name, std::vector<llvm::Type*> params, Args args) {
+    llvm::Function* fn = runtime(fn_name);
+    auto* type = llvm::FunctionType::get(fn->getReturnType(), params, false);
+    const std::string name = plan_.name + "_" + suffix;
+    auto* f = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, m_);
+    exported_.insert(name);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", f));
+    auto* result = b_.CreateCall(fn, args(f));
+    if (type->getReturnType()->isVoidTy()) b_.CreateRetVoid();
+    else b_.CreateRet(result);
+  }
+  // The same parameters (the handle first): NAME_<suffix> = fn.
+  void forward(const std::string& suffix, const std::string& fn_name) {
+    llvm::Function* fn = runtime(fn_name);
+    std::vector<llvm::Type*> params(fn->getFunctionType()->param_begin(), fn->getFunctionType()->param_end());
+    wrap(suffix, fn_name, params, [&](llvm::Function* f) {
+      std::vector<llvm::Value*> v;
+      for (auto& a : f->args()) v.push_back(&a);
+      return v;
+    });
+  }
+
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  const BundlePlan& plan_;
+  llvm::PointerType* ptr_;
+  llvm::Type *i64_, *i32_;
+  llvm::Constant* desc_ = nullptr;
+  std::set<std::string> exported_;
+};
+
+}  // namespace
+
+std::string compile_bundle(const BundlePlan& plan, const TargetCompiler& compiler) {
+  if (plan.specs.empty() || plan.specs.size() > KILN_BUNDLE_MAX_SPECS)
+    ir::fail(ir::ErrorKind::InvalidArgument, "a bundle holds 1 to " + std::to_string(KILN_BUNDLE_MAX_SPECS) + " batch sizes, not " +
+                                                 std::to_string(plan.specs.size()));
+  if (plan.inputs.size() + plan.outputs.size() > KILN_BUNDLE_MAX_IO)
+    ir::fail(ir::ErrorKind::InvalidArgument, "a bundle has at most " + std::to_string(KILN_BUNDLE_MAX_IO) + " inputs and outputs");
+  auto unit = compiler.new_module(plan.name);
+  link_bitcode(*unit.module, BitcodeLibrary::Kernels, compiler.vector_config());
+  link_bitcode(*unit.module, BitcodeLibrary::BundleRuntime);
+  BundleEmitter(*unit.module, plan).emit();
+  return compiler.compile(std::move(unit), Jit::Optimise::Full);
+}
+
+std::string static_archive(const std::string& object, const std::string& member_name) {
+  std::vector<llvm::NewArchiveMember> members(1);
+  members[0].Buf = llvm::MemoryBuffer::getMemBuffer(object, member_name, false);
+  members[0].MemberName = member_name;
+  auto archive = llvm::writeArchiveToBuffer(members, llvm::SymtabWritingMode::NormalSymtab, llvm::object::Archive::K_GNU,
+                                            /*Deterministic=*/true, /*Thin=*/false);
+  if (!archive) {
+    std::string msg;
+    llvm::raw_string_ostream os(msg);
+    os << archive.takeError();
+    ir::fail(ir::ErrorKind::Internal, "cannot write a static library: " + os.str());
+  }
+  return std::string((*archive)->getBufferStart(), (*archive)->getBufferSize());
+}
+
+}  // namespace kiln::cpu

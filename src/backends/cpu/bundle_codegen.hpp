@@ -1,0 +1,45 @@
+#pragma once
+// The object of a frozen bundle: every specialization's entry, the portable
+// kernels they call, the bundle runtime (src/backends/cpu/bundle/bundle_runtime.c)
+// and its descriptor, and the exported C API NAME_create, NAME_run, ...
+// (documented by the header the freezer writes). Nothing else is exported,
+// so several bundles link into one program.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/jit.hpp"
+#include "backends/cpu/program.hpp"
+
+namespace kiln::cpu {
+
+struct BundleTensor {
+  std::string name;
+  ir::DType dtype = ir::DType::Float32;
+  int64_t item_bytes = 0;  // one batch item, or the whole tensor when not batched
+  bool batched = true;
+};
+
+struct BundleSpecialization {
+  const Program* program = nullptr;
+  int64_t batch = 1;
+  std::vector<int64_t> constant_offsets;  // of each program constant in the weights data
+};
+
+struct BundlePlan {
+  std::string name;  // a C identifier: the prefix of every exported symbol
+  std::vector<BundleTensor> inputs, outputs;
+  std::vector<BundleSpecialization> specs;  // ascending batch sizes
+  uint64_t weights_bytes = 0;
+  uint64_t weights_checksum = 0;              // XXH3-64 of the weights data
+  const std::string* embedded_weights = nullptr;  // the data, to embed; null: a weights file
+};
+
+// Throws ir::Error: Unsupported naming a step that needs a host kernel,
+// InvalidArgument for a plan the bundle runtime cannot hold.
+std::string compile_bundle(const BundlePlan& plan, const TargetCompiler& compiler);
+
+// A static library (ar archive with a symbol table) holding one object.
+std::string static_archive(const std::string& object, const std::string& member_name);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,248 @@
+// kiln_pk_conv2d: 1x1 convolutions as plain products, depthwise ones as a
+// direct kernel, everything else as a product whose B operand is the image
+// seen through im2col, materialised sliver by sliver straight into the
+// packed layout (so the scratch holds packed panels, never a whole im2col
+// matrix).
+#include "backends/cpu/portable/gemm_matrix.hpp"
+#include "backends/cpu/portable/testing.hpp"
+#include "backends/cpu/portable/window.hpp"
+
+namespace kiln::pk {
+namespace {
+
+struct ConvShape {
+  int64_t c, h, w;  // input channels of one group, input plane
+  int64_t oh, ow;
+  int64_t kh, kw, sh, sw, pt, pl, dh, dw;
+};
+
+// Valid output columns [lo, hi) for which ix = ox * stride + offset lies in
+// [0, w), clamped to [0, n).
+KILN_PK_INLINE void valid_range(int64_t offset, int64_t stride, int64_t w, int64_t n, int64_t& lo, int64_t& hi) {
+  lo = offset >= 0 ? 0 : ceil_div(-offset, stride);
+  hi = w - 1 - offset < 0 ? 0 : (w - 1 - offset) / stride + 1;
+  if (hi > n) hi = n;
+  if (lo > hi) lo = hi;
+}
+
+// B(p, j) = x[ci, oy * sh - pt + r * dh, ox * sw - pl + t * dw] for
+// p = (ci * kh + r) * kw + t and j = oy * ow + ox, zero in the padding.
+struct Im2colB {
+  const float* x;  // this image's first channel of the group
+  ConvShape s;
+
+  template <int NRE>
+  void pack(float* __restrict dst, int64_t p0, int64_t kc, int64_t j0, int64_t cols) const {
+    // The sliver's columns as runs that stay within one output row.
+    struct Run {
+      int64_t col, len, oy, ox;
+    } runs[NRE];
+    int nruns = 0;
+    for (int64_t col = 0, oy = j0 / s.ow, ox = j0 % s.ow; col < cols; ++oy, ox = 0) {
+      const int64_t len = min64(cols - col, s.ow - ox);
+      runs[nruns++] = Run{col, len, oy, ox};
+      col += len;
+    }
+    const int64_t taps = s.kh * s.kw;
+    int64_t ci = p0 / taps, r = p0 % taps / s.kw, t = p0 % s.kw;
+    // Stride 1 and as many output columns as input ones (the "same" padded
+    // convolutions): consecutive outputs read consecutive inputs even across
+    // rows, so a sliver row whose rows are all inside the image is one copy,
+    // after which the few columns that the tap puts in the left or right
+    // padding are cleared.
+    const bool linear = s.sh == 1 && s.sw == 1 && s.ow == s.w;
+    auto copy_linear = [&](float* d, const float* plane) {
+      const int64_t first_iy = runs[0].oy - s.pt + r * s.dh, last_iy = runs[nruns - 1].oy - s.pt + r * s.dh;
+      const int64_t start = first_iy * s.w + runs[0].ox - s.pl + t * s.dw;
+      if (first_iy < 0 || last_iy >= s.h || start < 0 || start + cols > s.h * s.w) return false;
+      if (cols == NRE)
+        __builtin_memcpy(d, plane + start, sizeof(float) * NRE);
+      else
+        memcpy(d, plane + start, sizeof(float) * size_t(cols));
+      for (int q = 0; q < nruns; ++q) {
+        const int64_t ix0 = runs[q].ox - s.pl + t * s.dw;
+        float* dd = d + runs[q].col;
+        for (int64_t j = 0; j < -ix0 && j < runs[q].len; ++j) dd[j] = 0.0f;
+        for (int64_t j = max64(s.w - ix0, 0); j < runs[q].len; ++j) dd[j] = 0.0f;
+      }
+      return true;
+    };
+    auto copy_runs = [&](float* d, const float* plane) {
+      for (int q = 0; q < nruns; ++q) {
+        const Run& run = runs[q];
+        float* dd = d + run.col;
+        const int64_t iy = run.oy * s.sh - s.pt + r * s.dh;
+        if (iy < 0 || iy >= s.h) {
+          for (int64_t j = 0; j < run.len; ++j) dd[j] = 0.0f;
+          continue;
+        }
+        const float* row = plane + iy * s.w;
+        const int64_t ix0 = run.ox * s.sw - s.pl + t * s.dw;
+        int64_t lo, hi;
+        if (s.sw == 1) {
+          lo = min64(max64(-ix0, 0), run.len);
+          hi = max64(min64(s.w - ix0, run.len), lo);
+        } else {
+          valid_range(ix0, s.sw, s.w, run.len, lo, hi);
+        }
+        for (int64_t j = 0; j < lo; ++j) dd[j] = 0.0f;
+        if (s.sw == 1)
+          memcpy(dd + lo, row + ix0 + lo, sizeof(float) * size_t(hi - lo));
+        else
+          for (int64_t j = lo; j < hi; ++j) dd[j] = row[ix0 + j * s.sw];
+        for (int64_t j = hi; j < run.len; ++j) dd[j] = 0.0f;
+      }
+    };
+    for (int64_t p = 0; p < kc; ++p) {
+      float* d = dst + p * NRE;
+      const float* plane = x + ci * s.h * s.w;
+      if (!linear || !copy_linear(d, plane)) copy_runs(d, plane);
+      for (int64_t j = cols; j < NRE; ++j) d[j] = 0.0f;
+      if (++t == s.kw) {
+        t = 0;
+        if (++r == s.kh) r = 0, ++ci;
+      }
+    }
+  }
+};
+
+// Depthwise (one input channel per group, a few outputs per group) on the
+// window engine: each output is bias and residual, then the taps in (r, t)
+// order (a tap in the padding adds an exact zero), then the activation.
+struct DepthwiseOp {
+  static constexpr bool kWeighted = true;
+  const float* w;    // this output channel's kh x kw weights
+  const float* res;  // residual plane or NULL (may be y)
+  float* y;          // output plane
+  int64_t ow, kw;
+  float bias;
+  Activation act;
+
+  float pad() const { return 0.0f; }
+  float weight(int64_t r, int64_t t) const { return w[r * kw + t]; }
+  // Lanes of an overlapping vector that are already finished may read a
+  // residual that is their own output by now: finish() does not store them.
+  template <int V>
+  KILN_PK_INLINE Vec<V> init(const WindowRows& d, int64_t o, bool /*overlap*/) const {
+    Vec<V> acc = splat<V>(bias);
+    if (res) acc += load<V>(res + d.oy * ow + d.c0 + o);
+    return acc;
+  }
+  template <int V>
+  KILN_PK_INLINE Vec<V> combine(Vec<V> acc, Vec<V> x, float wv) const {
+    return acc + x * wv;
+  }
+  template <int V>
+  KILN_PK_INLINE void finish(const WindowRows& d, int64_t o, Vec<V> acc, int from) const {
+    const Vec<V> v = activate<V>(acc, act);
+    float* yp = y + d.oy * ow + d.c0 + o;
+    if (from == 0)
+      store<V>(yp, v);
+    else
+      for (int l = from; l < V; ++l) yp[l] = v[l];
+  }
+  KILN_PK_INLINE float init_one(const WindowRows& d, int64_t o) const {
+    return res ? bias + res[d.oy * ow + d.c0 + o] : bias;
+  }
+  KILN_PK_INLINE float combine_one(float acc, float x, float wv) const { return acc + x * wv; }
+  KILN_PK_INLINE void finish_one(const WindowRows& d, int64_t o, float acc) const {
+    y[d.oy * ow + d.c0 + o] = activate(acc, act);
+  }
+  void end_segment(const WindowRows&, int64_t) const {}
+};
+
+template <int W>
+void depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, const ConvShape& s,
+               const float* x, const float* weights, const float* bias, const float* residual, float* y,
+               const Activation& act) {
+  const int64_t kg = k / c, in_plane = s.h * s.w, out_plane = s.oh * s.ow;
+  const Window win{s.h, s.w, s.oh, s.ow, s.kh, s.kw, s.sh, s.sw, s.pt, s.pl, s.dh, s.dw};
+  window_planes<W>(threads, win, n * k, [&](int64_t plane, const float*& xp) {
+    const int64_t img = plane / k, o = plane - img * k;
+    xp = x + (img * c + o / kg) * in_plane;
+    return DepthwiseOp{weights + o * s.kh * s.kw, residual ? residual + plane * out_plane : nullptr,
+                       y + plane * out_plane, s.ow, s.kw, bias ? bias[o] : 0.0f, act};
+  });
+}
+
+// One input channel per group; with many outputs per group (group == c
+// == 1, say) a product is the better shape, and so is a window too large
+// for a few outputs' worth of padded rows in the window engine's ring.
+bool is_depthwise(int64_t c, int64_t k, int64_t group, int64_t kh, int64_t kw, int64_t sw, int64_t dh,
+                  int64_t dw) {
+  return group == c && k % c == 0 && k / c <= 4 && window_segment_width(kh, kw, sw, dh, dw) > 0;
+}
+
+// For one micro-kernel variant V (see with_variant).
+template <class V>
+void conv2d_variant(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int64_t group,
+                    const ConvShape& s, const float* x, const float* weights, const float* bias,
+                    const float* residual, float* y, const Activation& act, void* scratch) {
+  if (is_depthwise(c, k, group, s.kh, s.kw, s.sw, s.dh, s.dw))
+    return depthwise<V::W>(threads, n, c, k, s, x, weights, bias, residual, y, act);
+  const int64_t cg = s.c, kg = k / group;
+  const int64_t out_plane = s.oh * s.ow, in_plane = s.h * s.w, depth = cg * s.kh * s.kw;
+  const bool pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 &&
+                         s.oh == s.h && s.ow == s.w;
+  Problem pr;
+  pr.m = kg, pr.n = out_plane, pr.k = depth;
+  pr.lda = depth, pr.trans_a = false, pr.alpha = 1.0f;
+  pr.ldc = out_plane;
+  pr.bias_rs = 1, pr.bias_cs = 0, pr.beta = 1.0f;
+  pr.act = act;
+  for (int64_t img = 0; img < n; ++img)
+    for (int64_t g = 0; g < group; ++g) {
+      pr.a = weights + g * kg * depth;
+      pr.c = y + (img * k + g * kg) * out_plane;
+      pr.residual = residual ? residual + (img * k + g * kg) * out_plane : nullptr;
+      pr.bias = bias ? bias + g * kg : nullptr;
+      const float* xg = x + (img * c + g * cg) * in_plane;
+      float* work = static_cast<float*>(scratch);
+      if (pointwise)
+        gemm_matrix<V>(threads, pr, MatrixB{xg, in_plane, false}, work);
+      else
+        gemm_packed<V::W, V::MR, V::NV>(threads, pr, Im2colB{xg, s}, work);
+    }
+}
+
+}  // namespace
+
+void conv2d_with_config(Config cfg, const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t h,
+                        int64_t w, int64_t k, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t stride_h,
+                        int64_t stride_w, int64_t pad_t, int64_t pad_l, int64_t dilation_h, int64_t dilation_w,
+                        int64_t group, const float* x, const float* weights, const float* bias,
+                        const float* residual, float* y, int32_t act, float act_alpha, float act_beta,
+                        void* scratch) {
+  if (n <= 0 || k <= 0 || oh <= 0 || ow <= 0 || group <= 0) return;
+  const ConvShape s{c / group, h, w, oh, ow, kh, kw, stride_h, stride_w, pad_t, pad_l, dilation_h, dilation_w};
+  const Activation a{act, act_alpha, act_beta};
+  with_variant(cfg, [&](auto variant) {
+    conv2d_variant<decltype(variant)>(threads, n, c, k, group, s, x, weights, bias, residual, y, a, scratch);
+  });
+}
+
+}  // namespace kiln::pk
+
+extern "C" {
+
+void kiln_pk_conv2d(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
+                    int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w,
+                    int64_t pad_t, int64_t pad_l, int64_t dilation_h, int64_t dilation_w, int64_t group,
+                    const float* x, const float* weights, const float* bias, const float* residual, float* y,
+                    int32_t act, float act_alpha, float act_beta, void* scratch) {
+  kiln::pk::conv2d_with_config(kiln::pk::target_config(), threads, n, c, h, w, k, oh, ow, kh, kw, stride_h, stride_w,
+                               pad_t, pad_l, dilation_h, dilation_w, group, x, weights, bias, residual, y, act,
+                               act_alpha, act_beta, scratch);
+}
+
+size_t kiln_pk_conv2d_scratch_bytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t oh, int64_t ow,
+                                    int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t dilation_h,
+                                    int64_t dilation_w, int64_t group) {
+  if (n <= 0 || k <= 0 || oh <= 0 || ow <= 0 || group <= 0) return 0;
+  if (kiln::pk::is_depthwise(c, k, group, kh, kw, stride_w, dilation_h, dilation_w)) return 0;
+  // Pads are not arguments, so this covers both the plain-product path of
+  // 1x1 convolutions and the im2col one.
+  return size_t(kiln::pk::gemm_scratch_floats(k / group, oh * ow, c / group * kh * kw)) * sizeof(float);
+}
+
+}  // extern "C"

@@ -1,0 +1,383 @@
+// The GEMM engine shared by kiln_pk_gemm and kiln_pk_conv2d: operand
+// packing, register-blocked micro-kernels with the epilogue fused into their
+// stores, cache blocking and the parallel schedule. Internal: the C ABI is
+// kernels.h.
+//
+// Layout of one product (all row-major): C[m x n] (ldc) from A[m x k] and a
+// B source [k x n] that knows how to pack itself (a matrix, or an image seen
+// through im2col).
+#ifndef KILN_PORTABLE_GEMM_IMPL_HPP
+#define KILN_PORTABLE_GEMM_IMPL_HPP
+
+#include "backends/cpu/portable/activation.hpp"
+#include "backends/cpu/portable/config.hpp"
+#include "backends/cpu/portable/parallel.hpp"
+#include "backends/cpu/portable/simd.hpp"
+
+#define KILN_PK_UNROLL _Pragma("GCC unroll 16")
+
+namespace kiln::pk {
+
+// Blocking. These bound the scratch of every variant, so they are constants
+// and not functions of the target: a scratch size must not depend on it.
+constexpr int64_t kMaxMR = 8;     // tallest micro-tile of any variant
+constexpr int64_t kMaxNR = 48;    // widest micro-tile of any variant
+constexpr int64_t kKC = 384;      // depth of a packed panel (k is split into equal panels of at most this)
+constexpr int64_t kMC = 448;      // rows of A packed at once: kc x MC stays in L2
+constexpr int64_t kNC = 3072;     // columns of B packed at once: kc x NC stays in L3
+constexpr int64_t kSmallM = 4;    // at most this many rows (or columns): no packing, see gemm_small
+
+struct Problem {
+  int64_t m, n, k;
+  const float* a;
+  int64_t lda;
+  bool trans_a;
+  float alpha;
+  float* c;
+  int64_t ldc;
+  const float* residual;  // NULL or C's layout (ldc); may be c itself
+  const float* bias;      // bias(i, j) = bias[i * bias_rs + j * bias_cs]
+  int64_t bias_rs, bias_cs;
+  float beta;
+  Activation act;
+};
+
+// Floats of scratch the packed path needs for an m x n x k product, for
+// every variant (see the layout in gemm_packed).
+KILN_PK_INLINE int64_t packed_scratch_floats(int64_t m, int64_t n, int64_t k) {
+  const int64_t kc = min64(k, kKC);
+  return round_up((min64(m, kMC) + kMaxMR) * kc, 16) + (min64(n, kNC) + kMaxNR) * kc;
+}
+
+// --- packing -----------------------------------------------------------------
+
+// rows (<= MRE) rows of A from row i0, columns p0 .. p0 + kc, as kc groups of
+// MRE values (the rows of one k step), zero-padded, scaled by alpha (so the
+// micro-kernel needs no multiply at the end).
+template <int MRE>
+inline void pack_a(float* __restrict dst, const Problem& pr, int64_t i0, int64_t rows, int64_t p0, int64_t kc) {
+  const float alpha = pr.alpha;
+  if (pr.trans_a) {
+    for (int64_t p = 0; p < kc; ++p) {
+      const float* src = pr.a + (p0 + p) * pr.lda + i0;
+      float* d = dst + p * MRE;
+      if (rows == MRE) {
+        KILN_PK_UNROLL
+        for (int i = 0; i < MRE; ++i) d[i] = src[i] * alpha;
+      } else {
+        for (int64_t i = 0; i < rows; ++i) d[i] = src[i] * alpha;
+        for (int64_t i = rows; i < MRE; ++i) d[i] = 0.0f;
+      }
+    }
+    return;
+  }
+  const float* rowp[MRE];
+  for (int64_t i = 0; i < MRE; ++i) rowp[i] = pr.a + (i0 + (i < rows ? i : 0)) * pr.lda + p0;
+  if (rows == MRE) {
+    for (int64_t p = 0; p < kc; ++p) {
+      KILN_PK_UNROLL
+      for (int i = 0; i < MRE; ++i) dst[p * MRE + i] = rowp[i][p] * alpha;
+    }
+  } else {
+    for (int64_t p = 0; p < kc; ++p) {
+      for (int64_t i = 0; i < rows; ++i) dst[p * MRE + i] = rowp[i][p] * alpha;
+      for (int64_t i = rows; i < MRE; ++i) dst[p * MRE + i] = 0.0f;
+    }
+  }
+}
+
+// B as a matrix: B(p, j) = b[p * ldb + j], or b[j * ldb + p] when trans.
+struct MatrixB {
+  const float* b;
+  int64_t ldb;
+  bool trans;
+
+  // kc x cols of B from (p0, j0) as kc rows of NRE floats, zero-padded.
+  template <int NRE>
+  void pack(float* __restrict dst, int64_t p0, int64_t kc, int64_t j0, int64_t cols) const {
+    if (!trans) {
+      const float* src = b + p0 * ldb + j0;
+      if (cols == NRE) {
+        for (int64_t p = 0; p < kc; ++p) memcpy(dst + p * NRE, src + p * ldb, sizeof(float) * NRE);
+      } else {
+        for (int64_t p = 0; p < kc; ++p) {
+          memcpy(dst + p * NRE, src + p * ldb, sizeof(float) * size_t(cols));
+          memset(dst + p * NRE + cols, 0, sizeof(float) * size_t(NRE - cols));
+        }
+      }
+      return;
+    }
+    // Column by column: reads stay sequential, the writes are strided but
+    // within the kc x NRE sliver, which is cache-resident.
+    for (int64_t j = 0; j < cols; ++j) {
+      const float* src = b + (j0 + j) * ldb + p0;
+      for (int64_t p = 0; p < kc; ++p) dst[p * NRE + j] = src[p];
+    }
+    if (cols < NRE)
+      for (int64_t p = 0; p < kc; ++p)
+        for (int64_t j = cols; j < NRE; ++j) dst[p * NRE + j] = 0.0f;
+  }
+};
+
+// --- micro-kernel and epilogue -----------------------------------------------
+
+enum : int { kFirstPanel = 1, kLastPanel = 2 };
+
+// bias(i, j .. j + W) * beta for one vector of a row.
+template <int W>
+KILN_PK_INLINE Vec<W> bias_vector(const Problem& pr, int64_t i, int64_t j, int64_t count) {
+  const float* row = pr.bias + i * pr.bias_rs;
+  if (pr.bias_cs == 0) return splat<W>(row[0] * pr.beta);
+  Vec<W> v;
+  if (pr.bias_cs == 1 && count == W) {
+    v = load<W>(row + j);
+  } else {
+    v = Vec<W>{};
+    for (int64_t l = 0; l < count; ++l) v[l] = row[(j + l) * pr.bias_cs];
+  }
+  return v * pr.beta;
+}
+
+// Finishes `count` (<= W) values of row i from column j: the panel's sum
+// `acc`, plus what the phase says, stored to C.
+template <int W>
+KILN_PK_INLINE void finish_vector(const Problem& pr, int phase, int64_t i, int64_t j, int64_t count, Vec<W> v) {
+  float* cp = pr.c + i * pr.ldc + j;
+  const bool full = count == W;
+  if (phase & kFirstPanel) {
+    if (pr.bias) v += bias_vector<W>(pr, i, j, count);
+    if (pr.residual) {
+      const float* rp = pr.residual + i * pr.ldc + j;
+      v += full ? load<W>(rp) : load_partial<W>(rp, count, 0.0f);
+    }
+  } else {
+    v += full ? load<W>(cp) : load_partial<W>(cp, count, 0.0f);
+  }
+  if (phase & kLastPanel) v = activate<W>(v, pr.act);
+  if (full)
+    store<W>(cp, v);
+  else
+    store_partial<W>(cp, v, count);
+}
+
+// Finishes rows x cols of C at (i0, j0) from the panel sums in `tile`
+// (rows of ld floats). Out of line and not unrolled: one copy per vector
+// width instead of one per micro-kernel and per tile row.
+template <int W>
+void finish_tile(const Problem& pr, int phase, const float* tile, int64_t ld, int64_t i0, int64_t rows, int64_t j0,
+                 int64_t cols) {
+  const bool first = phase & kFirstPanel, last = phase & kLastPanel;
+  const bool relu = last && pr.act.kind == KILN_PK_ACT_RELU;
+  // The common epilogues (a convolution's per-row bias, a residual, ReLU) on
+  // whole vectors, with every decision taken once per tile: the general
+  // path below costs as much as a short k loop.
+  if (cols % W == 0 && (!last || pr.act.kind == KILN_PK_ACT_NONE || relu) &&
+      (!first || !pr.bias || pr.bias_cs == 0 || pr.bias_cs == 1)) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t gi = i0 + i;
+      float* cp = pr.c + gi * pr.ldc + j0;
+      const float* src = tile + i * ld;
+      const float* rp = first && pr.residual ? pr.residual + gi * pr.ldc + j0 : nullptr;
+      const bool bias_row = first && pr.bias && pr.bias_cs == 0;
+      const float* bias_cols = first && pr.bias && pr.bias_cs == 1 ? pr.bias + gi * pr.bias_rs + j0 : nullptr;
+      const Vec<W> bias = splat<W>(bias_row ? pr.bias[gi * pr.bias_rs] * pr.beta : 0.0f);
+      for (int64_t j = 0; j < cols; j += W) {
+        Vec<W> v = load<W>(src + j);
+        if (first) {
+          if (bias_row) v += bias;
+          if (bias_cols) v += load<W>(bias_cols + j) * pr.beta;
+          if (rp) v += load<W>(rp + j);
+        } else {
+          v += load<W>(cp + j);
+        }
+        if (relu) v = v > 0.0f ? v : Vec<W>{};
+        store<W>(cp + j, v);
+      }
+    }
+    return;
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; j += W)
+      finish_vector<W>(pr, phase, i0 + i, j0 + j, min64(W, cols - j), load<W>(tile + i * ld + j));
+}
+
+// One MR x (NV * W) tile of C over one kc panel: a and b are the packed
+// slivers. rows / cols <= the tile say how much of it is inside C.
+template <int W, int MR, int NV>
+__attribute__((noinline)) void compute_tile(const Problem& pr, int phase, int64_t kc, const float* __restrict a,
+                                            const float* __restrict b, int64_t i0, int64_t rows, int64_t j0,
+                                            int64_t cols) {
+  constexpr int NR = NV * W;
+  Vec<W> acc[MR][NV];
+  KILN_PK_UNROLL
+  for (int i = 0; i < MR; ++i)
+    KILN_PK_UNROLL
+    for (int v = 0; v < NV; ++v) acc[i][v] = Vec<W>{};
+  for (int64_t p = 0; p < kc; ++p) {
+    Vec<W> bv[NV];
+    KILN_PK_UNROLL
+    for (int v = 0; v < NV; ++v) bv[v] = load<W>(b + v * W);
+    KILN_PK_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      const float av = a[i];
+      KILN_PK_UNROLL
+      for (int v = 0; v < NV; ++v) acc[i][v] += bv[v] * av;
+    }
+    a += MR;
+    b += NR;
+  }
+  float tile[MR * NR] __attribute__((aligned(64)));
+  KILN_PK_UNROLL
+  for (int i = 0; i < MR; ++i)
+    KILN_PK_UNROLL
+    for (int v = 0; v < NV; ++v) store<W>(tile + i * NR + v * W, acc[i][v]);
+  finish_tile<W>(pr, phase, tile, NR, i0, rows, j0, cols);
+}
+
+// Edge slivers use shorter tiles so that a few leftover rows or columns do
+// not cost a whole tile of multiplications by zero.
+template <int MR>
+KILN_PK_INLINE int edge_height(int64_t rows) {
+  constexpr int half = (MR + 1) / 2, quarter = (MR + 3) / 4;
+  return rows <= quarter ? quarter : rows <= half ? half : MR;
+}
+
+template <int W, int MR, int NV>
+KILN_PK_INLINE void compute_tile_nv(int nv, const Problem& pr, int phase, int64_t kc, const float* a, const float* b,
+                                    int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+  if constexpr (NV > 1) {
+    if (nv < NV) return compute_tile_nv<W, MR, NV - 1>(nv, pr, phase, kc, a, b, i0, rows, j0, cols);
+  }
+  compute_tile<W, MR, NV>(pr, phase, kc, a, b, i0, rows, j0, cols);
+}
+
+template <int W, int MR, int NV>
+KILN_PK_INLINE void compute_tile_any(int mr, int nv, const Problem& pr, int phase, int64_t kc, const float* a,
+                                     const float* b, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+  constexpr int half = (MR + 1) / 2, quarter = (MR + 3) / 4;
+  if (mr == MR)
+    compute_tile_nv<W, MR, NV>(nv, pr, phase, kc, a, b, i0, rows, j0, cols);
+  else if (mr == half)
+    compute_tile_nv<W, half, NV>(nv, pr, phase, kc, a, b, i0, rows, j0, cols);
+  else
+    compute_tile_nv<W, quarter, NV>(nv, pr, phase, kc, a, b, i0, rows, j0, cols);
+}
+
+template <int MR>
+KILN_PK_INLINE void pack_a_any(int mr, float* dst, const Problem& pr, int64_t i0, int64_t rows, int64_t p0,
+                               int64_t kc) {
+  constexpr int half = (MR + 1) / 2, quarter = (MR + 3) / 4;
+  if (mr == MR)
+    pack_a<MR>(dst, pr, i0, rows, p0, kc);
+  else if (mr == half)
+    pack_a<half>(dst, pr, i0, rows, p0, kc);
+  else
+    pack_a<quarter>(dst, pr, i0, rows, p0, kc);
+}
+
+template <int W, int NV, class BSource>
+KILN_PK_INLINE void pack_b_any(int nv, const BSource& bsrc, float* dst, int64_t p0, int64_t kc, int64_t j0,
+                               int64_t cols) {
+  if constexpr (NV > 1) {
+    if (nv < NV) return pack_b_any<W, NV - 1>(nv, bsrc, dst, p0, kc, j0, cols);
+  }
+  bsrc.template pack<NV * W>(dst, p0, kc, j0, cols);
+}
+
+// --- the packed product ------------------------------------------------------
+
+// Loops, outer to inner: row chunks of MC, k panels of kc, column chunks of
+// NC; per (chunk, panel, chunk) one parallel step packs B's slivers (and, for
+// the first column chunk, A's), the next computes the tiles. The tiles of a
+// step are independent and each element's sum runs panel after panel in a
+// fixed order, so the result is the same however the steps are split.
+template <int W, int MR, int NV, class BSource>
+void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSource& bsrc, float* scratch) {
+  constexpr int NR = NV * W;
+  static_assert(MR <= kMaxMR && NR <= kMaxNR, "scratch bounds");
+  const int64_t m = pr.m, n = pr.n, k = pr.k;
+  const int64_t panels = ceil_div(k, kKC);
+  const int64_t kc_max = ceil_div(k, panels);
+  const int64_t mc = (kMC / MR) * MR;
+  float* const apack = scratch;
+  float* const bpack = scratch + round_up((min64(m, kMC) + kMaxMR) * min64(k, kKC), 16);
+
+  for (int64_t i0 = 0; i0 < m; i0 += mc) {
+    const int64_t rows = min64(mc, m - i0);
+    const int64_t mt = ceil_div(rows, MR);
+    for (int64_t q = 0; q < panels; ++q) {
+      const int64_t p0 = q * kc_max;
+      const int64_t kc = min64(kc_max, k - p0);
+      const int phase = (q == 0 ? kFirstPanel : 0) | (q == panels - 1 ? kLastPanel : 0);
+      for (int64_t j0 = 0; j0 < n; j0 += kNC) {
+        const int64_t cols = min64(kNC, n - j0);
+        const int64_t nt = ceil_div(cols, NR);
+        const int64_t a_items = j0 == 0 ? mt : 0;
+        parallel_for_grain(threads, a_items + nt, grain_for(kc * NR), [&](int64_t begin, int64_t end) {
+          for (int64_t t = begin; t < end; ++t) {
+            if (t < a_items) {
+              const int64_t r = min64(MR, rows - t * MR);
+              pack_a_any<MR>(edge_height<MR>(r), apack + t * MR * kc, pr, i0 + t * MR, r, p0, kc);
+            } else {
+              const int64_t jt = t - a_items;
+              const int64_t c = min64(NR, cols - jt * NR);
+              pack_b_any<W, NV>(int(ceil_div(c, W)), bsrc, bpack + jt * NR * kc, p0, kc, j0 + jt * NR, c);
+            }
+          }
+        });
+        // Column-sliver-major: a thread's consecutive tiles share the B
+        // sliver (L1) and walk the A chunk (L2).
+        parallel_for_grain(threads, mt * nt, grain_for(2 * MR * NR * kc), [&](int64_t begin, int64_t end) {
+          for (int64_t t = begin; t < end; ++t) {
+            const int64_t jt = t / mt, it = t - jt * mt;
+            const int64_t r = min64(MR, rows - it * MR), c = min64(NR, cols - jt * NR);
+            compute_tile_any<W, MR, NV>(edge_height<MR>(r), int(ceil_div(c, W)), pr, phase, kc,
+                                        apack + it * MR * kc, bpack + jt * NR * kc, i0 + it * MR, r,
+                                        j0 + jt * NR, c);
+          }
+        });
+      }
+    }
+  }
+}
+
+// A micro-kernel variant: W-lane vectors, MR x (NV * W) tiles.
+template <int W_, int MR_, int NV_>
+struct Variant {
+  static constexpr int W = W_, MR = MR_, NV = NV_;
+};
+
+// Calls f(Variant<...>{}) with the variant for a target: as many
+// accumulators as the registers allow, leaving room for the B vectors and
+// the broadcast A value. The one place the configuration is read: below it,
+// kernels are templates of the variant.
+template <class F>
+KILN_PK_INLINE void with_variant(Config cfg, F&& f) {
+  if (cfg.vector_bytes >= 64) {
+    // 8 x 48 measured ahead of 14 x 32, 12 x 32 and 6 x 64 on Zen 5.
+    if (cfg.vector_registers >= 32)
+      f(Variant<16, 8, 3>{});  // 24 accumulators
+    else
+      f(Variant<16, 6, 2>{});
+  } else if (cfg.vector_bytes >= 32) {
+    if (cfg.vector_registers >= 32)
+      f(Variant<8, 8, 3>{});
+    else
+      f(Variant<8, 6, 2>{});  // 12 accumulators, the AVX2 classic
+  } else {
+    if (cfg.vector_registers >= 32)
+      f(Variant<4, 8, 3>{});  // NEON: 24 accumulators
+    else
+      f(Variant<4, 6, 2>{});
+  }
+}
+
+// Every output once, from a zero sum (k == 0).
+void gemm_no_k(const Problem& pr);
+
+// Scratch of gemm_matrix (gemm_matrix.hpp) for an m x n x k product.
+int64_t gemm_scratch_floats(int64_t m, int64_t n, int64_t k);
+
+}  // namespace kiln::pk
+
+#endif

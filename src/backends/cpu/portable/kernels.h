@@ -1,0 +1,149 @@
+/* The portable kernel library: plain C++ compiled twice, to LLVM bitcode
+ * (embedded in libkiln, linked into every specialization built with
+ * portable kernels, inlined and specialised on constant shapes) and to host
+ * code (scratch sizes at lowering time, unit tests).
+ *
+ * Contract, for every kernel:
+ * - float32, dense row-major tensors unless a stride says otherwise;
+ * - no allocation, no threads, no libstdc++: what a kernel needs beyond its
+ *   operands is `scratch`, of at least the bytes its *_scratch_bytes function
+ *   returns for the same shape (64-byte aligned; a pure function of the
+ *   shape, never of the thread count or target);
+ * - parallel work goes through `threads` (NULL, or a NULL parallel_for, is
+ *   serial); the result does not depend on how the host splits the range;
+ * - the only external symbols the bitcode may reference are memcpy, memset,
+ *   memmove and libm functions.
+ *
+ * Changing a signature or a layout here changes compiled objects: bump the
+ * cpu backend's version with it. */
+#ifndef KILN_PORTABLE_KERNELS_H
+#define KILN_PORTABLE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Runs fn(task, begin, end) over disjoint ranges that cover [0, n), possibly
+ * at the same time on several threads, and returns when all are done. */
+typedef void (*kiln_pk_task_fn)(void* task, int64_t begin, int64_t end);
+typedef void (*kiln_pk_parallel_for_fn)(void* host, int64_t n, kiln_pk_task_fn fn, void* task);
+typedef struct kiln_pk_threads {
+  kiln_pk_parallel_for_fn parallel_for; /* NULL: serial */
+  void* host;                           /* passed back to parallel_for */
+} kiln_pk_threads;
+
+/* Activation applied last in an epilogue (after bias and residual). */
+enum {
+  KILN_PK_ACT_NONE = 0,
+  KILN_PK_ACT_RELU = 1,
+  KILN_PK_ACT_CLIP = 2,       /* min(max(x, alpha), beta) */
+  KILN_PK_ACT_LEAKY_RELU = 3, /* x >= 0 ? x : alpha * x */
+  KILN_PK_ACT_SIGMOID = 4,
+  KILN_PK_ACT_TANH = 5,
+  KILN_PK_ACT_HARD_SIGMOID = 6, /* max(0, min(1, alpha * x + beta)) */
+  KILN_PK_ACT_HARD_SWISH = 7,   /* x * max(0, min(1, x / 6 + 1/2)) */
+  KILN_PK_ACT_SILU = 8,         /* x * sigmoid(x) */
+  KILN_PK_ACT_GELU_ERF = 9      /* 0.5 x (1 + erf(x / sqrt 2)) */
+};
+
+/* Batched matrix product with an epilogue:
+ *   C[b](m, n) = act(alpha * sum_k A[b](m, k) B[b](k, n)
+ *                    + beta * bias(m * bias_rs + n * bias_cs)
+ *                    + (residual ? residual[b * stride_c + m * ldc + n] : 0))
+ * A[b](m, k) is a[b * stride_a + m * lda + k], or a[b * stride_a + k * lda + m]
+ * when trans_a; B likewise with trans_b. A batch stride of 0 broadcasts the
+ * operand over the batch. bias may be NULL (then beta is ignored); a bias
+ * stride of 0 broadcasts it along that dimension. The residual has C's
+ * layout (it may alias C). */
+void kiln_pk_gemm(const kiln_pk_threads* threads, int64_t batch, int64_t m, int64_t n, int64_t k,
+                  const float* a, int64_t lda, int64_t stride_a, int32_t trans_a,
+                  const float* b, int64_t ldb, int64_t stride_b, int32_t trans_b,
+                  float* c, int64_t ldc, int64_t stride_c,
+                  float alpha, const float* bias, int64_t bias_rs, int64_t bias_cs, float beta,
+                  const float* residual, int32_t act, float act_alpha, float act_beta, void* scratch);
+size_t kiln_pk_gemm_scratch_bytes(int64_t batch, int64_t m, int64_t n, int64_t k);
+
+/* 2-D convolution (ONNX Conv on NCHW; a 1-D conv is h = kh = 1), grouped and
+ * depthwise included. x: [n, c, h, w]; w: [k, c / group, kh, kw];
+ * bias: [k] or NULL; residual: NULL or y's shape (may alias y);
+ * y: [n, k, oh, ow] = act(conv + bias + residual). pad_t / pad_l are the
+ * leading pads; trailing pads follow from oh / ow. */
+void kiln_pk_conv2d(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t h, int64_t w,
+                    int64_t k, int64_t oh, int64_t ow, int64_t kh, int64_t kw,
+                    int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l,
+                    int64_t dilation_h, int64_t dilation_w, int64_t group,
+                    const float* x, const float* weights, const float* bias, const float* residual, float* y,
+                    int32_t act, float act_alpha, float act_beta, void* scratch);
+size_t kiln_pk_conv2d_scratch_bytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t oh,
+                                    int64_t ow, int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w,
+                                    int64_t dilation_h, int64_t dilation_w, int64_t group);
+
+/* Pooling over `planes` independent h x w planes (n * c for NCHW); window
+ * positions outside the input are skipped (max) or, for average, counted
+ * only when count_include_pad. */
+void kiln_pk_max_pool2d(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh,
+                        int64_t ow, int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t,
+                        int64_t pad_l, int64_t dilation_h, int64_t dilation_w, const float* x, float* y);
+void kiln_pk_avg_pool2d(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh,
+                        int64_t ow, int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t,
+                        int64_t pad_l, int32_t count_include_pad, const float* x, float* y);
+/* y[p] = mean (or max) of x[p * size .. p * size + size). */
+void kiln_pk_global_pool(const kiln_pk_threads* threads, int64_t planes, int64_t size, int32_t is_max,
+                         const float* x, float* y);
+
+/* Reductions of x viewed as [outer, len, inner] over the middle axis, into
+ * y: [outer, inner]. */
+enum {
+  KILN_PK_REDUCE_SUM = 0,
+  KILN_PK_REDUCE_MEAN = 1,
+  KILN_PK_REDUCE_MAX = 2,
+  KILN_PK_REDUCE_MIN = 3,
+  KILN_PK_REDUCE_PROD = 4,
+  KILN_PK_REDUCE_SUM_SQUARE = 5,
+  KILN_PK_REDUCE_L1 = 6,
+  KILN_PK_REDUCE_L2 = 7,
+  KILN_PK_REDUCE_LOG_SUM_EXP = 8
+};
+void kiln_pk_reduce(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, int32_t op,
+                    const float* x, float* y);
+
+/* Softmax (or LogSoftmax when is_log) of x viewed as [outer, len, inner]
+ * along the middle axis; numerically stable (max subtracted). */
+void kiln_pk_softmax(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, int32_t is_log,
+                     const float* x, float* y);
+
+/* Layer normalisation of each of `rows` rows of `cols` values:
+ * y = (x - mean) / sqrt(var + epsilon) * scale + bias; scale and bias have
+ * `cols` values, either may be NULL (1 and 0). */
+void kiln_pk_layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, float epsilon,
+                        const float* x, const float* scale, const float* bias, float* y);
+
+/* Copies a strided view of any element size densely into dst:
+ * dst[i0, ..., i(rank-1)] = src[offset + sum i_d * src_strides[d]], with
+ * dims, strides and offset in elements (strides may be negative or 0).
+ * rank <= 8. Transpose, Slice, Expand. */
+void kiln_pk_strided_copy(const kiln_pk_threads* threads, int32_t rank, const int64_t* dims,
+                          const int64_t* src_strides, int64_t offset, int64_t element_size, const void* src,
+                          void* dst);
+
+/* rows x row_bytes from src (rows src_stride bytes apart) to dst (rows
+ * dst_stride bytes apart): one input of a Concat, a plain copy (rows = 1). */
+void kiln_pk_copy_rows(const kiln_pk_threads* threads, int64_t rows, int64_t row_bytes, const void* src,
+                       int64_t src_stride, void* dst, int64_t dst_stride);
+
+/* Gather along an axis: data viewed as [outer, axis_dim, inner_bytes],
+ * indices (int32, or int64 when index_is_64) counted from the end when
+ * negative; dst: [outer, num_indices, inner_bytes]. Returns 0, or 1 + the
+ * position of the first index out of [-axis_dim, axis_dim) (dst is then
+ * unspecified). */
+int64_t kiln_pk_gather(const kiln_pk_threads* threads, int64_t outer, int64_t axis_dim, int64_t inner_bytes,
+                       int64_t num_indices, int32_t index_is_64, const void* indices, const void* data, void* dst);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_PORTABLE_KERNELS_H */

@@ -1,0 +1,32 @@
+#pragma once
+// The text files of a bundle: NAME.h, which documents and declares its C API,
+// and README.md, which says how to link it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/ir/dtype.hpp"
+#include "runtime/ir/tensor.hpp"
+
+namespace kiln::cache {
+
+struct BundleDescription {
+  struct Tensor {
+    std::string name;
+    ir::DType dtype = ir::DType::Float32;
+    ir::Dims dims;  // at the smallest batch size
+    bool batched = true;
+    int64_t item_bytes = 0;
+  };
+  std::string name, model, model_hash, triple, cpu, object_file;
+  bool embedded_weights = false;
+  int64_t weights_bytes = 0;
+  std::vector<int64_t> batch_sizes;  // ascending
+  std::vector<int64_t> arena_bytes;  // per batch size
+  std::vector<Tensor> inputs, outputs;
+};
+
+std::string bundle_header(const BundleDescription& d);
+std::string bundle_readme(const BundleDescription& d);
+
+}  // namespace kiln::cache

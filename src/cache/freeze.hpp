@@ -1,0 +1,44 @@
+#pragma once
+// `kiln aot-freeze`: a model's specializations for several batch sizes,
+// compiled with the portable kernels for a target machine into a bundle
+// that needs nothing but libc and libm: DIR/NAME.h, DIR/NAME.o (or
+// DIR/libNAME.a), DIR/NAME.weights.bin (unless embedded), DIR/README.md.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/jit.hpp"
+#include "runtime/ir/graph.hpp"
+
+namespace kiln::cache {
+
+struct FreezeRequest {
+  std::string output_dir;
+  std::string name;  // C identifier prefixing every symbol; "" = the model file's stem
+  // Input shapes; a batched input's axis 0 is replaced by each batch size.
+  std::map<std::string, ir::Dims> shapes;
+  std::map<std::string, int64_t> dims;  // values of symbolic dims other than the batch
+  std::vector<int64_t> batch_sizes{1};
+  cpu::Target target;  // empty triple: this machine (its CPU unless target.cpu says otherwise)
+  bool embed_weights = false;
+  bool static_library = false;  // libNAME.a instead of NAME.o
+  std::function<void(const std::string&)> progress;  // one line per stage
+};
+
+struct FreezeResult {
+  std::string name, triple, cpu;
+  std::vector<int64_t> batch_sizes;
+  std::vector<std::string> files;
+  int64_t object_bytes = 0;   // NAME.o (or the archive), embedded weights included
+  int64_t weights_bytes = 0;  // the weights data
+  double seconds = 0;
+};
+
+// Throws ir::Error: InvalidArgument for a bad request (unknown input, shape
+// or target, a name that is not a C identifier), Unsupported naming the nodes
+// the portable kernels cannot run, Io when the files cannot be written.
+FreezeResult freeze(const ir::Model& model, const FreezeRequest& request);
+
+}  // namespace kiln::cache

@@ -1,0 +1,94 @@
+// kiln aot-freeze MODEL -o DIR [--name NAME] [--shape NAME=DIMS]...
+//   [--batch-sizes 1,8,32] [--target TRIPLE] [--cpu NAME] [--weights embed|file]
+//   [--kernels portable|native] [--format object|static]: a bundle that links
+// into a C, C++ or Rust program with nothing but libc and libm.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "kiln/kiln.hpp"
+
+namespace kiln::cli {
+
+namespace {
+
+struct FreezeArgs {
+  std::string model, output_dir, name, target, cpu, weights = "file", kernels = "portable", format = "object";
+  std::vector<std::string> shapes, dims;
+  std::vector<int64_t> batch_sizes{1};
+  bool json = false;
+};
+
+void freeze(const FreezeArgs& args) {
+  RuntimeOptions opts;
+  opts.cache = false;  // nothing runs: the model is only read
+  Runtime runtime(opts);
+  Model model = Model::load(runtime, args.model);
+  Model::FreezeOptions o;
+  o.output_dir = args.output_dir;
+  o.name = args.name;
+  for (const auto& s : args.shapes) {
+    auto [name, text] = split_assignment(s, "--shape");
+    o.shapes.push_back({name, parse_shape(text, "--shape " + s)});
+  }
+  for (const auto& d : args.dims) {
+    auto [symbol, value] = split_assignment(d, "--dim");
+    o.dims[symbol] = parse_size(value, "--dim " + d);
+  }
+  o.batch_sizes = args.batch_sizes;
+  o.target = args.target;
+  o.cpu = args.cpu;
+  o.embed_weights = args.weights == "embed";
+  o.kernels = args.kernels;
+  o.format = args.format;
+  const auto start = std::chrono::steady_clock::now();
+  o.progress = [&](const std::string& line) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "[%6.1f s] %s\n", s, line.c_str());
+  };
+  const Model::FreezeResult r = model.freeze(o);
+  if (args.json) {
+    std::cout << nlohmann::json({{"name", r.name},
+                                 {"target", r.target},
+                                 {"cpu", r.cpu},
+                                 {"batch_sizes", r.batch_sizes},
+                                 {"files", r.files},
+                                 {"object_bytes", r.object_bytes},
+                                 {"weights_bytes", r.weights_bytes},
+                                 {"seconds", r.seconds}})
+                     .dump(2)
+              << "\n";
+    return;
+  }
+  std::string sizes;
+  for (int64_t b : r.batch_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
+  std::printf("bundle %s for %s (%s), batch sizes %s, in %.1f s\n", r.name.c_str(), r.target.c_str(), r.cpu.c_str(), sizes.c_str(),
+              r.seconds);
+  std::printf("  code %s, weights %s\n", bytes_to_string(r.object_bytes).c_str(), bytes_to_string(r.weights_bytes).c_str());
+  for (const auto& f : r.files) std::printf("  %s\n", f.c_str());
+}
+
+}  // namespace
+
+void add_aot_freeze_command(CLI::App& app) {
+  auto args = std::make_shared<FreezeArgs>();
+  auto* cmd = app.add_subcommand("aot-freeze", "Freeze a model into a bundle (header, object, weights) needing only libc");
+  cmd->add_option("MODEL", args->model, "ONNX model file")->required();
+  cmd->add_option("-o,--output", args->output_dir, "directory for the bundle's files")->required();
+  cmd->add_option("--name", args->name, "C identifier prefixing the bundle's symbols (default: the model file's stem)");
+  cmd->add_option("--shape", args->shapes, "NAME=1x3x224x224: an input's shape (a batched input's axis 0 is replaced)");
+  cmd->add_option("--dim", args->dims, "SYMBOL=VALUE for symbolic dimensions other than the batch");
+  cmd->add_option("--batch-sizes", args->batch_sizes, "compiled batch sizes, e.g. 1,8,32 (any batch runs)")->delimiter(',');
+  cmd->add_option("--target", args->target, "LLVM target triple, e.g. aarch64-linux-gnu (default: this machine)");
+  cmd->add_option("--cpu", args->cpu, "target CPU, e.g. x86-64-v3 (default: this CPU, or generic for another target)");
+  cmd->add_option("--weights", args->weights, "embed (in the object) or file (NAME.weights.bin)")->check(CLI::IsMember({"embed", "file"}));
+  cmd->add_option("--kernels", args->kernels, "portable (libc only)")->check(CLI::IsMember({"portable", "native"}));
+  cmd->add_option("--format", args->format, "object (NAME.o) or static (libNAME.a)")->check(CLI::IsMember({"object", "static"}));
+  cmd->add_flag("--json", args->json, "print the result as JSON");
+  cmd->callback([args] { freeze(*args); });
+}
+
+}  // namespace kiln::cli

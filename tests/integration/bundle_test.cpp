@@ -1,0 +1,413 @@
+// Frozen bundles as a user builds them: `kiln aot-freeze` (here through the
+// same C++ call), a plain `cc` link of examples/bundle-c with nothing of
+// Kiln's on the library path, runs over batch sizes the bundle was and was
+// not compiled for (split and padded), compared with the JIT; what `ldd`
+// shows; broken weights files; and an aarch64 bundle under qemu.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "kiln/kiln.hpp"
+#include "model_builder.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSource = KILN_SOURCE_DIR;
+const std::string kModel = kSource + "/examples/digits/digits.onnx";
+
+struct Output {
+  int code = -1;
+  std::string text;  // stdout and stderr
+};
+
+Output sh(const std::string& command) {
+  Output o;
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (!p) return o;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
+  const int status = ::pclose(p);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+bool have(const std::string& tool) { return sh("command -v " + tool).code == 0; }
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void write_file(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+class BundleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) / ("kiln_bundle_test_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    kiln::RuntimeOptions o;
+    o.cache = false;
+    o.threads = 1;
+    runtime_ = std::make_unique<kiln::Runtime>(o);
+    model_ = std::make_unique<kiln::Model>(kiln::Model::load(*runtime_, kModel));
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  kiln::Model::FreezeResult freeze(kiln::Model::FreezeOptions o) {
+    o.output_dir = dir_.string();
+    o.name = "digits";
+    return model_->freeze(o);
+  }
+
+  // Images of 64 values in 0..16, like the training data.
+  std::vector<float> images(int64_t count, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> value(0, 16);
+    std::vector<float> v(size_t(count * 64));
+    for (float& x : v) x = value(rng);
+    return v;
+  }
+
+  std::vector<float> jit(const std::vector<float>& pixels, int64_t count) {
+    kiln::Tensor in = kiln::Tensor::from_vector(kiln::DType::Float32, {count, 1, 8, 8}, pixels);
+    const kiln::Tensor out = model_->run({{"image", in}})[0];
+    return std::vector<float>(out.data_as<float>(), out.data_as<float>() + out.numel());
+  }
+
+  // Runs the linked example (through `runner`, e.g. qemu) on `count` images.
+  std::vector<float> run_example(const fs::path& program, const std::vector<float>& pixels, int64_t count,
+                                 const std::string& runner = "", const std::string& rule = "", int threads = 1,
+                                 Output* result = nullptr) {
+    write_file(dir_ / "images.f32", std::string(reinterpret_cast<const char*>(pixels.data()), pixels.size() * sizeof(float)));
+    const Output o = sh(runner + " " + program.string() + " " + (dir_ / "digits.weights.bin").string() + " " +
+                        (dir_ / "images.f32").string() + " " + std::to_string(count) + " " + (dir_ / "probs.f32").string() +
+                        " '" + (rule.empty() ? "-" : rule) + "' " + std::to_string(threads));
+    if (result) *result = o;  // the caller checks it
+    else EXPECT_EQ(o.code, 0) << o.text;
+    const std::string bytes = read_file(dir_ / "probs.f32");
+    std::vector<float> probs(bytes.size() / sizeof(float));
+    std::memcpy(probs.data(), bytes.data(), probs.size() * sizeof(float));
+    return probs;
+  }
+
+  void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    int bad = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+      if (!(std::fabs(got[i] - want[i]) <= 1e-5f + 1e-4f * std::fabs(want[i])) && bad++ < 5)
+        ADD_FAILURE() << what << ": [" << i << "] got " << got[i] << ", want " << want[i];
+  }
+
+  fs::path link(const std::string& cc, const std::string& extra = "") {
+    const fs::path program = dir_ / "classify";
+    const Output o = sh(cc + " -O2 -I" + dir_.string() + " " + kSource + "/examples/bundle-c/main.c " + extra + " -lm -o " +
+                        program.string());
+    EXPECT_EQ(o.code, 0) << o.text;
+    return program;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<kiln::Runtime> runtime_;
+  std::unique_ptr<kiln::Model> model_;
+};
+
+TEST_F(BundleTest, FilesAndHeaderDescribeTheBundle) {
+  kiln::Model::FreezeOptions o;
+  o.batch_sizes = {4, 1};
+  const auto r = freeze(o);
+  EXPECT_EQ(r.batch_sizes, (std::vector<int64_t>{1, 4}));
+  for (const char* f : {"digits.h", "digits.o", "digits.weights.bin", "README.md"}) EXPECT_TRUE(fs::exists(dir_ / f)) << f;
+  const std::string header = read_file(dir_ / "digits.h");
+  for (const char* text : {"input  0 \"image\" float32 [B, 1, 8, 8]", "output 0 \"probabilities\" float32 [B, 10]",
+                           "Compiled batch sizes: 1, 4", "#define DIGITS_ARENA_BYTES_B4", "int32_t digits_run_b1(",
+                           "#define DIGITS_INPUT_0_ITEM_BYTES 256"})
+    EXPECT_NE(header.find(text), std::string::npos) << "header lacks: " << text << "\n" << header;
+  EXPECT_NE(read_file(dir_ / "README.md").find("cc main.c digits.o -lm"), std::string::npos);
+}
+
+// Batch sizes 1, 3, 8 and 13 from sizes 1 and 4: exact, split and padded.
+TEST_F(BundleTest, CProgramMatchesTheJitForAnyBatchSize) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  kiln::Model::FreezeOptions o;
+  o.batch_sizes = {1, 4};
+  freeze(o);
+  const fs::path program = link("cc", (dir_ / "digits.o").string());
+  for (int64_t n : {1, 3, 8, 13}) {
+    SCOPED_TRACE("batch " + std::to_string(n));
+    const auto pixels = images(n, unsigned(n));
+    expect_close(run_example(program, pixels, n), jit(pixels, n), "probabilities");
+  }
+  // A rule that pads: batch 3 as one padded run of 4.
+  const auto pixels = images(3, 99);
+  expect_close(run_example(program, pixels, 3, "", "3:4"), jit(pixels, 3), "probabilities with rule 3:4");
+  // A rule naming a size the bundle was not compiled for is refused.
+  Output bad;
+  run_example(program, pixels, 3, "", "3:2,1", 1, &bad);
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.text.find("not compiled for"), std::string::npos) << bad.text;
+}
+
+// The host's parallel_for (pthreads in the example) splits the work; the
+// results do not depend on it.
+TEST_F(BundleTest, HostThreadsThroughParallelFor) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  kiln::Model::FreezeOptions o;
+  o.batch_sizes = {1, 64};
+  freeze(o);
+  const fs::path program = link("cc", (dir_ / "digits.o").string());
+  for (int64_t n : {3, 200}) {
+    SCOPED_TRACE("batch " + std::to_string(n));
+    const auto pixels = images(n, unsigned(30 + n));
+    Output out;
+    const auto threaded = run_example(program, pixels, n, "", "", 3, &out);
+    EXPECT_EQ(out.code, 0) << out.text;
+    EXPECT_NE(out.text.find("parallel_for calls:"), std::string::npos) << out.text;
+    expect_close(threaded, jit(pixels, n), "probabilities");
+    expect_close(threaded, run_example(program, pixels, n), "threaded against serial");
+  }
+}
+
+// Bundles for older x86-64 CPUs than this one (other vector widths, so other
+// GEMM micro-kernels) run here too and agree with the JIT.
+TEST_F(BundleTest, OlderCpusGiveTheSameResults) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  for (const char* cpu : {"x86-64", "x86-64-v3"}) {
+    SCOPED_TRACE(cpu);
+    kiln::Model::FreezeOptions o;
+    o.cpu = cpu;
+    o.batch_sizes = {1, 4};
+    EXPECT_EQ(freeze(o).cpu, cpu);
+    const fs::path program = link("cc", (dir_ / "digits.o").string());
+    const auto pixels = images(7, 3);
+    expect_close(run_example(program, pixels, 7), jit(pixels, 7), "probabilities");
+  }
+  kiln::Model::FreezeOptions bad;
+  bad.cpu = "no-such-cpu";
+  EXPECT_THROW(freeze(bad), kiln::Error);
+}
+
+TEST_F(BundleTest, LinkedProgramNeedsOnlyTheCLibrary) {
+  if (!have("cc") || !have("ldd")) GTEST_SKIP() << "no C compiler or ldd";
+  freeze({});
+  const fs::path program = link("cc", (dir_ / "digits.o").string());
+  const Output o = sh("ldd " + program.string());
+  ASSERT_EQ(o.code, 0) << o.text;
+  std::istringstream lines(o.text);
+  for (std::string line; std::getline(lines, line);) {
+    const bool allowed = line.find("linux-vdso") != std::string::npos || line.find("libc.so") != std::string::npos ||
+                         line.find("libm.so") != std::string::npos || line.find("ld-linux") != std::string::npos;
+    EXPECT_TRUE(allowed) << "unexpected dependency: " << line;
+  }
+  const Output nm = sh("nm -u " + (dir_ / "digits.o").string());
+  for (const char* forbidden : {"dnnl", "tbb", "_Z", "kiln_pk_", "kiln_bundle_"})
+    EXPECT_EQ(nm.text.find(forbidden), std::string::npos) << "digits.o needs " << forbidden << ":\n" << nm.text;
+}
+
+TEST_F(BundleTest, BrokenWeightsAreClearErrors) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  freeze({});
+  const fs::path program = link("cc", (dir_ / "digits.o").string());
+  const auto pixels = images(1, 1);
+  const std::string good = read_file(dir_ / "digits.weights.bin");
+  struct Case {
+    std::string name, bytes, message;
+  };
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x10;
+  const std::vector<Case> cases = {{"flipped byte", flipped, "checksum"},
+                                   {"truncated", good.substr(0, good.size() - 100), "truncated"},
+                                   {"not weights", "hello, this is not a weights file at all, not even close to one....", "bad magic"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    write_file(dir_ / "digits.weights.bin", c.bytes);
+    Output o;
+    write_file(dir_ / "images.f32", std::string(reinterpret_cast<const char*>(pixels.data()), pixels.size() * sizeof(float)));
+    o = sh(program.string() + " " + (dir_ / "digits.weights.bin").string() + " " + (dir_ / "images.f32").string() + " 1");
+    EXPECT_EQ(o.code, 1) << o.text;
+    EXPECT_NE(o.text.find("cannot create the model"), std::string::npos) << o.text;
+    EXPECT_NE(o.text.find(c.message), std::string::npos) << o.text;
+  }
+  fs::remove(dir_ / "digits.weights.bin");
+  const Output o = sh(program.string() + " " + (dir_ / "digits.weights.bin").string() + " " + (dir_ / "images.f32").string() + " 1");
+  EXPECT_EQ(o.code, 1);
+  EXPECT_NE(o.text.find("cannot open the weights file"), std::string::npos) << o.text;
+}
+
+TEST_F(BundleTest, EmbeddedWeightsInAStaticLibrary) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  kiln::Model::FreezeOptions o;
+  o.embed_weights = true;
+  o.format = "static";
+  o.batch_sizes = {2};
+  freeze(o);
+  EXPECT_TRUE(fs::exists(dir_ / "libdigits.a"));
+  EXPECT_FALSE(fs::exists(dir_ / "digits.weights.bin"));
+  const fs::path program = link("cc", "-L" + dir_.string() + " -ldigits");
+  const auto pixels = images(5, 5);
+  expect_close(run_example(program, pixels, 5), jit(pixels, 5), "probabilities");
+}
+
+TEST_F(BundleTest, BadRequestsAreErrors) {
+  kiln::Model::FreezeOptions o;
+  o.name = "not a name";
+  o.output_dir = dir_.string();
+  EXPECT_THROW(model_->freeze(o), kiln::Error);
+  o.name = "ok";
+  o.target = "no-such-target";
+  EXPECT_THROW(model_->freeze(o), kiln::Error);
+  o.target = "";
+  o.shapes = {{"nope", {1, 2}}};
+  EXPECT_THROW(model_->freeze(o), kiln::Error);
+  o.shapes = {};
+  o.kernels = "native";
+  try {
+    model_->freeze(o);
+    ADD_FAILURE() << "native bundles are not implemented, yet freeze succeeded";
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), kiln::ErrorCode::Unsupported);
+  }
+}
+
+// examples/bundle-rust: the same classifier through Rust's FFI, built by cargo with no crates.
+TEST_F(BundleTest, RustProgramMatchesTheJit) {
+  if (!have("cargo")) GTEST_SKIP() << "no cargo";
+  kiln::Model::FreezeOptions o;
+  o.batch_sizes = {1, 4};
+  freeze(o);
+  // A copy, so that cargo writes its lock file and target directory outside the source tree.
+  const fs::path crate = dir_ / "bundle-rust";
+  fs::copy(kSource + "/examples/bundle-rust", crate, fs::copy_options::recursive);
+  const Output build = sh("cd " + crate.string() + " && KILN_BUNDLE_DIR=" + dir_.string() + " CARGO_TARGET_DIR=" +
+                          (dir_ / "target").string() + " cargo build --release --offline --quiet");
+  ASSERT_EQ(build.code, 0) << build.text;
+  const fs::path program = dir_ / "target" / "release" / "classify-digits";
+  for (int64_t n : {1, 3, 8, 13}) {
+    SCOPED_TRACE("batch " + std::to_string(n));
+    const auto pixels = images(n, unsigned(20 + n));
+    expect_close(run_example(program, pixels, n), jit(pixels, n), "probabilities");
+  }
+}
+
+// A small convolutional network (the zoo's models need torch to build): Conv
+// with a fused Relu, MaxPool, a depthwise Conv with a residual Add, a 1x1
+// Conv with Clip, GlobalAveragePool, Gemm, Softmax; batch sizes 1, 3, 8 and
+// 13 from compiled sizes 1 and 8, serial and on 3 host threads.
+TEST_F(BundleTest, ConvolutionalNetworkMatchesTheJit) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  using kiln::test::ModelBuilder;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0, 0.3f);
+  auto weights = [&](const std::string& name, std::vector<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(rng);
+    return ModelBuilder::float_tensor(name, dims, v);
+  };
+  ModelBuilder b;
+  b.input("x", 1, {"batch", 3, 16, 16}).output("y", 1, {"batch", 10});
+  b.initializer(weights("w1", {8, 3, 3, 3})).initializer(weights("b1", {8}));
+  b.initializer(weights("w2", {8, 1, 3, 3})).initializer(weights("w3", {16, 8, 1, 1})).initializer(weights("b3", {16}));
+  b.initializer(weights("wf", {10, 16})).initializer(weights("bf", {10}));
+  ModelBuilder::attr_ints(b.node("Conv", {"x", "w1", "b1"}, {"c1"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c1"}, {"r1"});
+  auto& pool = b.node("MaxPool", {"r1"}, {"p1"});
+  ModelBuilder::attr_ints(pool, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(pool, "strides", {2, 2});
+  auto& dw = b.node("Conv", {"p1", "w2"}, {"c2"});
+  ModelBuilder::attr_int(dw, "group", 8);
+  ModelBuilder::attr_ints(dw, "pads", {1, 1, 1, 1});
+  b.node("Add", {"c2", "p1"}, {"s2"});
+  b.node("Conv", {"s2", "w3", "b3"}, {"c3"});
+  b.initializer(ModelBuilder::float_tensor("lo", {}, {0})).initializer(ModelBuilder::float_tensor("hi", {}, {6}));
+  b.node("Clip", {"c3", "lo", "hi"}, {"r3"});
+  b.node("GlobalAveragePool", {"r3"}, {"g"});
+  b.node("Flatten", {"g"}, {"f"});
+  ModelBuilder::attr_int(b.node("Gemm", {"f", "wf", "bf"}, {"logits"}), "transB", 1);
+  b.node("Softmax", {"logits"}, {"y"});
+  const std::string bytes = b.model().SerializeAsString();
+  write_file(dir_ / "net.onnx", bytes);
+  kiln::Model net = kiln::Model::load(*runtime_, (dir_ / "net.onnx").string());
+
+  kiln::Model::FreezeOptions o;
+  o.output_dir = dir_.string();
+  o.name = "net";
+  o.batch_sizes = {1, 8};
+  net.freeze(o);
+  const fs::path driver = dir_ / "driver";
+  const Output built = sh("cc -O2 -DPREFIX=net -DUPREFIX=NET -include " + (dir_ / "net.h").string() + " " + kSource +
+                          "/tests/integration/bundle_driver.c " + (dir_ / "net.o").string() + " -lm -o " + driver.string());
+  ASSERT_EQ(built.code, 0) << built.text;
+  std::normal_distribution<float> pixel(0, 1);
+  for (int64_t n : {1, 3, 8, 13})
+    for (int threads : {1, 3}) {
+      SCOPED_TRACE("batch " + std::to_string(n) + ", threads " + std::to_string(threads));
+      std::vector<float> x(size_t(n * 3 * 16 * 16));
+      for (float& v : x) v = pixel(rng);
+      write_file(dir_ / "x.f32", std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
+      const Output r = sh(driver.string() + " " + (dir_ / "net.weights.bin").string() + " " + std::to_string(n) + " " +
+                          (dir_ / "x.f32").string() + " " + (dir_ / "y.f32").string() + " " + std::to_string(threads));
+      ASSERT_EQ(r.code, 0) << r.text;
+      const std::string y = read_file(dir_ / "y.f32");
+      std::vector<float> got(y.size() / sizeof(float));
+      std::memcpy(got.data(), y.data(), y.size());
+      const kiln::Tensor want = net.run({{"x", kiln::Tensor::from_vector(kiln::DType::Float32, {n, 3, 16, 16}, x)}})[0];
+      expect_close(got, std::vector<float>(want.data_as<float>(), want.data_as<float>() + want.numel()), "y");
+    }
+}
+
+// A node only the reference kernels run cannot go into a bundle: the error
+// names it.
+TEST_F(BundleTest, UnsupportedNodeIsNamed) {
+  using kiln::test::ModelBuilder;
+  ModelBuilder b;
+  b.input("x", 1, {"batch", 4}).output("y", 7, {"batch", 4});
+  ModelBuilder::attr_int(b.node("Cast", {"x"}, {"y"}, "to_int64"), "to", 7);
+  write_file(dir_ / "cast.onnx", b.model().SerializeAsString());
+  kiln::Model m = kiln::Model::load(*runtime_, (dir_ / "cast.onnx").string());
+  kiln::Model::FreezeOptions o;
+  o.output_dir = dir_.string();
+  try {
+    m.freeze(o);
+    ADD_FAILURE() << "a Cast froze";
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), kiln::ErrorCode::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("to_int64"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "cast.o"));
+}
+
+TEST_F(BundleTest, Aarch64BundleRunsUnderQemu) {
+  if (!have("aarch64-linux-gnu-gcc") || !have("qemu-aarch64")) GTEST_SKIP() << "no aarch64 cross compiler or qemu";
+  kiln::Model::FreezeOptions o;
+  o.target = "aarch64-linux-gnu";
+  o.batch_sizes = {1, 4};
+  const auto r = freeze(o);
+  EXPECT_NE(r.target.find("aarch64"), std::string::npos);
+  EXPECT_NE(sh("file " + (dir_ / "digits.o").string()).text.find("aarch64"), std::string::npos);
+  const fs::path program = link("aarch64-linux-gnu-gcc", (dir_ / "digits.o").string());
+  for (int64_t n : {1, 6}) {
+    SCOPED_TRACE("batch " + std::to_string(n));
+    const auto pixels = images(n, unsigned(10 + n));
+    expect_close(run_example(program, pixels, n, "qemu-aarch64 -L /usr/aarch64-linux-gnu"), jit(pixels, n), "probabilities");
+  }
+}
+
+}  // namespace
