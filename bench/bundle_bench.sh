@@ -4,16 +4,19 @@
 # latency (its parallel_for on a pthread pool of N threads) next to the JIT's
 # (native oneDNN kernels, same threads) in the same run, with the freeze
 # time and the code size (the object; the weights are a separate file).
+# With --ort, ONNX Runtime's median on the same models, batch and threads
+# (bench/compare_ort, in the same run) is printed too.
 #
-#   bench/bundle_bench.sh [--threads N] [--batch B] [--runs R] MODEL...
+#   bench/bundle_bench.sh [--threads N] [--batch B] [--runs R] [--ort] MODEL...
 set -euo pipefail
 cd "$(dirname "$0")/.."
-threads=2 batch=1 runs=50
+threads=2 batch=1 runs=50 ort=0
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --threads) threads=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
+    --ort) ort=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -22,7 +25,14 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 json() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
-printf "%-18s %5s %10s %10s %8s %10s %10s\n" model batch "jit ms" "bundle ms" ratio "freeze s" "code MiB"
+if ((ort)); then
+  bench/compare_ort "$@" --batch "$batch" --threads "$threads" --kiln-repeat 1 --json "$work/ort.json" >/dev/null 2>"$work/ort.log"
+fi
+ort_ms() { json "next(r['ort']['median_ms'] for r in d['rows'] if r['model'] == '$1')" <"$work/ort.json"; }
+
+printf "%-18s %5s %10s %10s %8s %10s %10s" model batch "jit ms" "bundle ms" ratio "freeze s" "code MiB"
+((ort)) && printf " %8s %10s" "ORT ms" "bundle/ORT"
+echo
 for model in "$@"; do
   name=$(basename "$model" .onnx | tr -c 'A-Za-z0-9_\n' _)
   out=$work/$name
@@ -34,5 +44,10 @@ for model in "$@"; do
   seconds=$(echo "$freeze" | json 'd["seconds"]')
   code=$(echo "$freeze" | json 'd["object_bytes"] / 2**20')
   ratio=$(/usr/bin/python3 -c "print(f'{$bundle / $jit:.2f}')")
-  printf "%-18s %5s %10.3f %10.3f %8s %10.1f %10.2f\n" "$name" "$batch" "$jit" "$bundle" "$ratio" "$seconds" "$code"
+  printf "%-18s %5s %10.3f %10.3f %8s %10.1f %10.2f" "$name" "$batch" "$jit" "$bundle" "$ratio" "$seconds" "$code"
+  if ((ort)); then
+    o=$(ort_ms "$(basename "$model" .onnx)")
+    printf " %8.3f %10s" "$o" "$(/usr/bin/python3 -c "print(f'{$bundle / $o:.2f}')")"
+  fi
+  echo
 done

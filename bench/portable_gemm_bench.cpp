@@ -50,18 +50,20 @@ double bench(int64_t m, int64_t n, int64_t k, bool trans_b, double min_seconds) 
   return 2.0 * double(m) * double(n) * double(k) / best * 1e-9;
 }
 
-// The same products as convolutions (NCHW, one image): the 1x1 ones as a
-// plain product, the 3x3 one through the packed im2col panels.
-double bench_conv(int64_t c, int64_t hw, int64_t k, int64_t ks, double min_seconds) {
-  const int64_t pad = ks / 2;
-  std::vector<float> x(size_t(c * hw * hw)), w(size_t(k * c * ks * ks)), y(size_t(k * hw * hw));
+// Convolutions (NCHW, one image, "same" padding, ReLU): the 1x1 ones as a
+// plain product, the others through the packed im2col panels, depthwise
+// ones (group == c == k) on the window engine.
+double bench_conv(int64_t c, int64_t hw, int64_t k, int64_t ks, int64_t stride, int64_t group, double min_seconds) {
+  const int64_t pad = ks / 2, ohw = (hw + 2 * pad - ks) / stride + 1;
+  std::vector<float> x(size_t(c * hw * hw)), w(size_t(k * c / group * ks * ks)), y(size_t(k * ohw * ohw));
   for (size_t i = 0; i < x.size(); ++i) x[i] = float((i * 7919) % 1000) / 1000.0f - 0.5f;
   for (size_t i = 0; i < w.size(); ++i) w[i] = float((i * 104729) % 1000) / 1000.0f - 0.5f;
-  const size_t bytes = kiln_pk_conv2d_scratch_bytes(1, c, hw, hw, k, hw, hw, ks, ks, 1, 1, 1, 1, 1);
+  const size_t bytes =
+      kiln_pk_conv2d_scratch_bytes(1, c, hw, hw, k, ohw, ohw, ks, ks, stride, stride, 1, 1, group);
   void* scratch = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
   auto run = [&] {
-    kiln_pk_conv2d(nullptr, 1, c, hw, hw, k, hw, hw, ks, ks, 1, 1, pad, pad, 1, 1, 1, x.data(), w.data(), nullptr,
-                   nullptr, y.data(), KILN_PK_ACT_RELU, 0.0f, 0.0f, scratch);
+    kiln_pk_conv2d(nullptr, 1, c, hw, hw, k, ohw, ohw, ks, ks, stride, stride, pad, pad, 1, 1, group, x.data(),
+                   w.data(), nullptr, nullptr, y.data(), KILN_PK_ACT_RELU, 0.0f, 0.0f, scratch);
   };
   run();
   double best = 1e30;
@@ -75,7 +77,7 @@ double bench_conv(int64_t c, int64_t hw, int64_t k, int64_t ks, double min_secon
     ++reps;
   }
   std::free(scratch);
-  return 2.0 * double(k) * double(hw * hw) * double(c * ks * ks) / best * 1e-9;
+  return 2.0 * double(k) * double(ohw * ohw) * double(c / group * ks * ks) / best * 1e-9;
 }
 
 }  // namespace
@@ -98,10 +100,20 @@ int main(int argc, char** argv) {
     std::printf("%5lld x %5lld x %5lld  %-28s %7.1f GFLOP/s\n", (long long)s.m, (long long)s.n, (long long)s.k,
                 s.what, bench(s.m, s.n, s.k, s.trans_b, seconds));
   struct Conv {
-    int64_t c, hw, k, ks;
-  } convs[] = {{64, 56, 64, 3}, {64, 56, 256, 1}, {128, 28, 512, 1}};
+    int64_t c, hw, k, ks, stride, group;
+    const char* what;
+  } convs[] = {
+      {64, 56, 64, 3, 1, 1, "resnet50"},       {64, 56, 256, 1, 1, 1, "resnet50"},
+      {128, 28, 512, 1, 1, 1, "resnet50"},     {16, 112, 96, 1, 1, 1, "mobilenet_v2, small k"},
+      {24, 56, 144, 1, 1, 1, "mobilenet_v2, small k"}, {144, 56, 24, 1, 1, 1, "mobilenet_v2, small m"},
+      {32, 112, 32, 3, 1, 32, "mobilenet_v2 depthwise"}, {96, 112, 96, 3, 2, 96, "mobilenet_v2 depthwise"},
+      {144, 56, 144, 3, 1, 144, "mobilenet_v2 depthwise"}, {192, 28, 192, 3, 1, 192, "mobilenet_v2 depthwise"}, {576, 14, 576, 3, 1, 576, "mobilenet_v2 depthwise"},
+      {960, 7, 960, 3, 1, 960, "mobilenet_v2 depthwise"},  {240, 28, 240, 5, 1, 240, "efficientnet_b0 depthwise"},  {6, 14, 16, 5, 1, 1, "lenet"},
+  };
   for (const Conv& v : convs)
-    std::printf("conv %4lld -> %4lld, %lldx%lld on %lldx%lld (ReLU)     %7.1f GFLOP/s\n", (long long)v.c, (long long)v.k,
-                (long long)v.ks, (long long)v.ks, (long long)v.hw, (long long)v.hw, bench_conv(v.c, v.hw, v.k, v.ks, seconds));
+    std::printf("conv %4lld -> %4lld, %lldx%lld/%lld on %3lldx%3lld group %4lld %-24s %7.1f GFLOP/s\n", (long long)v.c,
+                (long long)v.k, (long long)v.ks, (long long)v.ks, (long long)v.stride, (long long)v.hw,
+                (long long)v.hw, (long long)v.group, v.what,
+                bench_conv(v.c, v.hw, v.k, v.ks, v.stride, v.group, seconds));
   return 0;
 }

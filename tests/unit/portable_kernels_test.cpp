@@ -565,6 +565,15 @@ std::vector<ConvCase> conv_shapes() {
   { ConvCase c{1, 4, 10, 50, 4, 5, 5}; c.group = 4; c.dh = 2; c.dw = 2; c.pt = c.pl = c.pb = c.pr = 4; add(c); }
   { ConvCase c{1, 2, 6, 70, 2, 3, 7}; c.group = 2; c.sw = 3; c.pl = 3; c.pr = 2; add(c); }
   { ConvCase c{1, 1, 3, 3, 2, 3, 3}; c.group = 1; add(c); }  // one channel, two outputs: direct
+  // Depthwise with stride 1 and the output as large as the input (the flat
+  // kernel): several bands of rows, a 5x5 window, pads on one side only, a
+  // plane smaller than one vector, multiplier 2, and rows too wide for it.
+  { ConvCase c{1, 3, 30, 100, 3, 3, 3}; c.group = 3; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  { ConvCase c{2, 4, 13, 11, 4, 5, 5}; c.group = 4; c.pt = c.pl = c.pb = c.pr = 2; add(c); }
+  { ConvCase c{1, 2, 9, 7, 2, 3, 3}; c.group = 2; c.pt = 0; c.pb = 2; c.pl = 2; c.pr = 0; add(c); }
+  { ConvCase c{1, 3, 1, 1, 3, 3, 3}; c.group = 3; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  { ConvCase c{1, 3, 7, 7, 6, 3, 3}; c.group = 3; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  { ConvCase c{1, 2, 3, 130, 2, 3, 3}; c.group = 2; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
   // Depthwise rows wider than the kernel's stack buffer: column segments
   // (with dilation, the ring holds more rows; with stride 2, vectors read
   // one float past their last tap).

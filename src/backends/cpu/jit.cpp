@@ -279,7 +279,14 @@ std::shared_ptr<Jit::Library> Jit::link(const std::string& object, bool portable
   if (!created) fail_llvm("cannot create a JITDylib", created.takeError());
   llvm::orc::JITDylib& dylib = *created;
   auto library = std::make_shared<Library>(*impl_, dylib);
-  if (portable_kernels) dylib.addToLinkOrder(*impl_->kernels);
+  if (portable_kernels) {
+    // Ahead of the process's symbols, where a program could define the same
+    // names (libkiln's own baseline build of the kernels is hidden).
+    llvm::orc::JITDylibSearchOrder order;
+    dylib.withLinkOrderDo([&](const llvm::orc::JITDylibSearchOrder& current) { order = current; });
+    order.insert(order.empty() ? order.begin() : order.begin() + 1, {impl_->kernels, llvm::orc::JITDylibLookupFlags::MatchExportedSymbolsOnly});
+    dylib.setLinkOrder(std::move(order), false);
+  }
   if (auto err = dylib.define(llvm::orc::absoluteSymbols(impl_->host_symbols)))
     fail_llvm("cannot define host symbols", std::move(err));
   if (auto err = impl_->jit->addObjectFile(dylib, llvm::MemoryBuffer::getMemBufferCopy(object, "kiln-object")))

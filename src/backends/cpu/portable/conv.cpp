@@ -165,6 +165,115 @@ void depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, 
   });
 }
 
+// Depthwise with stride 1 and the output as large as the input (mobile
+// networks' "same" 3x3 and 5x5): a band of output rows and the input rows it
+// reads become one flat row between zero margins, so a tap is the same
+// contiguous read, shifted, for every output of the band, across its rows. A
+// tap column that crosses a row edge would read the neighbouring row; its sum
+// is masked there. This beats the row engine most on small planes (14x14,
+// 7x7), where per-row work dominated. Outputs go two vectors at a time.
+constexpr int64_t kFlatBand = 1024;   // outputs per band (whole rows, at least one)
+constexpr int64_t kFlatMaxWidth = 128;
+constexpr int64_t kFlatMaxTaps = 7;   // kh and kw
+constexpr int64_t kFlatBuffer = kFlatBand + (kFlatMaxTaps - 1) * kFlatMaxWidth + kFlatMaxTaps + 2 * 16;
+
+bool is_flat_depthwise(const ConvShape& s) {
+  return s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 && s.oh == s.h && s.ow == s.w && s.w <= kFlatMaxWidth &&
+         s.kh <= kFlatMaxTaps && s.kw <= kFlatMaxTaps && s.pt >= 0 && s.pl >= 0 && s.pt < s.kh && s.pl < s.kw;
+}
+
+// KH / KW: the window when known at compile time (0: s.kh / s.kw).
+template <int W, int KH, int KW>
+struct FlatPlane {
+  const ConvShape& s;
+  const float* col;  // col[j]: output column of band position j, as a float
+  float* buf;        // kFlatBuffer floats
+
+  KILN_PK_INLINE int64_t kh() const { return KH ? KH : s.kh; }
+  KILN_PK_INLINE int64_t kw() const { return KW ? KW : s.kw; }
+
+  // Outputs j .. j + count (count <= NB * W) of the band whose first output
+  // is y0 / res0 and whose input (oy0, 0) is x0.
+  template <int NB>
+  KILN_PK_INLINE void vectors(const float* x0, const DepthwiseOp& op, float* y0, const float* res0, int64_t j,
+                              int64_t count) const {
+    Vec<W> out[NB];
+    for (int b = 0; b < NB; ++b) {
+      out[b] = splat<W>(op.bias);
+      const int64_t n = min64(W, count - b * W);
+      if (res0 && n > 0) out[b] += n == W ? load<W>(res0 + j + b * W) : load_partial<W>(res0 + j + b * W, n, 0.0f);
+    }
+    for (int64_t t = 0; t < kw(); ++t) {
+      Vec<W> acc[NB];
+      for (int b = 0; b < NB; ++b) acc[b] = Vec<W>{};
+      for (int64_t r = 0; r < kh(); ++r) {
+        const float* xp = x0 + j + (r - s.pt) * s.w + (t - s.pl);
+        const float wv = op.w[r * kw() + t];
+        for (int b = 0; b < NB; ++b) acc[b] += load<W>(xp + b * W) * wv;
+      }
+      if (t == s.pl) {
+        for (int b = 0; b < NB; ++b) out[b] += acc[b];
+        continue;
+      }
+      const float shift = float(t - s.pl), width = float(s.w);
+      for (int b = 0; b < NB; ++b) {
+        const Vec<W> c = load<W>(col + j + b * W) + shift;
+        out[b] += ((c >= 0.0f) & (c < width)) ? acc[b] : Vec<W>{};
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      const Vec<W> v = activate<W>(out[b], op.act);
+      const int64_t n = min64(W, count - b * W);
+      if (n == W)
+        store<W>(y0 + j + b * W, v);
+      else if (n > 0)
+        store_partial<W>(y0 + j + b * W, v, n);
+    }
+  }
+
+  void plane(const float* xp, const DepthwiseOp& op) const {
+    const int64_t band_rows = max64(1, kFlatBand / s.w);
+    for (int64_t oy0 = 0; oy0 < s.oh; oy0 += band_rows) {
+      const int64_t rows = min64(band_rows, s.oh - oy0), outputs = rows * s.w;
+      // pl zeros, the input rows oy0 - pt .. oy0 + rows + kh - 1 - pt (zero
+      // outside the image: those inside are one block), then zeros for the
+      // last tap and vector.
+      const int64_t iy_lo = oy0 - s.pt, iy_hi = oy0 + rows + s.kh - 1 - s.pt;
+      const int64_t in_lo = max64(iy_lo, 0), in_hi = max64(min64(iy_hi, s.h), in_lo);
+      const int64_t lead = s.pl + (in_lo - iy_lo) * s.w, body = (in_hi - in_lo) * s.w;
+      memset(buf, 0, sizeof(float) * size_t(lead));
+      memcpy(buf + lead, xp + in_lo * s.w, sizeof(float) * size_t(body));
+      memset(buf + lead + body, 0, sizeof(float) * size_t((iy_hi - in_hi) * s.w + s.kw - 1 - s.pl + 2 * W));
+      const float* x0 = buf + s.pl + s.pt * s.w;
+      float* y0 = op.y + oy0 * s.w;
+      const float* res0 = op.res ? op.res + oy0 * s.w : nullptr;
+      int64_t j = 0;
+      for (; j + 2 * W <= outputs; j += 2 * W) vectors<2>(x0, op, y0, res0, j, 2 * W);
+      if (j < outputs) vectors<2>(x0, op, y0, res0, j, outputs - j);
+    }
+  }
+};
+
+template <int W, int KH, int KW>
+void flat_depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, const ConvShape& s,
+                    const float* x, const float* weights, const float* bias, const float* residual, float* y,
+                    const Activation& act) {
+  const int64_t kg = k / c, plane = s.h * s.w;
+  parallel_for_grain(threads, n * k, grain_for(plane * s.kh * s.kw * 2), [&](int64_t begin, int64_t end) {
+    float buf[kFlatBuffer] __attribute__((aligned(64)));
+    float col[kFlatBand + kFlatMaxWidth + 2 * W] __attribute__((aligned(64)));
+    const int64_t band = max64(1, kFlatBand / s.w) * s.w;
+    for (int64_t j = 0; j < band + 2 * W; ++j) col[j] = float(j % s.w);
+    const FlatPlane<W, KH, KW> engine{s, col, buf};
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t img = p / k, o = p - img * k;
+      engine.plane(x + (img * c + o / kg) * plane,
+                   DepthwiseOp{weights + o * s.kh * s.kw, residual ? residual + p * plane : nullptr, y + p * plane,
+                               s.ow, s.kw, bias ? bias[o] : 0.0f, act});
+    }
+  });
+}
+
 // One input channel per group; with many outputs per group (group == c
 // == 1, say) a product is the better shape, and so is a window too large
 // for a few outputs' worth of padded rows in the window engine's ring.
@@ -178,8 +287,13 @@ template <class V>
 void conv2d_variant(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int64_t group,
                     const ConvShape& s, const float* x, const float* weights, const float* bias,
                     const float* residual, float* y, const Activation& act, void* scratch) {
-  if (is_depthwise(c, k, group, s.kh, s.kw, s.sw, s.dh, s.dw))
+  if (is_depthwise(c, k, group, s.kh, s.kw, s.sw, s.dh, s.dw)) {
+    if (is_flat_depthwise(s)) {
+      if (s.kh == 3 && s.kw == 3) return flat_depthwise<V::W, 3, 3>(threads, n, c, k, s, x, weights, bias, residual, y, act);
+      return flat_depthwise<V::W, 0, 0>(threads, n, c, k, s, x, weights, bias, residual, y, act);
+    }
     return depthwise<V::W>(threads, n, c, k, s, x, weights, bias, residual, y, act);
+  }
   const int64_t cg = s.c, kg = k / group;
   const int64_t out_plane = s.oh * s.ow, in_plane = s.h * s.w, depth = cg * s.kh * s.kw;
   const bool pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 &&

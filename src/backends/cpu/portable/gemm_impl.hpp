@@ -163,67 +163,96 @@ KILN_PK_INLINE void finish_vector(const Problem& pr, int phase, int64_t i, int64
 // Finishes rows x cols of C at (i0, j0) from the panel sums in `tile`
 // (rows of ld floats). Out of line and not unrolled: one copy per vector
 // width instead of one per micro-kernel and per tile row.
+// finish_tile's whole-vector path for one activation (ACT: none, ReLU or
+// Clip; the only ones applied here).
+template <int W, int ACT>
+KILN_PK_INLINE void finish_whole(const Problem& pr, bool first, const float* tile, int64_t ld, int64_t i0,
+                                 int64_t rows, int64_t j0, int64_t cols) {
+  const Vec<W> lo = splat<W>(ACT == KILN_PK_ACT_CLIP ? pr.act.alpha : 0.0f);
+  const Vec<W> hi = splat<W>(pr.act.beta);
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t gi = i0 + i;
+    float* cp = pr.c + gi * pr.ldc + j0;
+    const float* src = tile + i * ld;
+    const float* rp = first && pr.residual ? pr.residual + gi * pr.ldc + j0 : nullptr;
+    const bool bias_row = first && pr.bias && pr.bias_cs == 0;
+    const float* bias_cols = first && pr.bias && pr.bias_cs == 1 ? pr.bias + gi * pr.bias_rs + j0 : nullptr;
+    const Vec<W> bias = splat<W>(bias_row ? pr.bias[gi * pr.bias_rs] * pr.beta : 0.0f);
+    for (int64_t j = 0; j < cols; j += W) {
+      Vec<W> v = load<W>(src + j);
+      if (first) {
+        if (bias_row) v += bias;
+        if (bias_cols) v += load<W>(bias_cols + j) * pr.beta;
+        if (rp) v += load<W>(rp + j);
+      } else {
+        v += load<W>(cp + j);
+      }
+      // The comparisons of activate(), so that NaNs come out the same.
+      if (ACT == KILN_PK_ACT_RELU) v = v > lo ? v : lo;
+      if (ACT == KILN_PK_ACT_CLIP) {
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+      }
+      store<W>(cp + j, v);
+    }
+  }
+}
+
+// Finishes rows x cols of C at (i0, j0) from the panel sums in `tile`
+// (rows of ld floats). Out of line and not unrolled: one copy per vector
+// width instead of one per micro-kernel and per tile row.
 template <int W>
 void finish_tile(const Problem& pr, int phase, const float* tile, int64_t ld, int64_t i0, int64_t rows, int64_t j0,
                  int64_t cols) {
   const bool first = phase & kFirstPanel, last = phase & kLastPanel;
-  const bool relu = last && pr.act.kind == KILN_PK_ACT_RELU;
-  // The common epilogues (a convolution's per-row bias, a residual, ReLU) on
-  // whole vectors, with every decision taken once per tile: the general
-  // path below costs as much as a short k loop.
-  if (cols % W == 0 && (!last || pr.act.kind == KILN_PK_ACT_NONE || relu) &&
-      (!first || !pr.bias || pr.bias_cs == 0 || pr.bias_cs == 1)) {
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t gi = i0 + i;
-      float* cp = pr.c + gi * pr.ldc + j0;
-      const float* src = tile + i * ld;
-      const float* rp = first && pr.residual ? pr.residual + gi * pr.ldc + j0 : nullptr;
-      const bool bias_row = first && pr.bias && pr.bias_cs == 0;
-      const float* bias_cols = first && pr.bias && pr.bias_cs == 1 ? pr.bias + gi * pr.bias_rs + j0 : nullptr;
-      const Vec<W> bias = splat<W>(bias_row ? pr.bias[gi * pr.bias_rs] * pr.beta : 0.0f);
-      for (int64_t j = 0; j < cols; j += W) {
-        Vec<W> v = load<W>(src + j);
-        if (first) {
-          if (bias_row) v += bias;
-          if (bias_cols) v += load<W>(bias_cols + j) * pr.beta;
-          if (rp) v += load<W>(rp + j);
-        } else {
-          v += load<W>(cp + j);
-        }
-        if (relu) v = v > 0.0f ? v : Vec<W>{};
-        store<W>(cp + j, v);
-      }
+  const int32_t act = last ? pr.act.kind : KILN_PK_ACT_NONE;
+  // The common epilogues (a convolution's per-row bias, a residual, ReLU or
+  // Clip) on whole vectors, with every decision taken once per tile: the
+  // general path below costs as much as a short k loop.
+  if (cols % W == 0 && (!first || !pr.bias || pr.bias_cs == 0 || pr.bias_cs == 1)) {
+    switch (act) {
+      case KILN_PK_ACT_NONE: return finish_whole<W, KILN_PK_ACT_NONE>(pr, first, tile, ld, i0, rows, j0, cols);
+      case KILN_PK_ACT_RELU: return finish_whole<W, KILN_PK_ACT_RELU>(pr, first, tile, ld, i0, rows, j0, cols);
+      case KILN_PK_ACT_CLIP: return finish_whole<W, KILN_PK_ACT_CLIP>(pr, first, tile, ld, i0, rows, j0, cols);
+      default: break;
     }
-    return;
   }
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; j += W)
       finish_vector<W>(pr, phase, i0 + i, j0 + j, min64(W, cols - j), load<W>(tile + i * ld + j));
 }
 
-// One MR x (NV * W) tile of C over one kc panel: a and b are the packed
-// slivers. rows / cols <= the tile say how much of it is inside C.
+// One MR x (NV * W) tile of C over one kc panel: b is the packed sliver;
+// a is the packed sliver when lda is 0, else A's rows themselves, lda
+// apart (from the panel's first column). rows / cols <= the tile say how
+// much of it is inside C.
 template <int W, int MR, int NV>
 __attribute__((noinline)) void compute_tile(const Problem& pr, int phase, int64_t kc, const float* __restrict a,
-                                            const float* __restrict b, int64_t i0, int64_t rows, int64_t j0,
-                                            int64_t cols) {
+                                            int64_t lda, const float* __restrict b, int64_t i0, int64_t rows,
+                                            int64_t j0, int64_t cols) {
   constexpr int NR = NV * W;
   Vec<W> acc[MR][NV];
   KILN_PK_UNROLL
   for (int i = 0; i < MR; ++i)
     KILN_PK_UNROLL
     for (int v = 0; v < NV; ++v) acc[i][v] = Vec<W>{};
+  // Packed A: MR values per k step. Direct A: rows past the edge of C
+  // repeat its last row (their sums are never stored).
+  const float* row[MR];
+  KILN_PK_UNROLL
+  for (int i = 0; i < MR; ++i) row[i] = a + (lda == 0 ? i : (i < rows ? i : rows - 1) * lda);
+  const int64_t a_step = lda == 0 ? MR : 1;
   for (int64_t p = 0; p < kc; ++p) {
     Vec<W> bv[NV];
     KILN_PK_UNROLL
     for (int v = 0; v < NV; ++v) bv[v] = load<W>(b + v * W);
     KILN_PK_UNROLL
     for (int i = 0; i < MR; ++i) {
-      const float av = a[i];
+      const float av = *row[i];
+      row[i] += a_step;
       KILN_PK_UNROLL
       for (int v = 0; v < NV; ++v) acc[i][v] += bv[v] * av;
     }
-    a += MR;
     b += NR;
   }
   float tile[MR * NR] __attribute__((aligned(64)));
@@ -243,24 +272,25 @@ KILN_PK_INLINE int edge_height(int64_t rows) {
 }
 
 template <int W, int MR, int NV>
-KILN_PK_INLINE void compute_tile_nv(int nv, const Problem& pr, int phase, int64_t kc, const float* a, const float* b,
+KILN_PK_INLINE void compute_tile_nv(int nv, const Problem& pr, int phase, int64_t kc, const float* a, int64_t lda,
+                                    const float* b,
                                     int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
   if constexpr (NV > 1) {
-    if (nv < NV) return compute_tile_nv<W, MR, NV - 1>(nv, pr, phase, kc, a, b, i0, rows, j0, cols);
+    if (nv < NV) return compute_tile_nv<W, MR, NV - 1>(nv, pr, phase, kc, a, lda, b, i0, rows, j0, cols);
   }
-  compute_tile<W, MR, NV>(pr, phase, kc, a, b, i0, rows, j0, cols);
+  compute_tile<W, MR, NV>(pr, phase, kc, a, lda, b, i0, rows, j0, cols);
 }
 
 template <int W, int MR, int NV>
 KILN_PK_INLINE void compute_tile_any(int mr, int nv, const Problem& pr, int phase, int64_t kc, const float* a,
-                                     const float* b, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+                                     int64_t lda, const float* b, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
   constexpr int half = (MR + 1) / 2, quarter = (MR + 3) / 4;
   if (mr == MR)
-    compute_tile_nv<W, MR, NV>(nv, pr, phase, kc, a, b, i0, rows, j0, cols);
+    compute_tile_nv<W, MR, NV>(nv, pr, phase, kc, a, lda, b, i0, rows, j0, cols);
   else if (mr == half)
-    compute_tile_nv<W, half, NV>(nv, pr, phase, kc, a, b, i0, rows, j0, cols);
+    compute_tile_nv<W, half, NV>(nv, pr, phase, kc, a, lda, b, i0, rows, j0, cols);
   else
-    compute_tile_nv<W, quarter, NV>(nv, pr, phase, kc, a, b, i0, rows, j0, cols);
+    compute_tile_nv<W, quarter, NV>(nv, pr, phase, kc, a, lda, b, i0, rows, j0, cols);
 }
 
 template <int MR>
@@ -300,6 +330,10 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
   const int64_t kc_max = ceil_div(k, panels);
   const int64_t mc = (kMC / MR) * MR;
   float* const apack = scratch;
+  // A plain, unscaled A is read where it is (the micro-kernel takes its
+  // rows as they are): packing it would copy every weight of a
+  // convolution on every call.
+  const bool direct_a = !pr.trans_a && pr.alpha == 1.0f;
   float* const bpack = scratch + round_up((min64(m, kMC) + kMaxMR) * min64(k, kKC), 16);
 
   for (int64_t i0 = 0; i0 < m; i0 += mc) {
@@ -312,7 +346,7 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
       for (int64_t j0 = 0; j0 < n; j0 += kNC) {
         const int64_t cols = min64(kNC, n - j0);
         const int64_t nt = ceil_div(cols, NR);
-        const int64_t a_items = j0 == 0 ? mt : 0;
+        const int64_t a_items = j0 == 0 && !direct_a ? mt : 0;
         parallel_for_grain(threads, a_items + nt, grain_for(kc * NR), [&](int64_t begin, int64_t end) {
           for (int64_t t = begin; t < end; ++t) {
             if (t < a_items) {
@@ -331,8 +365,9 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
           for (int64_t t = begin; t < end; ++t) {
             const int64_t jt = t / mt, it = t - jt * mt;
             const int64_t r = min64(MR, rows - it * MR), c = min64(NR, cols - jt * NR);
-            compute_tile_any<W, MR, NV>(edge_height<MR>(r), int(ceil_div(c, W)), pr, phase, kc,
-                                        apack + it * MR * kc, bpack + jt * NR * kc, i0 + it * MR, r,
+            const float* a = direct_a ? pr.a + (i0 + it * MR) * pr.lda + p0 : apack + it * MR * kc;
+            compute_tile_any<W, MR, NV>(edge_height<MR>(r), int(ceil_div(c, W)), pr, phase, kc, a,
+                                        direct_a ? pr.lda : 0, bpack + jt * NR * kc, i0 + it * MR, r,
                                         j0 + jt * NR, c);
           }
         });
