@@ -574,6 +574,12 @@ std::vector<ConvCase> conv_shapes() {
   { ConvCase c{1, 3, 1, 1, 3, 3, 3}; c.group = 3; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
   { ConvCase c{1, 3, 7, 7, 6, 3, 3}; c.group = 3; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
   { ConvCase c{1, 2, 3, 130, 2, 3, 3}; c.group = 2; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  // Its stride-2 form (input split by row and column parity): even and odd
+  // sizes, several bands, pads on one side, a 5x5 window, multiplier 2.
+  { ConvCase c{1, 3, 40, 112, 3, 3, 3}; c.group = 3; c.sh = c.sw = 2; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  { ConvCase c{2, 2, 15, 13, 4, 3, 3}; c.group = 2; c.sh = c.sw = 2; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  { ConvCase c{1, 2, 9, 10, 2, 3, 3}; c.group = 2; c.sh = c.sw = 2; c.pt = 0; c.pl = 2; c.pb = 2; c.pr = 0; add(c); }
+  { ConvCase c{1, 3, 17, 17, 3, 5, 5}; c.group = 3; c.sh = c.sw = 2; c.pt = c.pl = c.pb = c.pr = 2; add(c); }
   // Depthwise rows wider than the kernel's stack buffer: column segments
   // (with dilation, the ring holds more rows; with stride 2, vectors read
   // one float past their last tap).

@@ -165,37 +165,56 @@ void depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, 
   });
 }
 
-// Depthwise with stride 1 and the output as large as the input (mobile
-// networks' "same" 3x3 and 5x5): a band of output rows and the input rows it
-// reads become one flat row between zero margins, so a tap is the same
-// contiguous read, shifted, for every output of the band, across its rows. A
-// tap column that crosses a row edge would read the neighbouring row; its sum
-// is masked there. This beats the row engine most on small planes (14x14,
-// 7x7), where per-row work dominated. Outputs go two vectors at a time.
-constexpr int64_t kFlatBand = 1024;   // outputs per band (whole rows, at least one)
+// Depthwise with stride S of 1 or 2 (mobile networks' 3x3 and 5x5): the
+// input is split by row and column parity into S x S planes of output-sized
+// rows, P(a, b)[u][v] = x[S u + a][S v + b], so that tap (r, t), with
+// r - pt = S qr + a and t - pl = S qc + b, reads P(a, b)[oy + qr][ox + qc]:
+// for a band of output rows that is one contiguous read, shifted, for every
+// output of the band, across its rows. Where ox + qc leaves [0, ow) the
+// read lands in a neighbouring row, so that tap column's sum is masked; this
+// is only right when those columns are padding, hence S * ow >= w. The
+// planes are rebuilt per band, with zero rows outside the image. This beats
+// the row engine most on small planes (14x14, 7x7), where per-row work
+// dominated. Outputs go two vectors at a time.
+constexpr int64_t kFlatBand = 1024;  // outputs per band (whole rows, at least one)
 constexpr int64_t kFlatMaxWidth = 128;
-constexpr int64_t kFlatMaxTaps = 7;   // kh and kw
-constexpr int64_t kFlatBuffer = kFlatBand + (kFlatMaxTaps - 1) * kFlatMaxWidth + kFlatMaxTaps + 2 * 16;
+constexpr int64_t kFlatMaxTaps = 5;  // kh and kw
+constexpr int64_t kFlatExtraRows = kFlatMaxTaps - 1;  // rows a band reads beyond its own, per plane
+constexpr int64_t kFlatMargin = kFlatMaxTaps + 2 * 16;
+
+template <int S>
+constexpr int64_t flat_buffer_floats() {
+  return S * S * (kFlatBand / S + kFlatExtraRows * kFlatMaxWidth / S + kFlatMargin);
+}
+
+KILN_PK_INLINE int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 bool is_flat_depthwise(const ConvShape& s) {
-  return s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 && s.oh == s.h && s.ow == s.w && s.w <= kFlatMaxWidth &&
-         s.kh <= kFlatMaxTaps && s.kw <= kFlatMaxTaps && s.pt >= 0 && s.pl >= 0 && s.pt < s.kh && s.pl < s.kw;
+  return (s.sh == 1 || s.sh == 2) && s.sw == s.sh && s.dh == 1 && s.dw == 1 && s.sw * s.ow >= s.w &&
+         s.w <= kFlatMaxWidth && s.kh <= kFlatMaxTaps && s.kw <= kFlatMaxTaps && s.pt >= 0 && s.pl >= 0 &&
+         s.pt < s.kh && s.pl < s.kw;
 }
 
 // KH / KW: the window when known at compile time (0: s.kh / s.kw).
-template <int W, int KH, int KW>
+template <int W, int S, int KH, int KW>
 struct FlatPlane {
   const ConvShape& s;
   const float* col;  // col[j]: output column of band position j, as a float
-  float* buf;        // kFlatBuffer floats
+  float* buf;        // flat_buffer_floats<S>()
 
   KILN_PK_INLINE int64_t kh() const { return KH ? KH : s.kh; }
   KILN_PK_INLINE int64_t kw() const { return KW ? KW : s.kw; }
+  int64_t qr_lo() const { return floor_div(-s.pt, S); }
+  int64_t qc_lo() const { return floor_div(-s.pl, S); }
+  // Rows of each plane a band of `rows` output rows reads.
+  int64_t plane_rows(int64_t rows) const { return rows + floor_div(kh() - 1 - s.pt, S) - qr_lo(); }
+  int64_t lead() const { return -qc_lo(); }
+  int64_t plane_floats(int64_t rows) const { return lead() + plane_rows(rows) * s.ow + kFlatMargin; }
 
-  // Outputs j .. j + count (count <= NB * W) of the band whose first output
-  // is y0 / res0 and whose input (oy0, 0) is x0.
+  // Outputs j .. j + count (count <= NB * W) of the band; base[a * S + b] is
+  // plane (a, b) at the band's first output.
   template <int NB>
-  KILN_PK_INLINE void vectors(const float* x0, const DepthwiseOp& op, float* y0, const float* res0, int64_t j,
+  KILN_PK_INLINE void vectors(const float* const* base, const DepthwiseOp& op, float* y0, const float* res0, int64_t j,
                               int64_t count) const {
     Vec<W> out[NB];
     for (int b = 0; b < NB; ++b) {
@@ -204,18 +223,20 @@ struct FlatPlane {
       if (res0 && n > 0) out[b] += n == W ? load<W>(res0 + j + b * W) : load_partial<W>(res0 + j + b * W, n, 0.0f);
     }
     for (int64_t t = 0; t < kw(); ++t) {
+      const int64_t qc = floor_div(t - s.pl, S), pb = t - s.pl - S * qc;
       Vec<W> acc[NB];
       for (int b = 0; b < NB; ++b) acc[b] = Vec<W>{};
       for (int64_t r = 0; r < kh(); ++r) {
-        const float* xp = x0 + j + (r - s.pt) * s.w + (t - s.pl);
+        const int64_t qr = floor_div(r - s.pt, S), pa = r - s.pt - S * qr;
+        const float* xp = base[pa * S + pb] + j + qr * s.ow + qc;
         const float wv = op.w[r * kw() + t];
         for (int b = 0; b < NB; ++b) acc[b] += load<W>(xp + b * W) * wv;
       }
-      if (t == s.pl) {
+      if (qc == 0) {
         for (int b = 0; b < NB; ++b) out[b] += acc[b];
         continue;
       }
-      const float shift = float(t - s.pl), width = float(s.w);
+      const float shift = float(qc), width = float(s.ow);
       for (int b = 0; b < NB; ++b) {
         const Vec<W> c = load<W>(col + j + b * W) + shift;
         out[b] += ((c >= 0.0f) & (c < width)) ? acc[b] : Vec<W>{};
@@ -231,47 +252,101 @@ struct FlatPlane {
     }
   }
 
+  // Planes (a, 0 .. S) for output rows oy0 .. oy0 + rows into dst[b], from
+  // their lead.
+  void fill(float* const* dst_planes, const float* xp, int64_t a, int64_t oy0, int64_t rows) const {
+    const int64_t u0 = oy0 + qr_lo(), urows = plane_rows(rows);
+    float* dst[S];
+    for (int b = 0; b < S; ++b) {
+      memset(dst_planes[b], 0, sizeof(float) * size_t(lead()));
+      dst[b] = dst_planes[b] + lead();
+    }
+    if (S == 1 && s.ow == s.w) {
+      // Stride 1, as many columns as the input: the rows inside the image
+      // are one block.
+      const int64_t in_lo = min64(max64(u0, 0), u0 + urows), in_hi = max64(min64(u0 + urows, s.h), in_lo);
+      float* d = dst[0];
+      memset(d, 0, sizeof(float) * size_t((in_lo - u0) * s.w));
+      memcpy(d + (in_lo - u0) * s.w, xp + in_lo * s.w, sizeof(float) * size_t((in_hi - in_lo) * s.w));
+      memset(d + (in_hi - u0) * s.w, 0, sizeof(float) * size_t((u0 + urows - in_hi) * s.w + kFlatMargin));
+      return;
+    }
+    for (int64_t u = u0; u < u0 + urows; ++u) {
+      const int64_t iy = S * u + a;
+      if (iy < 0 || iy >= s.h) {
+        for (int b = 0; b < S; ++b) memset(dst[b], 0, sizeof(float) * size_t(s.ow));
+      } else {
+        const float* row = xp + iy * s.w;
+        int64_t v = 0;
+        if constexpr (S == 2) {
+          // Even and odd columns, a vector pair at a time.
+          for (; 2 * (v + W) <= s.w && v + W <= s.ow; v += W) {
+            const Vec<W> lo = load<W>(row + 2 * v), hi = load<W>(row + 2 * v + W);
+            store<W>(dst[0] + v, even_lanes<W>(lo, hi));
+            store<W>(dst[1] + v, odd_lanes<W>(lo, hi));
+          }
+        }
+        for (; v < s.ow; ++v)
+          for (int b = 0; b < S; ++b) dst[b][v] = S * v + b < s.w ? row[S * v + b] : 0.0f;
+      }
+      for (int b = 0; b < S; ++b) dst[b] += s.ow;
+    }
+    for (int b = 0; b < S; ++b) memset(dst[b], 0, sizeof(float) * size_t(kFlatMargin));
+  }
+
   void plane(const float* xp, const DepthwiseOp& op) const {
-    const int64_t band_rows = max64(1, kFlatBand / s.w);
+    const int64_t band_rows = max64(1, kFlatBand / S / s.ow);
     for (int64_t oy0 = 0; oy0 < s.oh; oy0 += band_rows) {
-      const int64_t rows = min64(band_rows, s.oh - oy0), outputs = rows * s.w;
-      // pl zeros, the input rows oy0 - pt .. oy0 + rows + kh - 1 - pt (zero
-      // outside the image: those inside are one block), then zeros for the
-      // last tap and vector.
-      const int64_t iy_lo = oy0 - s.pt, iy_hi = oy0 + rows + s.kh - 1 - s.pt;
-      const int64_t in_lo = max64(iy_lo, 0), in_hi = max64(min64(iy_hi, s.h), in_lo);
-      const int64_t lead = s.pl + (in_lo - iy_lo) * s.w, body = (in_hi - in_lo) * s.w;
-      memset(buf, 0, sizeof(float) * size_t(lead));
-      memcpy(buf + lead, xp + in_lo * s.w, sizeof(float) * size_t(body));
-      memset(buf + lead + body, 0, sizeof(float) * size_t((iy_hi - in_hi) * s.w + s.kw - 1 - s.pl + 2 * W));
-      const float* x0 = buf + s.pl + s.pt * s.w;
-      float* y0 = op.y + oy0 * s.w;
-      const float* res0 = op.res ? op.res + oy0 * s.w : nullptr;
+      const int64_t rows = min64(band_rows, s.oh - oy0), outputs = rows * s.ow;
+      const float* base[S * S];
+      for (int64_t a = 0; a < S; ++a) {
+        float* dst[S];
+        for (int64_t b = 0; b < S; ++b) {
+          dst[b] = buf + (a * S + b) * plane_floats(band_rows);
+          base[a * S + b] = dst[b] + lead() - qr_lo() * s.ow;
+        }
+        fill(dst, xp, a, oy0, rows);
+      }
+      float* y0 = op.y + oy0 * s.ow;
+      const float* res0 = op.res ? op.res + oy0 * s.ow : nullptr;
       int64_t j = 0;
-      for (; j + 2 * W <= outputs; j += 2 * W) vectors<2>(x0, op, y0, res0, j, 2 * W);
-      if (j < outputs) vectors<2>(x0, op, y0, res0, j, outputs - j);
+      for (; j + 2 * W <= outputs; j += 2 * W) vectors<2>(base, op, y0, res0, j, 2 * W);
+      if (j < outputs) vectors<2>(base, op, y0, res0, j, outputs - j);
     }
   }
 };
 
-template <int W, int KH, int KW>
+template <int W, int S, int KH, int KW>
 void flat_depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, const ConvShape& s,
                     const float* x, const float* weights, const float* bias, const float* residual, float* y,
                     const Activation& act) {
-  const int64_t kg = k / c, plane = s.h * s.w;
-  parallel_for_grain(threads, n * k, grain_for(plane * s.kh * s.kw * 2), [&](int64_t begin, int64_t end) {
-    float buf[kFlatBuffer] __attribute__((aligned(64)));
+  const int64_t kg = k / c, in_plane = s.h * s.w, out_plane = s.oh * s.ow;
+  parallel_for_grain(threads, n * k, grain_for(out_plane * s.kh * s.kw * 2), [&](int64_t begin, int64_t end) {
+    float buf[flat_buffer_floats<S>()] __attribute__((aligned(64)));
     float col[kFlatBand + kFlatMaxWidth + 2 * W] __attribute__((aligned(64)));
-    const int64_t band = max64(1, kFlatBand / s.w) * s.w;
-    for (int64_t j = 0; j < band + 2 * W; ++j) col[j] = float(j % s.w);
-    const FlatPlane<W, KH, KW> engine{s, col, buf};
+    const int64_t band = max64(1, kFlatBand / S / s.ow) * s.ow;
+    for (int64_t j = 0; j < band + 2 * W; ++j) col[j] = float(j % s.ow);
+    const FlatPlane<W, S, KH, KW> engine{s, col, buf};
     for (int64_t p = begin; p < end; ++p) {
       const int64_t img = p / k, o = p - img * k;
-      engine.plane(x + (img * c + o / kg) * plane,
-                   DepthwiseOp{weights + o * s.kh * s.kw, residual ? residual + p * plane : nullptr, y + p * plane,
-                               s.ow, s.kw, bias ? bias[o] : 0.0f, act});
+      engine.plane(x + (img * c + o / kg) * in_plane,
+                   DepthwiseOp{weights + o * s.kh * s.kw, residual ? residual + p * out_plane : nullptr,
+                               y + p * out_plane, s.ow, s.kw, bias ? bias[o] : 0.0f, act});
     }
   });
+}
+
+template <int W>
+void flat_depthwise_any(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, const ConvShape& s,
+                        const float* x, const float* weights, const float* bias, const float* residual, float* y,
+                        const Activation& act) {
+  const bool three = s.kh == 3 && s.kw == 3;
+  if (s.sh == 1) {
+    if (three) return flat_depthwise<W, 1, 3, 3>(threads, n, c, k, s, x, weights, bias, residual, y, act);
+    return flat_depthwise<W, 1, 0, 0>(threads, n, c, k, s, x, weights, bias, residual, y, act);
+  }
+  if (three) return flat_depthwise<W, 2, 3, 3>(threads, n, c, k, s, x, weights, bias, residual, y, act);
+  return flat_depthwise<W, 2, 0, 0>(threads, n, c, k, s, x, weights, bias, residual, y, act);
 }
 
 // One input channel per group; with many outputs per group (group == c
@@ -288,10 +363,7 @@ void conv2d_variant(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_
                     const ConvShape& s, const float* x, const float* weights, const float* bias,
                     const float* residual, float* y, const Activation& act, void* scratch) {
   if (is_depthwise(c, k, group, s.kh, s.kw, s.sw, s.dh, s.dw)) {
-    if (is_flat_depthwise(s)) {
-      if (s.kh == 3 && s.kw == 3) return flat_depthwise<V::W, 3, 3>(threads, n, c, k, s, x, weights, bias, residual, y, act);
-      return flat_depthwise<V::W, 0, 0>(threads, n, c, k, s, x, weights, bias, residual, y, act);
-    }
+    if (is_flat_depthwise(s)) return flat_depthwise_any<V::W>(threads, n, c, k, s, x, weights, bias, residual, y, act);
     return depthwise<V::W>(threads, n, c, k, s, x, weights, bias, residual, y, act);
   }
   const int64_t cg = s.c, kg = k / group;

@@ -82,6 +82,9 @@ KILN_PK_INLINE void store_partial(float* p, Vec<W> v, int64_t n) {
 // ones).
 template <int W>
 KILN_PK_INLINE Vec<W> even_lanes(Vec<W> a, Vec<W> b);
+// Lanes 1, 3, 5, ... of a:b.
+template <int W>
+KILN_PK_INLINE Vec<W> odd_lanes(Vec<W> a, Vec<W> b);
 #if defined(__clang__)
 template <>
 KILN_PK_INLINE Vec<4> even_lanes<4>(Vec<4> a, Vec<4> b) {
@@ -95,7 +98,31 @@ template <>
 KILN_PK_INLINE Vec<16> even_lanes<16>(Vec<16> a, Vec<16> b) {
   return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
 }
+template <>
+KILN_PK_INLINE Vec<4> odd_lanes<4>(Vec<4> a, Vec<4> b) {
+  return __builtin_shufflevector(a, b, 1, 3, 5, 7);
+}
+template <>
+KILN_PK_INLINE Vec<8> odd_lanes<8>(Vec<8> a, Vec<8> b) {
+  return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
+}
+template <>
+KILN_PK_INLINE Vec<16> odd_lanes<16>(Vec<16> a, Vec<16> b) {
+  return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
 #else
+template <>
+KILN_PK_INLINE Vec<4> odd_lanes<4>(Vec<4> a, Vec<4> b) {
+  return __builtin_shuffle(a, b, Mask<4>{1, 3, 5, 7});
+}
+template <>
+KILN_PK_INLINE Vec<8> odd_lanes<8>(Vec<8> a, Vec<8> b) {
+  return __builtin_shuffle(a, b, Mask<8>{1, 3, 5, 7, 9, 11, 13, 15});
+}
+template <>
+KILN_PK_INLINE Vec<16> odd_lanes<16>(Vec<16> a, Vec<16> b) {
+  return __builtin_shuffle(a, b, Mask<16>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31});
+}
 template <>
 KILN_PK_INLINE Vec<4> even_lanes<4>(Vec<4> a, Vec<4> b) {
   return __builtin_shuffle(a, b, Mask<4>{0, 2, 4, 6});
