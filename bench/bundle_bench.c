@@ -31,22 +31,27 @@ typedef struct pool {
   pthread_cond_t go;
   atomic_long generation;
   atomic_int pending;
+  atomic_llong next;
   int threads;
   FN(_task_fn) fn;
   void* task;
   int64_t n;
 } pool;
 
-static void part(pool* p, int t) { p->fn(p->task, p->n * t / p->threads, p->n * (t + 1) / p->threads); }
-
-typedef struct worker {
-  pool* p;
-  int index;
-} worker;
+/* Every thread takes chunks of about an eighth of its share from a shared
+ * counter until none is left: a static split would leave one thread waiting
+ * whenever the items differ in cost (a GEMM's edge tiles). */
+static void part(pool* p) {
+  const int64_t chunk = p->n / (8 * p->threads) > 1 ? p->n / (8 * p->threads) : 1;
+  for (;;) {
+    const int64_t begin = atomic_fetch_add_explicit(&p->next, chunk, memory_order_relaxed);
+    if (begin >= p->n) return;
+    p->fn(p->task, begin, begin + chunk < p->n ? begin + chunk : p->n);
+  }
+}
 
 static void* work(void* arg) {
-  worker* w = (worker*)arg;
-  pool* p = w->p;
+  pool* p = (pool*)arg;
   long seen = 0;
   for (;;) {
     int spins = 0;
@@ -57,7 +62,7 @@ static void* work(void* arg) {
       pthread_mutex_unlock(&p->mutex);
     }
     seen = atomic_load(&p->generation);
-    part(p, w->index);
+    part(p);
     atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
   }
   return NULL;
@@ -72,12 +77,13 @@ static void parallel_for(void* host, int64_t n, FN(_task_fn) fn, void* task) {
   p->fn = fn;
   p->task = task;
   p->n = n;
+  atomic_store(&p->next, 0);
   atomic_store(&p->pending, p->threads - 1);
   pthread_mutex_lock(&p->mutex);
   atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
   pthread_cond_broadcast(&p->go);
   pthread_mutex_unlock(&p->mutex);
-  part(p, 0);
+  part(p);
   while (atomic_load_explicit(&p->pending, memory_order_acquire)) cpu_relax();
 }
 
@@ -105,11 +111,9 @@ int main(int argc, char** argv) {
   const double created = now_ms();
   static pool p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
   p.threads = threads;
-  static worker workers[64];
   for (int t = 1; t < threads; ++t) {
     pthread_t id;
-    workers[t] = (worker){&p, t};
-    pthread_create(&id, NULL, work, &workers[t]);
+    pthread_create(&id, NULL, work, &p);
   }
   if (threads > 1) FN(_set_parallel_for)(model, parallel_for, &p);
   float* in = calloc((size_t)batch, K(_INPUT_0_ITEM_BYTES));

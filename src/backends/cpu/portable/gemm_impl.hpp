@@ -119,6 +119,24 @@ struct MatrixB {
   }
 };
 
+// B's rows as the micro-kernel can read them in place, or NULL: only a
+// plain matrix, and only when a sliver of kc rows stays in L1 (the small
+// depths of mobile networks' 1x1 convolutions, where packing B cost as much
+// as the product).
+constexpr int64_t kDirectBDepth = 64;
+KILN_PK_INLINE const float* direct_rows(const MatrixB& b, int64_t k) {
+  return !b.trans && k <= kDirectBDepth ? b.b : nullptr;
+}
+template <class BSource>
+KILN_PK_INLINE const float* direct_rows(const BSource&, int64_t) {
+  return nullptr;
+}
+KILN_PK_INLINE int64_t direct_ld(const MatrixB& b) { return b.ldb; }
+template <class BSource>
+KILN_PK_INLINE int64_t direct_ld(const BSource&) {
+  return 0;
+}
+
 // --- micro-kernel and epilogue -----------------------------------------------
 
 enum : int { kFirstPanel = 1, kLastPanel = 2 };
@@ -222,13 +240,14 @@ void finish_tile(const Problem& pr, int phase, const float* tile, int64_t ld, in
       finish_vector<W>(pr, phase, i0 + i, j0 + j, min64(W, cols - j), load<W>(tile + i * ld + j));
 }
 
-// One MR x (NV * W) tile of C over one kc panel: b is the packed sliver;
-// a is the packed sliver when lda is 0, else A's rows themselves, lda
-// apart (from the panel's first column). rows / cols <= the tile say how
+// One MR x (NV * W) tile of C over one kc panel: a and b are the packed
+// slivers, or, when lda (ldb) is not 0, A's rows (B's rows) themselves that
+// far apart, from the panel's first column (row). rows / cols <= the tile say how
 // much of it is inside C.
 template <int W, int MR, int NV>
 __attribute__((noinline)) void compute_tile(const Problem& pr, int phase, int64_t kc, const float* __restrict a,
-                                            int64_t lda, const float* __restrict b, int64_t i0, int64_t rows,
+                                            int64_t lda, const float* __restrict b, int64_t ldb, int64_t i0,
+                                            int64_t rows,
                                             int64_t j0, int64_t cols) {
   constexpr int NR = NV * W;
   Vec<W> acc[MR][NV];
@@ -241,7 +260,7 @@ __attribute__((noinline)) void compute_tile(const Problem& pr, int phase, int64_
   const float* row[MR];
   KILN_PK_UNROLL
   for (int i = 0; i < MR; ++i) row[i] = a + (lda == 0 ? i : (i < rows ? i : rows - 1) * lda);
-  const int64_t a_step = lda == 0 ? MR : 1;
+  const int64_t a_step = lda == 0 ? MR : 1, b_step = ldb == 0 ? NR : ldb;
   for (int64_t p = 0; p < kc; ++p) {
     Vec<W> bv[NV];
     KILN_PK_UNROLL
@@ -253,7 +272,7 @@ __attribute__((noinline)) void compute_tile(const Problem& pr, int phase, int64_
       KILN_PK_UNROLL
       for (int v = 0; v < NV; ++v) acc[i][v] += bv[v] * av;
     }
-    b += NR;
+    b += b_step;
   }
   float tile[MR * NR] __attribute__((aligned(64)));
   KILN_PK_UNROLL
@@ -273,24 +292,24 @@ KILN_PK_INLINE int edge_height(int64_t rows) {
 
 template <int W, int MR, int NV>
 KILN_PK_INLINE void compute_tile_nv(int nv, const Problem& pr, int phase, int64_t kc, const float* a, int64_t lda,
-                                    const float* b,
+                                    const float* b, int64_t ldb,
                                     int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
   if constexpr (NV > 1) {
-    if (nv < NV) return compute_tile_nv<W, MR, NV - 1>(nv, pr, phase, kc, a, lda, b, i0, rows, j0, cols);
+    if (nv < NV) return compute_tile_nv<W, MR, NV - 1>(nv, pr, phase, kc, a, lda, b, ldb, i0, rows, j0, cols);
   }
-  compute_tile<W, MR, NV>(pr, phase, kc, a, lda, b, i0, rows, j0, cols);
+  compute_tile<W, MR, NV>(pr, phase, kc, a, lda, b, ldb, i0, rows, j0, cols);
 }
 
 template <int W, int MR, int NV>
 KILN_PK_INLINE void compute_tile_any(int mr, int nv, const Problem& pr, int phase, int64_t kc, const float* a,
-                                     int64_t lda, const float* b, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+                                     int64_t lda, const float* b, int64_t ldb, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
   constexpr int half = (MR + 1) / 2, quarter = (MR + 3) / 4;
   if (mr == MR)
-    compute_tile_nv<W, MR, NV>(nv, pr, phase, kc, a, lda, b, i0, rows, j0, cols);
+    compute_tile_nv<W, MR, NV>(nv, pr, phase, kc, a, lda, b, ldb, i0, rows, j0, cols);
   else if (mr == half)
-    compute_tile_nv<W, half, NV>(nv, pr, phase, kc, a, lda, b, i0, rows, j0, cols);
+    compute_tile_nv<W, half, NV>(nv, pr, phase, kc, a, lda, b, ldb, i0, rows, j0, cols);
   else
-    compute_tile_nv<W, quarter, NV>(nv, pr, phase, kc, a, lda, b, i0, rows, j0, cols);
+    compute_tile_nv<W, quarter, NV>(nv, pr, phase, kc, a, lda, b, ldb, i0, rows, j0, cols);
 }
 
 template <int MR>
@@ -334,6 +353,8 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
   // rows as they are): packing it would copy every weight of a
   // convolution on every call.
   const bool direct_a = !pr.trans_a && pr.alpha == 1.0f;
+  const float* const direct_b = direct_rows(bsrc, k);
+  const int64_t ldb = direct_ld(bsrc);
   float* const bpack = scratch + round_up((min64(m, kMC) + kMaxMR) * min64(k, kKC), 16);
 
   for (int64_t i0 = 0; i0 < m; i0 += mc) {
@@ -347,13 +368,16 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
         const int64_t cols = min64(kNC, n - j0);
         const int64_t nt = ceil_div(cols, NR);
         const int64_t a_items = j0 == 0 && !direct_a ? mt : 0;
-        parallel_for_grain(threads, a_items + nt, grain_for(kc * NR), [&](int64_t begin, int64_t end) {
+        // With B read in place only the last, partial sliver is packed.
+        const int64_t full_slivers = cols / NR;
+        const int64_t b_first = direct_b ? full_slivers : 0;
+        parallel_for_grain(threads, a_items + nt - b_first, grain_for(kc * NR), [&](int64_t begin, int64_t end) {
           for (int64_t t = begin; t < end; ++t) {
             if (t < a_items) {
               const int64_t r = min64(MR, rows - t * MR);
               pack_a_any<MR>(edge_height<MR>(r), apack + t * MR * kc, pr, i0 + t * MR, r, p0, kc);
             } else {
-              const int64_t jt = t - a_items;
+              const int64_t jt = t - a_items + b_first;
               const int64_t c = min64(NR, cols - jt * NR);
               pack_b_any<W, NV>(int(ceil_div(c, W)), bsrc, bpack + jt * NR * kc, p0, kc, j0 + jt * NR, c);
             }
@@ -366,8 +390,10 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
             const int64_t jt = t / mt, it = t - jt * mt;
             const int64_t r = min64(MR, rows - it * MR), c = min64(NR, cols - jt * NR);
             const float* a = direct_a ? pr.a + (i0 + it * MR) * pr.lda + p0 : apack + it * MR * kc;
+            const bool in_place = direct_b && jt < full_slivers;
+            const float* b = in_place ? direct_b + p0 * ldb + j0 + jt * NR : bpack + jt * NR * kc;
             compute_tile_any<W, MR, NV>(edge_height<MR>(r), int(ceil_div(c, W)), pr, phase, kc, a,
-                                        direct_a ? pr.lda : 0, bpack + jt * NR * kc, i0 + it * MR, r,
+                                        direct_a ? pr.lda : 0, b, in_place ? ldb : 0, i0 + it * MR, r,
                                         j0 + jt * NR, c);
           }
         });
