@@ -284,7 +284,8 @@ std::shared_ptr<Jit::Library> Jit::link(const std::string& object, bool portable
     // names (libkiln's own baseline build of the kernels is hidden).
     llvm::orc::JITDylibSearchOrder order;
     dylib.withLinkOrderDo([&](const llvm::orc::JITDylibSearchOrder& current) { order = current; });
-    order.insert(order.empty() ? order.begin() : order.begin() + 1, {impl_->kernels, llvm::orc::JITDylibLookupFlags::MatchExportedSymbolsOnly});
+    const auto after_self = order.empty() ? order.begin() : order.begin() + 1;
+    order.insert(after_self, {impl_->kernels, llvm::orc::JITDylibLookupFlags::MatchExportedSymbolsOnly});
     dylib.setLinkOrder(std::move(order), false);
   }
   if (auto err = dylib.define(llvm::orc::absoluteSymbols(impl_->host_symbols)))

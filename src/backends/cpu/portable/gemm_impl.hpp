@@ -178,9 +178,6 @@ KILN_PK_INLINE void finish_vector(const Problem& pr, int phase, int64_t i, int64
     store_partial<W>(cp, v, count);
 }
 
-// Finishes rows x cols of C at (i0, j0) from the panel sums in `tile`
-// (rows of ld floats). Out of line and not unrolled: one copy per vector
-// width instead of one per micro-kernel and per tile row.
 // finish_tile's whole-vector path for one activation (ACT: none, ReLU or
 // Clip; the only ones applied here).
 template <int W, int ACT>
