@@ -854,9 +854,16 @@ class Lowering {
   }
 
   // ---- Slice and Gather: copies of whole rows where possible ------------------------
-  bool lower_slice(const ir::Node& n) {
+  // A Slice with constant parameters as a strided view of its input
+  // (element offset and strides), or nothing.
+  struct SliceView {
+    Dims out;
+    int64_t offset = 0;
+    std::vector<int64_t> strides;
+  };
+  std::optional<SliceView> slice_view(const ir::Node& n) {
     const Dims in = dims(n.inputs[0]);
-    if (in.empty() || n.outputs.size() != 1) return false;
+    if (in.empty() || n.outputs.size() != 1) return std::nullopt;
     std::vector<int64_t> starts, ends, axes, steps;
     ref::KernelContext ctx(n, {}, nullptr);
     if (n.opset < 10) {
@@ -868,12 +875,12 @@ class Lowering {
       for (size_t i = 1; i < n.inputs.size() && i <= 4; ++i) {
         if (n.inputs[i].empty()) continue;
         const ir::Tensor* t = constant(n.inputs[i]);
-        if (!t) return false;
+        if (!t) return std::nullopt;
         *params[i - 1] = t->to_int64_vector();
       }
     }
     const ref::SliceWindow w = ref::slice_window(ctx, in, starts, ends, axes, steps);
-    if (w.out != dims(n.outputs[0])) return false;
+    if (w.out != dims(n.outputs[0])) return std::nullopt;
     const auto in_strides = row_major_strides(in);
     int64_t offset = 0;
     std::vector<int64_t> strides;
@@ -881,9 +888,16 @@ class Lowering {
       offset += w.first[d] * in_strides[d];
       strides.push_back(w.step[d] * in_strides[d]);
     }
+    return SliceView{w.out, offset, std::move(strides)};
+  }
+
+  bool lower_slice(const ir::Node& n) {
+    const auto view = slice_view(n);
+    if (!view) return false;
     const int src = plain(n.inputs[0]);
     add_kernel(n.describe(), {src, define_plain(n.outputs[0])}, {0, 1},
-               std::make_unique<StridedCopyKernel>(w.out, offset, strides, ir::dtype_size(dtype(n.inputs[0]))));
+               std::make_unique<StridedCopyKernel>(view->out, view->offset, view->strides,
+                                                   ir::dtype_size(dtype(n.inputs[0]))));
     compiled();
     return true;
   }
@@ -1500,33 +1514,8 @@ class Lowering {
   }
 
   bool portable_slice(const ir::Node& n) {
-    const Dims in = dims(n.inputs[0]);
-    if (in.empty() || n.outputs.size() != 1) return false;
-    std::vector<int64_t> starts, ends, axes, steps;
-    ref::KernelContext ctx(n, {}, nullptr);
-    if (n.opset < 10) {
-      starts = ctx.attr_ints("starts");
-      ends = ctx.attr_ints("ends");
-      axes = ctx.attr_ints("axes", {});
-    } else {
-      std::vector<std::vector<int64_t>*> params{&starts, &ends, &axes, &steps};
-      for (size_t i = 1; i < n.inputs.size() && i <= 4; ++i) {
-        if (n.inputs[i].empty()) continue;
-        const ir::Tensor* t = constant(n.inputs[i]);
-        if (!t) return false;
-        *params[i - 1] = t->to_int64_vector();
-      }
-    }
-    const ref::SliceWindow w = ref::slice_window(ctx, in, starts, ends, axes, steps);
-    if (w.out != dims(n.outputs[0])) return false;
-    const auto in_strides = row_major_strides(in);
-    int64_t offset = 0;
-    std::vector<int64_t> strides;
-    for (size_t d = 0; d < in.size(); ++d) {
-      offset += w.first[d] * in_strides[d];
-      strides.push_back(w.step[d] * in_strides[d]);
-    }
-    return portable_strided_copy(n, w.out, offset, std::move(strides));
+    auto view = slice_view(n);
+    return view && portable_strided_copy(n, view->out, view->offset, std::move(view->strides));
   }
 
   bool portable_concat(const ir::Node& n) {
