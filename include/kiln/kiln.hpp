@@ -283,6 +283,11 @@ struct Model::FreezeResult {
   int64_t object_bytes = 0;
   int64_t weights_bytes = 0;
   double seconds = 0;
+  // The compiled object is cached like a specialization (hit: no compiling);
+  // Off when the Runtime has no cache or it cannot be written (cache_note says why).
+  CacheOutcome cache = CacheOutcome::Off;
+  std::string cache_key;
+  std::string cache_note;
 };
 
 template <typename T>

@@ -14,6 +14,8 @@
 
 namespace kiln::cache {
 
+class Store;
+
 struct FreezeRequest {
   std::string output_dir;
   std::string name;  // C identifier prefixing every symbol; "" = the model file's stem
@@ -25,7 +27,14 @@ struct FreezeRequest {
   bool embed_weights = false;
   bool static_library = false;  // libNAME.a instead of NAME.o
   std::function<void(const std::string&)> progress;  // one line per stage
+  // The compiled object is looked up in, and stored into, this cache (none
+  // if null). A cache that cannot be written is reported through `warn`
+  // and the freeze goes on.
+  const Store* store = nullptr;
+  std::function<void(const std::string&)> warn;
 };
+
+enum class FreezeCache { Off, Hit, Miss, Rebuild };
 
 struct FreezeResult {
   std::string name, triple, cpu;
@@ -34,6 +43,9 @@ struct FreezeResult {
   int64_t object_bytes = 0;   // NAME.o (or the archive), embedded weights included
   int64_t weights_bytes = 0;  // the weights data
   double seconds = 0;
+  FreezeCache cache = FreezeCache::Off;
+  std::string cache_key;
+  std::string cache_note;  // why an entry was rebuilt, or why nothing was stored
 };
 
 // Throws ir::Error: InvalidArgument for a bad request (unknown input, shape

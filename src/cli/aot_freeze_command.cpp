@@ -16,15 +16,17 @@ namespace kiln::cli {
 namespace {
 
 struct FreezeArgs {
-  std::string model, output_dir, name, target, cpu, weights = "file", kernels = "portable", format = "object";
+  std::string model, output_dir, name, target, cpu, weights = "file", kernels = "portable", format = "object", cache_dir;
   std::vector<std::string> shapes, dims;
   std::vector<int64_t> batch_sizes{1};
   bool json = false;
+  bool no_cache = false;
 };
 
 void freeze(const FreezeArgs& args) {
   RuntimeOptions opts;
-  opts.cache = false;  // nothing runs: the model is only read
+  opts.cache = !args.no_cache;
+  opts.cache_dir = args.cache_dir;
   Runtime runtime(opts);
   Model model = Model::load(runtime, args.model);
   Model::FreezeOptions o;
@@ -58,7 +60,10 @@ void freeze(const FreezeArgs& args) {
                                  {"files", r.files},
                                  {"object_bytes", r.object_bytes},
                                  {"weights_bytes", r.weights_bytes},
-                                 {"seconds", r.seconds}})
+                                 {"seconds", r.seconds},
+                                 {"cache", cache_outcome_name(r.cache)},
+                                 {"cache_key", r.cache_key},
+                                 {"cache_note", r.cache_note}})
                      .dump(2)
               << "\n";
     return;
@@ -68,6 +73,7 @@ void freeze(const FreezeArgs& args) {
   std::printf("bundle %s for %s (%s), batch sizes %s, in %.1f s\n", r.name.c_str(), r.target.c_str(), r.cpu.c_str(), sizes.c_str(),
               r.seconds);
   std::printf("  code %s, weights %s\n", bytes_to_string(r.object_bytes).c_str(), bytes_to_string(r.weights_bytes).c_str());
+  std::printf("  cache: %s%s%s\n", cache_outcome_name(r.cache), r.cache_note.empty() ? "" : " - ", r.cache_note.c_str());
   for (const auto& f : r.files) std::printf("  %s\n", f.c_str());
 }
 
@@ -87,6 +93,8 @@ void add_aot_freeze_command(CLI::App& app) {
   cmd->add_option("--weights", args->weights, "embed (in the object) or file (NAME.weights.bin)")->check(CLI::IsMember({"embed", "file"}));
   cmd->add_option("--kernels", args->kernels, "portable (libc only)")->check(CLI::IsMember({"portable", "native"}));
   cmd->add_option("--format", args->format, "object (NAME.o) or static (libNAME.a)")->check(CLI::IsMember({"object", "static"}));
+  cmd->add_option("--cache-dir", args->cache_dir, "cache of compiled code (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
+  cmd->add_flag("--no-cache", args->no_cache, "compile without looking into or writing the cache");
   cmd->add_flag("--json", args->json, "print the result as JSON");
   cmd->callback([args] { freeze(*args); });
 }

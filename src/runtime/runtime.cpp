@@ -595,8 +595,28 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
     req.embed_weights = options.embed_weights;
     req.static_library = options.format == "static";
     req.progress = options.progress;
+    const Runtime::Impl& rt = *impl_->runtime.impl_;
+    if (rt.store && rt.store_writable.load()) req.store = rt.store.get();
+    req.warn = [&](const std::string& message) { impl_->runtime.log(LogLevel::Warning, model_label(impl_->model) + ": " + message); };
     const cache::FreezeResult r = cache::freeze(impl_->model, req);
-    return FreezeResult{r.name, r.triple, r.cpu, r.batch_sizes, r.files, r.object_bytes, r.weights_bytes, r.seconds};
+    FreezeResult out;
+    out.name = r.name;
+    out.target = r.triple;
+    out.cpu = r.cpu;
+    out.batch_sizes = r.batch_sizes;
+    out.files = r.files;
+    out.object_bytes = r.object_bytes;
+    out.weights_bytes = r.weights_bytes;
+    out.seconds = r.seconds;
+    switch (r.cache) {
+      case cache::FreezeCache::Off: out.cache = CacheOutcome::Off; break;
+      case cache::FreezeCache::Hit: out.cache = CacheOutcome::Hit; break;
+      case cache::FreezeCache::Miss: out.cache = CacheOutcome::Miss; break;
+      case cache::FreezeCache::Rebuild: out.cache = CacheOutcome::Rebuild; break;
+    }
+    out.cache_key = r.cache_key;
+    out.cache_note = r.cache_note;
+    return out;
   });
 }
 

@@ -285,6 +285,62 @@ TEST_F(BundleTest, BadRequestsAreErrors) {
   }
 }
 
+// A second freeze of the same request takes the object from the cache; a
+// damaged entry is compiled again with a warning; a cache that cannot be
+// written still gives the bundle.
+TEST_F(BundleTest, FreezeReusesTheCache) {
+  std::vector<std::string> warnings;
+  kiln::RuntimeOptions ro;
+  ro.cache_dir = (dir_ / "cache").string();
+  ro.logger = [&](kiln::LogLevel level, const std::string& m) {
+    if (level == kiln::LogLevel::Warning) warnings.push_back(m);
+  };
+  kiln::Runtime runtime(ro);
+  const kiln::Model model = kiln::Model::load(runtime, kModel);
+  auto freeze_into = [&](const std::string& sub, std::vector<int64_t> batches) {
+    kiln::Model::FreezeOptions o;
+    o.output_dir = (dir_ / sub).string();
+    o.name = "digits";
+    o.batch_sizes = std::move(batches);
+    return model.freeze(o);
+  };
+  const auto first = freeze_into("a", {1, 2});
+  EXPECT_EQ(first.cache, kiln::CacheOutcome::Miss) << first.cache_note;
+  const auto second = freeze_into("b", {1, 2});
+  EXPECT_EQ(second.cache, kiln::CacheOutcome::Hit) << second.cache_note;
+  EXPECT_EQ(second.cache_key, first.cache_key);
+  for (const char* f : {"digits.o", "digits.h", "digits.weights.bin"})
+    EXPECT_EQ(read_file(dir_ / "a" / f), read_file(dir_ / "b" / f)) << f;
+  EXPECT_EQ(freeze_into("c", {1, 3}).cache, kiln::CacheOutcome::Miss);  // other batch sizes: another entry
+
+  const fs::path object = dir_ / "cache" / "entries" / first.cache_key / "object.o";
+  std::string bytes = read_file(object);
+  ASSERT_FALSE(bytes.empty());
+  bytes[bytes.size() / 2] ^= 0x40;
+  write_file(object, bytes);
+  EXPECT_TRUE(warnings.empty());
+  const auto rebuilt = freeze_into("d", {1, 2});
+  EXPECT_EQ(rebuilt.cache, kiln::CacheOutcome::Rebuild);
+  EXPECT_NE(rebuilt.cache_note.find("checksum"), std::string::npos) << rebuilt.cache_note;
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(read_file(dir_ / "d" / "digits.o"), read_file(dir_ / "a" / "digits.o"));
+  EXPECT_EQ(freeze_into("e", {1, 2}).cache, kiln::CacheOutcome::Hit);
+
+  // A cache directory under a regular file cannot be created.
+  write_file(dir_ / "plain-file", "x");
+  ro.cache_dir = (dir_ / "plain-file" / "cache").string();
+  warnings.clear();
+  kiln::Runtime unwritable(ro);
+  kiln::Model::FreezeOptions o;
+  o.output_dir = (dir_ / "f").string();
+  o.name = "digits";
+  const auto r = kiln::Model::load(unwritable, kModel).freeze(o);
+  EXPECT_EQ(r.cache, kiln::CacheOutcome::Off);
+  EXPECT_FALSE(r.cache_note.empty());
+  EXPECT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(fs::exists(dir_ / "f" / "digits.o"));
+}
+
 // examples/bundle-rust: the same classifier through Rust's FFI, built by cargo with no crates.
 TEST_F(BundleTest, RustProgramMatchesTheJit) {
   if (!have("cargo")) GTEST_SKIP() << "no cargo";
