@@ -154,6 +154,28 @@ TEST_F(CacheTest, WarmStartInSecondProcessDoesNoCodegenAndGivesIdenticalOutputs)
   EXPECT_EQ(entries().size(), 3u);
 }
 
+// With the portable kernels, the kernel library (compiled once per process)
+// is kept with the entry: the second process compiles nothing at all.
+TEST_F(CacheTest, WarmStartWithPortableKernelsCompilesNothing) {
+  auto run_portable = [&](const fs::path& out) {
+    Result r = kiln({"run", kModel, "--json", "--threads", "1", "--kernels", "portable", "--input", "image=" + kDigit, "--output-dir",
+                     out.string()});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return json::parse(r.out, nullptr, false);
+  };
+  const json first = run_portable(root_ / "a");
+  ASSERT_FALSE(first.is_discarded());
+  EXPECT_EQ(outcome(first), "miss");
+  EXPECT_GE(first["codegen_runs"].get<int64_t>(), 2);  // the kernel library and the specialization
+  const json second = run_portable(root_ / "b");
+  ASSERT_FALSE(second.is_discarded());
+  EXPECT_EQ(outcome(second), "hit");
+  EXPECT_EQ(second["codegen_runs"].get<int64_t>(), 0);
+  const std::string out_a = read_file(root_ / "a" / "probabilities.npy");
+  EXPECT_FALSE(out_a.empty());
+  EXPECT_EQ(out_a, read_file(root_ / "b" / "probabilities.npy"));
+}
+
 TEST_F(CacheTest, EightProcessesOnAnEmptyCacheAllSucceedWithOneEntry) {
   std::vector<std::unique_ptr<Child>> children;
   for (int i = 0; i < 8; ++i)

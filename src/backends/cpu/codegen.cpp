@@ -495,9 +495,9 @@ std::string compile_program(const Program& program, Jit& jit, std::vector<std::s
 }
 
 CompiledProgram link_program(const std::string& object, const std::vector<std::string>& step_symbols, bool program_calls_kernels,
-                             Jit& jit) {
+                             Jit& jit, std::string_view kernels_object) {
   CompiledProgram c;
-  c.library = jit.link(object, program_calls_kernels);
+  c.library = jit.link(object, program_calls_kernels, kernels_object);
   c.entry = reinterpret_cast<EntryFn>(jit.lookup(*c.library, kEntrySymbol));
   for (const auto& name : step_symbols) c.steps.push_back(name.empty() ? nullptr : jit.lookup(*c.library, name));
   return c;

@@ -72,9 +72,10 @@ struct CompiledProgram {
 };
 
 // Links an object from compile_program (or from the cache) and finds its
-// functions; `program_calls_kernels`: some step is a portable call.
+// functions; `program_calls_kernels`: some step is a portable call, and
+// `kernels_object` the kernel library from the cache, if there is one.
 CompiledProgram link_program(const std::string& object, const std::vector<std::string>& step_symbols, bool program_calls_kernels,
-                             Jit& jit);
+                             Jit& jit, std::string_view kernels_object = {});
 
 // The JIT's threads: a parallel_for over TBB, inside the Runtime's task arena.
 const kiln_pk_threads* tbb_threads();

@@ -88,15 +88,14 @@ class CpuExecutable : public Executable {
  public:
   CpuExecutable(cpu::Program program, std::string object, std::vector<std::string> step_symbols,
                 std::shared_ptr<cpu::Jit> jit, std::shared_ptr<ThreadBudget> budget,
-                std::shared_ptr<void> mapped_weights = nullptr)
+                std::shared_ptr<void> mapped_weights = nullptr, std::string_view kernels_object = {})
       : mapped_weights_(std::move(mapped_weights)),
         program_(std::move(program)),
         object_(std::move(object)),
         step_symbols_(std::move(step_symbols)),
         jit_(std::move(jit)),
-        code_(cpu::link_program(object_, step_symbols_,
-                                std::any_of(program_.steps.begin(), program_.steps.end(), [](const cpu::Step& s) { return bool(s.call); }),
-                                *jit_)),
+        calls_kernels_(std::any_of(program_.steps.begin(), program_.steps.end(), [](const cpu::Step& s) { return bool(s.call); })),
+        code_(cpu::link_program(object_, step_symbols_, calls_kernels_, *jit_, kernels_object)),
         budget_(std::move(budget)),
         arenas_(program_.arena_bytes) {
     for (const auto& step : program_.steps) kernels_.push_back(step.kernel.get());
@@ -124,7 +123,9 @@ class CpuExecutable : public Executable {
   }
 
   Artifact save() const override {
-    cpu::SavedProgram saved = cpu::save_program(program_, step_symbols_);
+    // The kernel library goes along, so that a warm start compiles nothing.
+    cpu::SavedProgram saved =
+        cpu::save_program(program_, step_symbols_, calls_kernels_ ? std::string_view(jit_->portable_kernels_object()) : std::string_view());
     Artifact a;
     a.object = object_;
     a.program = std::move(saved.bytes);
@@ -227,6 +228,7 @@ class CpuExecutable : public Executable {
   std::string object_;  // what the cache stores
   std::vector<std::string> step_symbols_;
   std::shared_ptr<cpu::Jit> jit_;
+  bool calls_kernels_;         // of the portable kernel library
   cpu::CompiledProgram code_;  // owns the linked code (before jit_ goes)
   mutable std::vector<double> step_ms_;  // KILN_PROFILE only (runs are serialised)
   mutable int64_t profiled_runs_ = 0;
@@ -266,10 +268,11 @@ class CpuBackend : public Backend {
     // Primitives are created in the threading context that runs them.
     OmpThreads omp(budget_->threads);
     std::vector<std::string> step_symbols;
+    std::string kernels_object;
     cpu::Program program = cpu::load_program(artifact.program, cpu::WeightsReader(artifact.weights, artifact.weights_bytes),
-                                             artifact.keep_alive, *graph, step_symbols);
+                                             artifact.keep_alive, *graph, step_symbols, &kernels_object);
     return std::make_unique<CpuExecutable>(std::move(program), std::string(artifact.object), std::move(step_symbols), jit_shared(),
-                                           budget_, artifact.keep_alive);
+                                           budget_, artifact.keep_alive, kernels_object);
   }
 
   std::string identity(const CompileOptions& options) const override {

@@ -103,7 +103,8 @@ struct Jit::Impl {
   std::atomic<int64_t> codegen_runs{0};
   std::atomic<int64_t> libraries{0};
   std::once_flag kernels_once;
-  llvm::orc::JITDylib* kernels = nullptr;  // the portable kernel library, once built
+  llvm::orc::JITDylib* kernels = nullptr;  // the portable kernel library, once linked
+  std::string kernels_object;              // its object
 };
 
 class Jit::Library {
@@ -257,24 +258,40 @@ std::string TargetCompiler::compile(Jit::ModuleUnit unit, Jit::Optimise level) c
 VectorConfig TargetCompiler::vector_config() const { return vectors_of(*impl_->machine); }
 const Target& TargetCompiler::target() const { return impl_->target; }
 
-std::shared_ptr<Jit::Library> Jit::link(const std::string& object, bool portable_kernels) {
-  if (portable_kernels) {
-    // Not a codegen run of any specialization: codegen_runs does not count it.
-    std::call_once(impl_->kernels_once, [&] {
+void Jit::link_portable_kernels(std::string_view cached_object) {
+  // A throw leaves the flag unset: a bad cached object is followed by a compile.
+  std::call_once(impl_->kernels_once, [&] {
+    std::string code(cached_object);
+    if (code.empty()) {
       auto unit = new_module("kiln_portable_kernels");
       auto machine = take(impl_->machine->createTargetMachine(), "cannot target this CPU");
       link_bitcode(*unit.module, BitcodeLibrary::Kernels, vectors_of(*machine), KernelLinkage::Shared);
-      const std::string code = optimise_and_emit(*unit.module, *machine, Optimise::Full);
-      auto dylib = impl_->jit->createJITDylib("kiln_portable_kernels");
-      if (!dylib) fail_llvm("cannot create a JITDylib", dylib.takeError());
-      if (auto err = dylib->define(llvm::orc::absoluteSymbols(impl_->host_symbols)))
-        fail_llvm("cannot define host symbols", std::move(err));
-      if (auto err = impl_->jit->addObjectFile(*dylib, llvm::MemoryBuffer::getMemBufferCopy(code, "kiln-portable-kernels")))
-        fail_llvm("cannot link the portable kernels", std::move(err));
-      impl_->kernels = &*dylib;
-    });
-    if (!impl_->kernels) ir::fail(ir::ErrorKind::Internal, "the portable kernel library failed to build earlier");
-  }
+      code = optimise_and_emit(*unit.module, *machine, Optimise::Full);
+      impl_->codegen_runs++;
+    }
+    auto dylib = impl_->jit->createJITDylib("kiln_portable_kernels_" + std::to_string(impl_->libraries++));
+    if (!dylib) fail_llvm("cannot create a JITDylib", dylib.takeError());
+    if (auto err = dylib->define(llvm::orc::absoluteSymbols(impl_->host_symbols)))
+      fail_llvm("cannot define host symbols", std::move(err));
+    if (auto err = impl_->jit->addObjectFile(*dylib, llvm::MemoryBuffer::getMemBufferCopy(code, "kiln-portable-kernels")))
+      fail_llvm("cannot link the portable kernels", std::move(err));
+    // Materialise now: a bad object fails here, not in a later lookup.
+    if (auto sym = impl_->jit->lookup(*dylib, "kiln_pk_gemm"); !sym) {
+      llvm::consumeError(impl_->jit->getExecutionSession().removeJITDylib(*dylib));
+      fail_llvm("cannot link the portable kernels", sym.takeError());
+    }
+    impl_->kernels_object = std::move(code);
+    impl_->kernels = &*dylib;
+  });
+}
+
+const std::string& Jit::portable_kernels_object() {
+  link_portable_kernels({});
+  return impl_->kernels_object;
+}
+
+std::shared_ptr<Jit::Library> Jit::link(const std::string& object, bool portable_kernels, std::string_view kernels_object) {
+  if (portable_kernels) link_portable_kernels(kernels_object);
   auto created = impl_->jit->createJITDylib("kiln_" + std::to_string(impl_->libraries++));
   if (!created) fail_llvm("cannot create a JITDylib", created.takeError());
   llvm::orc::JITDylib& dylib = *created;

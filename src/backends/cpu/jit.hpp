@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace llvm {
@@ -60,10 +61,14 @@ class Jit {
   class Library;
   // Links `object` (from compile(), or from the cache: no codegen at all).
   // `portable_kernels`: it calls the portable kernel library, which this Jit
-  // then compiles once (a few seconds, the first time only) into a library
-  // of its own that every such object links against. Throws
-  // ir::Error(Internal) if the object does not link.
-  std::shared_ptr<Library> link(const std::string& object, bool portable_kernels = false);
+  // links once into a library of its own that every such object links
+  // against: `kernels_object` if given (the library compiled for this CPU by
+  // an earlier process, from the cache), else compiled here (a few seconds,
+  // one codegen run). Throws ir::Error(Internal) if an object does not link.
+  std::shared_ptr<Library> link(const std::string& object, bool portable_kernels = false, std::string_view kernels_object = {});
+  // The portable kernel library's object, as linked (compiled first if it
+  // was not yet), for the cache to keep.
+  const std::string& portable_kernels_object();
   void* lookup(const Library& library, const std::string& symbol) const;
 
   const HostInfo& host() const;
@@ -73,6 +78,7 @@ class Jit {
   int64_t codegen_runs() const;
 
  private:
+  void link_portable_kernels(std::string_view cached_object);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -84,7 +84,7 @@ std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights,
 
 }  // namespace
 
-SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols) {
+SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols, std::string_view kernels_object) {
   SavedProgram saved;
   json buffers = json::array(), steps = json::array(), constants = json::array(), summary_steps = json::array();
   for (const Buffer& b : program.buffers) buffers.push_back({int(b.kind), b.index, b.bytes, b.offset, b.name});
@@ -113,21 +113,22 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
   for (const ir::Tensor& t : program.input_defaults) defaults.push_back(t.defined());
   json out_dtypes = json::array();
   for (ir::DType t : program.output_dtypes) out_dtypes.push_back(int(t));
-  const json j = {{"format", kFormat},
-                  {"family", int(program.family)},
-                  {"buffers", buffers},
-                  {"steps", steps},
-                  {"inputs", program.inputs},
-                  {"input_has_default", defaults},
-                  {"outputs", program.outputs},
-                  {"output_dtypes", out_dtypes},
-                  {"output_dims", program.output_dims},
-                  {"constants", constants},
-                  {"arena_bytes", program.arena_bytes},
-                  {"intermediate_bytes", program.intermediate_bytes},
-                  {"graph_nodes", program.graph_nodes},
-                  {"compiled_nodes", program.compiled_nodes},
-                  {"fallback_nodes", program.fallback_nodes}};
+  json j = {{"format", kFormat},
+            {"family", int(program.family)},
+            {"buffers", buffers},
+            {"steps", steps},
+            {"inputs", program.inputs},
+            {"input_has_default", defaults},
+            {"outputs", program.outputs},
+            {"output_dtypes", out_dtypes},
+            {"output_dims", program.output_dims},
+            {"constants", constants},
+            {"arena_bytes", program.arena_bytes},
+            {"intermediate_bytes", program.intermediate_bytes},
+            {"graph_nodes", program.graph_nodes},
+            {"compiled_nodes", program.compiled_nodes},
+            {"fallback_nodes", program.fallback_nodes}};
+  if (!kernels_object.empty()) j["kernels_object"] = json::binary(std::vector<uint8_t>(kernels_object.begin(), kernels_object.end()));
   const std::vector<uint8_t> cbor = json::to_cbor(j);
   saved.bytes.assign(cbor.begin(), cbor.end());
   saved.summary = json({{"entry", kEntrySymbol},
@@ -141,7 +142,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
 }
 
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
-                     const ir::Graph& graph, std::vector<std::string>& step_symbols) {
+                     const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object) {
   const std::string what = "cached program";
   json j;
   try {
@@ -215,6 +216,13 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
     p.graph_nodes = json_field<int>(j, "graph_nodes", what);
     p.compiled_nodes = json_field<int>(j, "compiled_nodes", what);
     p.fallback_nodes = json_field<int>(j, "fallback_nodes", what);
+    if (kernels_object) {
+      kernels_object->clear();
+      if (j.contains("kernels_object")) {
+        const auto& bin = j["kernels_object"].get_binary();
+        kernels_object->assign(bin.begin(), bin.end());
+      }
+    }
     for (const Buffer& b : p.buffers)
       if (b.kind == Buffer::Kind::Arena && (b.offset < 0 || b.bytes < 0 || b.offset + b.bytes > p.arena_bytes))
         ir::fail(ir::ErrorKind::InvalidModel, what + ": buffer '" + b.name + "' lies outside the arena");

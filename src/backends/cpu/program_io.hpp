@@ -21,13 +21,17 @@ struct SavedProgram {
   std::string summary;  // JSON for the cache manifest: the memory plan and the steps, readable
 };
 
-// Throws ir::Error(Unsupported) if a step cannot be saved, saying which and why.
-SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols);
+// `kernels_object`: the portable kernel library the program's calls link
+// against, kept with it ("" if it makes none). Throws ir::Error(Unsupported)
+// if a step cannot be saved, saying which and why.
+SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols,
+                          std::string_view kernels_object = {});
 
 // `graph`: the model's graph, for the initializers behind inputs with
 // defaults. `keep_alive` owns the weights' memory (constants view it).
+// `kernels_object` receives the saved kernel library ("" if none).
 // Throws ir::Error(InvalidModel) naming what is inconsistent.
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
-                     const ir::Graph& graph, std::vector<std::string>& step_symbols);
+                     const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object = nullptr);
 
 }  // namespace kiln::cpu
