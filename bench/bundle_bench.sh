@@ -36,7 +36,7 @@ echo
 for model in "$@"; do
   name=$(basename "$model" .onnx | tr -c 'A-Za-z0-9_\n' _)
   out=$work/$name
-  freeze=$("$kiln" aot-freeze "$model" -o "$out" --name m --batch-sizes "$batch" --json 2>/dev/null)
+  freeze=$("$kiln" aot-freeze "$model" -o "$out" --name m --batch-sizes "$batch" --no-cache --json 2>/dev/null)
   cc -O2 -DPREFIX=m -DUPREFIX=M -include "$out/m.h" bench/bundle_bench.c "$out/m.o" -lm -o "$out/bench"
   bundle=$("$out/bench" "$out/m.weights.bin" "$batch" "$threads" "$runs" | json 'd["median_ms"]')
   jit=$("$kiln" run "$model" --random-inputs --dim batch="$batch" --threads "$threads" --repeat "$runs" --no-cache --json 2>/dev/null |

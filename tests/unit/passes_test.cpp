@@ -82,6 +82,68 @@ TEST(Passes, DeadBranchesAreRemoved) {
   EXPECT_EQ(m.graph->nodes[0].op_type, "Relu");
 }
 
+// A SqueezeNet fire module and the next one's squeeze: the MaxPool moves
+// before the Concat, and the squeeze Conv is split over the Concat's parts.
+TEST(Passes, ConcatIsDistributedOverMaxPoolAndConv) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2, 4, 6, 6}).output("y", onnx::TensorProto::FLOAT, {2, 8, 3, 3});
+  b.initializer(ModelBuilder::float_tensor("w1", {16, 4, 1, 1}, random_values(64, 1)));
+  b.initializer(ModelBuilder::float_tensor("w3", {16, 4, 3, 3}, random_values(576, 2)));
+  b.initializer(ModelBuilder::float_tensor("ws", {8, 32, 1, 1}, random_values(256, 3)));
+  b.initializer(ModelBuilder::float_tensor("bs", {8}, random_values(8, 4)));
+  b.node("Conv", {"x", "w1"}, {"e1"});
+  b.node("Relu", {"e1"}, {"a"});
+  auto& e3 = b.node("Conv", {"x", "w3"}, {"e3"});
+  ModelBuilder::attr_ints(e3, "pads", {1, 1, 1, 1});
+  b.node("Relu", {"e3"}, {"b"});
+  auto& cat = b.node("Concat", {"a", "b"}, {"c"});
+  ModelBuilder::attr_int(cat, "axis", 1);
+  auto& pool = b.node("MaxPool", {"c"}, {"p"});
+  ModelBuilder::attr_ints(pool, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(pool, "strides", {2, 2});
+  b.node("Conv", {"p", "ws", "bs"}, {"y"});
+  auto m = kiln::test::import(b);
+  Tensor x = Tensor::from_vector<float>({2, 4, 6, 6}, random_values(288, 5));
+  const auto before = kiln::ref::run_graph(*m.graph, {{"x", x}})[0].to_float_vector();
+
+  auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {2, 4, 6, 6}}}}, kiln::ref::constant_evaluator());
+  EXPECT_EQ(kiln::passes::distribute_concat(*m.graph, spec), 2);
+  std::map<std::string, int> ops;
+  for (const auto& n : m.graph->nodes) {
+    ops[n.op_type]++;
+    for (const auto& v : n.outputs) {
+      auto it = spec.result.values.find(v);
+      ASSERT_TRUE(it != spec.result.values.end() && it->second.shape.is_concrete()) << v << " has no type";
+    }
+  }
+  EXPECT_EQ(ops, (std::map<std::string, int>{{"Add", 1}, {"Conv", 4}, {"MaxPool", 2}, {"Relu", 2}}));
+  EXPECT_EQ(spec.result.values.at(m.graph->nodes[4].outputs[0]).shape.concrete(), (kiln::ir::Dims{2, 16, 3, 3}));
+  const auto after = kiln::ref::run_graph(*m.graph, {{"x", x}})[0].to_float_vector();
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(before[i], after[i], 1e-4f) << i;
+}
+
+// A Conv that widens (a classifier) would write more than the Concat
+// copies; a Concat that is also an output must stay.
+TEST(Passes, ConcatStaysWhenDistributingDoesNotPay) {
+  for (bool widen : {true, false}) {
+    ModelBuilder b;
+    b.input("a", onnx::TensorProto::FLOAT, {1, 4, 3, 3}).input("b", onnx::TensorProto::FLOAT, {1, 4, 3, 3});
+    b.output("y", onnx::TensorProto::FLOAT, {});
+    if (!widen) b.output("c", onnx::TensorProto::FLOAT, {});
+    const int64_t out = widen ? 32 : 2;
+    b.initializer(ModelBuilder::float_tensor("w", {out, 8, 1, 1}, random_values(size_t(out * 8), 1)));
+    auto& cat = b.node("Concat", {"a", "b"}, {"c"});
+    ModelBuilder::attr_int(cat, "axis", 1);
+    b.node("Conv", {"c", "w"}, {"y"});
+    auto m = kiln::test::import(b);
+    auto spec = kiln::ir::specialize(*m.graph, {{"a", {kiln::ir::DType::Float32, {1, 4, 3, 3}}}, {"b", {kiln::ir::DType::Float32, {1, 4, 3, 3}}}},
+                                     kiln::ref::constant_evaluator());
+    EXPECT_EQ(kiln::passes::distribute_concat(*m.graph, spec), 0) << (widen ? "widening conv" : "concat is an output");
+    EXPECT_EQ(m.graph->nodes.size(), 2u);
+  }
+}
+
 TEST(MemoryPlan, AChainNeedsTwoBuffersAndResidualsStayAlive) {
   ModelBuilder b;
   b.input("x", onnx::TensorProto::FLOAT, {"n", 256}).output("y", onnx::TensorProto::FLOAT, {"n", 256});

@@ -2,12 +2,13 @@
 
 namespace kiln::passes {
 
-void optimize_specialization(ir::Graph& graph, const ir::Specialization& spec, const ir::ConstantEvaluator& evaluator) {
+void optimize_specialization(ir::Graph& graph, ir::Specialization& spec, const ir::ConstantEvaluator& evaluator) {
   bake_constants(graph, spec.result.constants);
   // Shape inference folds only small values; this also folds weight
   // preprocessing (e.g. a Transpose of an initializer) of any size.
   fold_constants(graph, evaluator);
   fold_batch_norm(graph);
+  distribute_concat(graph, spec);
   remove_dead_nodes(graph);
 }
 

@@ -30,10 +30,16 @@ int remove_dead_nodes(ir::Graph& graph);
 // weights and bias and the BatchNormalization node disappears.
 int fold_batch_norm(ir::Graph& graph);
 
+// A float Concat along channels whose only reader is a MaxPool moves after
+// it (a MaxPool per part); one whose only reader is a Conv (group 1,
+// constant weights) becomes a Conv per part, with the weights split by
+// input channel, summed by Adds. Adds the new values' types to `spec`.
+int distribute_concat(ir::Graph& graph, ir::Specialization& spec);
+
 // The passes a specialization runs before its backend compiles it:
 // specialization constants baked in, constant folding, BatchNormalization
-// folding, dead nodes removed.
-void optimize_specialization(ir::Graph& graph, const ir::Specialization& spec,
-                             const ir::ConstantEvaluator& evaluator);
+// folding, Concats distributed, dead nodes removed. New values get their
+// types in `spec`.
+void optimize_specialization(ir::Graph& graph, ir::Specialization& spec, const ir::ConstantEvaluator& evaluator);
 
 }  // namespace kiln::passes
