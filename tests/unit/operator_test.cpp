@@ -461,6 +461,24 @@ TEST_P(OperatorTest, ConvFireModuleConcat) { run(fire_module(16, 16)); }
 // Channel counts that are not a multiple of oneDNN's channel blocks.
 TEST_P(OperatorTest, ConvFireModuleConcatOddChannels) { run(fire_module(6, 5)); }
 
+// The next module's MaxPool and squeeze read the Concat: the graph passes
+// move the MaxPool before it and split the squeeze per part, summed by an
+// Add that fuses into the second part's Conv.
+Case fire_then_squeeze(int64_t e1, int64_t e3) {
+  Case c = fire_module(e1, e3);
+  c.weight("s2w", {4, e1 + e3, 1, 1}).weight("s2b", {4});
+  auto& graph = c.model.graph();
+  graph.mutable_node(graph.node_size() - 1)->set_output(0, "cat");
+  c.ops.push_back("MaxPool");
+  c.node("MaxPool", {"cat"}, {"p"}, {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}});
+  c.node("Conv", {"p", "s2w", "s2b"}, {"s2"});
+  c.node("Relu", {"s2"}, {"y"});
+  return c;
+}
+
+TEST_P(OperatorTest, ConvFireModuleThenSqueeze) { run(fire_then_squeeze(16, 16)); }
+TEST_P(OperatorTest, ConvFireModuleThenSqueezeOddChannels) { run(fire_then_squeeze(6, 5)); }
+
 
 // Arithmetic with a scalar constant after a convolution becomes linear post-ops.
 TEST_P(OperatorTest, ConvScalarArithmetic) {

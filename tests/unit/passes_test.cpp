@@ -111,9 +111,11 @@ TEST(Passes, ConcatIsDistributedOverMaxPoolAndConv) {
   std::map<std::string, int> ops;
   for (const auto& n : m.graph->nodes) {
     ops[n.op_type]++;
-    for (const auto& v : n.outputs) {
+    std::vector<std::string> touched = kiln::ir::values_read(n);
+    touched.insert(touched.end(), n.outputs.begin(), n.outputs.end());
+    for (const auto& v : touched) {
       auto it = spec.result.values.find(v);
-      ASSERT_TRUE(it != spec.result.values.end() && it->second.shape.is_concrete()) << v << " has no type";
+      ASSERT_TRUE(it != spec.result.values.end() && it->second.shape.is_concrete()) << v << " has no type";  // backends look them up
     }
   }
   EXPECT_EQ(ops, (std::map<std::string, int>{{"Add", 1}, {"Conv", 4}, {"MaxPool", 2}, {"Relu", 2}}));

@@ -19,7 +19,7 @@ namespace {
 
 class Distributor {
  public:
-  Distributor(ir::Graph& g, ir::Specialization& spec) : g_(g), values_(spec.result.values) {
+  Distributor(ir::Graph& g, ir::Specialization& spec) : g_(g), values_(spec.result.values), constants_(spec.result.constants) {
     for (const auto& n : g_.nodes)
       for (const auto& name : ir::values_read(n)) uses_[name]++;
     for (const auto& o : g_.outputs) uses_[o.name]++;
@@ -147,7 +147,8 @@ class Distributor {
                     sizeof(float) * size_t(c * window));
       offset += c;
       const std::string suffix = "/part" + std::to_string(i);
-      const std::string w_name = fresh(conv.inputs[1] + suffix);
+      const std::string w_name = new_value(conv.inputs[1] + suffix, ir::DType::Float32, wd);
+      constants_[w_name] = piece_w;
       g_.initializers[w_name] = std::move(piece_w);
       ir::Node piece = conv;
       piece.name = conv.name + suffix;
@@ -176,6 +177,7 @@ class Distributor {
 
   ir::Graph& g_;
   std::map<std::string, ir::ValueInfo>& values_;
+  std::map<std::string, ir::Tensor>& constants_;
   std::map<std::string, int> uses_;
   std::set<std::string> overridable_;
   std::map<std::string, size_t> producer_;  // into g_.nodes as rebuilt
