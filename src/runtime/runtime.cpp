@@ -343,11 +343,20 @@ struct Model::Impl {
     }
   }
 
+  // Model::load leaves the weights in the mapped file, where a warm start
+  // never reads them; whatever reads them (compiling, shape inference,
+  // defaults of inputs) copies them out first, once.
+  std::once_flag weights_once;
+  void own_weights() {
+    std::call_once(weights_once, [&] { onnx_import::own_weights(model); });
+  }
+
   Impl(const Runtime& rt, ir::Model m) : runtime(rt), model(std::move(m)) {
     const ir::Graph& g = *model.graph;
     for (const auto* v : g.required_inputs()) inputs.push_back(to_info(*v, false));
     for (const auto& v : g.inputs)
       if (g.initializers.count(v.name)) inputs.push_back(to_info(v, true));
+    if (inputs.size() > g.required_inputs().size()) own_weights();
     // Outputs declared without a (full) shape get the inferred one; most
     // models declare them all, and then loading infers nothing.
     auto declared_full = [](const ir::ValueInfo& v) {
@@ -358,6 +367,7 @@ struct Model::Impl {
     std::map<std::string, ir::ValueInfo> inferred;
     if (!std::all_of(g.outputs.begin(), g.outputs.end(), declared_full)) {
       try {
+        own_weights();
         inferred = ir::infer_shapes(g, {}, ref::constant_evaluator()).values;
       } catch (const ir::Error& e) {
         runtime.log(LogLevel::Warning, model.source_path + ": shape inference failed: " + e.what());
@@ -426,7 +436,11 @@ struct Model::Impl {
 
 Model Model::load(const Runtime& runtime, const std::string& path) {
   Model m;
-  m.impl_ = translate_errors([&] { return std::make_shared<Impl>(runtime, onnx_import::import_model_file(path)); });
+  m.impl_ = translate_errors([&] {
+    onnx_import::ImportOptions opts;
+    opts.keep_weights_in_file = true;
+    return std::make_shared<Impl>(runtime, onnx_import::import_model_file(path, opts));
+  });
   return m;
 }
 
@@ -530,6 +544,7 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
       }
     }
     if (!entry->executable) {
+      own_weights();
       std::map<std::string, std::pair<ir::DType, ir::Dims>> shapes;
       for (const auto& [name, t] : ins) shapes[name] = {t.dtype(), t.dims()};
       ir::Specialization spec = ir::specialize(*model.graph, shapes, ref::constant_evaluator());
@@ -605,6 +620,7 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
     const Runtime::Impl& rt = *impl_->runtime.impl_;
     if (rt.store && rt.store_writable.load()) req.store = rt.store.get();
     req.warn = [&](const std::string& message) { impl_->runtime.log(LogLevel::Warning, model_label(impl_->model) + ": " + message); };
+    impl_->own_weights();
     const cache::FreezeResult r = cache::freeze(impl_->model, req);
     FreezeResult out;
     out.name = r.name;

@@ -1,9 +1,12 @@
 // Import of real and hostile ONNX files.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+
+#include <unistd.h>
 
 #include "model_builder.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
@@ -254,4 +257,143 @@ TEST(OnnxImporter, DeeplyNestedSubgraphsAreRejected) {
   } catch (const kiln::ir::Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::InvalidModel);
   }
+}
+
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& bytes) {
+  const fs::path path = fs::temp_directory_path() / ("kiln_" + std::to_string(::getpid()) + "_" + name);
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
+  return path.string();
+}
+
+kiln::ir::Model import_keeping_weights(const std::string& path) {
+  kiln::onnx_import::ImportOptions opts;
+  opts.keep_weights_in_file = true;
+  return import_model_file(path, opts);
+}
+
+// A model with weights of every kind: raw data (also one that is a graph
+// input, and one of zero bytes), typed data, and a Constant node.
+std::string mixed_weights_model() {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {3}).input("bias", onnx::TensorProto::FLOAT, {3});
+  b.output("y", onnx::TensorProto::FLOAT, {3});
+  auto raw = [](const std::string& name, std::vector<float> values) {
+    onnx::TensorProto t;
+    t.set_name(name);
+    t.set_data_type(onnx::TensorProto::FLOAT);
+    t.add_dims(int64_t(values.size()));
+    t.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+    return t;
+  };
+  b.initializer(raw("w", {1.5f, -2, 3}));
+  b.initializer(raw("bias", {0.25f, 0.5f, 0.75f}));
+  b.initializer(raw("empty", {}));
+  b.initializer(ModelBuilder::float_tensor("typed", {3}, {7, 8, 9}));
+  auto& c = b.node("Constant", {}, {"k"});
+  ModelBuilder::attr_tensor(c, "value", ModelBuilder::float_tensor("", {3}, {3, 4, 5}));
+  b.node("Mul", {"x", "w"}, {"t"});
+  b.node("Add", {"t", "bias"}, {"u"});
+  b.node("Mul", {"u", "typed"}, {"v"});
+  b.node("Add", {"v", "k"}, {"y"});
+  return b.bytes();
+}
+
+}  // namespace
+
+TEST(OnnxImporter, WeightsKeptInTheFileAreTheSameWeights) {
+  for (const std::string& path : {digits_path(), write_temp("mixed.onnx", mixed_weights_model())}) {
+    SCOPED_TRACE(path);
+    const auto copied = import_model_file(path);
+    auto kept = import_keeping_weights(path);
+    EXPECT_FALSE(copied.mapped_file);
+    ASSERT_TRUE(kept.mapped_file);
+    EXPECT_EQ(kept.content_hash, copied.content_hash);
+    EXPECT_EQ(kept.graph->nodes.size(), copied.graph->nodes.size());
+    ASSERT_EQ(kept.graph->initializers.size(), copied.graph->initializers.size());
+    int in_file = 0;
+    for (const auto& [name, t] : kept.graph->initializers) in_file += t.owner() == kept.mapped_file;
+    EXPECT_GT(in_file, 0);
+
+    kiln::onnx_import::own_weights(kept);
+    EXPECT_FALSE(kept.mapped_file);
+    for (const auto& [name, t] : kept.graph->initializers) {
+      const auto& want = copied.graph->initializers.at(name);
+      ASSERT_EQ(t.dims(), want.dims()) << name;
+      ASSERT_EQ(t.nbytes(), want.nbytes()) << name;
+      EXPECT_EQ(std::memcmp(t.raw(), want.raw(), t.nbytes()), 0) << name;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % 64, 0u) << name;
+    }
+    kiln::onnx_import::own_weights(kept);  // a second call has nothing to do
+    if (path != digits_path()) fs::remove(path);
+  }
+}
+
+TEST(OnnxImporter, KeepingWeightsTruncatedOrWrongSizedFilesAreErrorsNeverCrashes) {
+  const std::string bytes = mixed_weights_model();
+  int errors = 0;
+  for (size_t len = 1; len < bytes.size(); len += 3) {
+    const std::string path = write_temp("cut.onnx", bytes.substr(0, len));
+    try {
+      auto m = import_keeping_weights(path);
+      kiln::onnx_import::own_weights(m);
+    } catch (const kiln::ir::Error& e) {
+      ++errors;
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+    fs::remove(path);
+  }
+  EXPECT_GT(errors, int(bytes.size() / 6));
+
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  onnx::TensorProto w;
+  w.set_name("weights");
+  w.set_data_type(onnx::TensorProto::FLOAT);
+  w.add_dims(1000);
+  w.set_raw_data(std::string(12, '\0'));
+  b.initializer(w);
+  b.node("Add", {"x", "weights"}, {"y"});
+  const std::string path = write_temp("short.onnx", b.bytes());
+  try {
+    import_keeping_weights(path);
+    ADD_FAILURE() << "a tensor with too few bytes was accepted";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'weights'"), std::string::npos) << e.what();
+  }
+  fs::remove(path);
+}
+
+TEST(OnnxImporter, AFileRewrittenAfterLoadingIsAnErrorAndARenamedOneIsNot) {
+  const std::string bytes = mixed_weights_model();
+  const std::string path = write_temp("rewritten.onnx", bytes);
+
+  // Replaced by a rename: the loaded model keeps the file it mapped.
+  auto renamed = import_keeping_weights(path);
+  std::string other = bytes;
+  const size_t at = other.find(std::string("\x00\x00\xc0\x3f", 4));  // 1.5f, the first weight
+  ASSERT_NE(at, std::string::npos);
+  other[at + 3] = 0x40;  // 1.5f -> 3.5f
+  const std::string next = write_temp("next.onnx", other);
+  fs::rename(next, path);
+  kiln::onnx_import::own_weights(renamed);
+  EXPECT_FLOAT_EQ(renamed.graph->initializers.at("w").data<float>()[0], 1.5f);
+
+  // Rewritten in place, same size: the weights no longer hash to the key.
+  auto rewritten = import_keeping_weights(path);
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
+  try {
+    kiln::onnx_import::own_weights(rewritten);
+    ADD_FAILURE() << "weights changed under the model were accepted";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Io);
+    EXPECT_NE(std::string(e.what()).find("changed on disk"), std::string::npos) << e.what();
+  }
+
+  // Cut short in place: reported before any byte past the end is read.
+  auto cut = import_keeping_weights(path);
+  fs::resize_file(path, bytes.size() / 2);
+  EXPECT_THROW(kiln::onnx_import::own_weights(cut), kiln::ir::Error);
+  fs::remove(path);
 }

@@ -113,6 +113,9 @@ struct Model {
   std::string producer_version;
   std::string source_path;  // where it was loaded from, for messages ("<memory>" if none)
   std::string content_hash; // XXH3-128 (hex) of the file and its external weights: the model part of cache keys
+  // Set while initializers are still read-only views of the model file
+  // (onnx_import::own_weights copies them out).
+  std::shared_ptr<void> mapped_file;
 
   int64_t opset(const std::string& domain = "") const;  // 0 if not imported
 };

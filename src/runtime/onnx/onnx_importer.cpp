@@ -4,10 +4,12 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
 
 #include <xxhash.h>
 
 #include <climits>
+#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <fcntl.h>
@@ -18,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <unordered_map>
 
 namespace kiln::onnx_import {
 
@@ -54,6 +57,92 @@ bool parse_proto(Proto& proto, const void* data, size_t size) {
   return proto.ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage();
 }
 
+// A model file mapped read-only for as long as weights view it.
+struct MappedFile {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  int fd = -1;  // kept open: own_weights checks the file was not truncated
+  std::string path;
+  XXH128_hash_t hash{};  // of the file alone, to tell whether it changed since loading
+  ~MappedFile() {
+    if (data) ::munmap(const_cast<uint8_t*>(data), size);
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+struct Span {
+  const uint8_t* data;
+  size_t size;
+};
+using RawSpans = std::unordered_map<const onnx::TensorProto*, Span>;
+
+// Walks the fields of one serialized message: each length-delimited field
+// numbered `wanted` goes to `take`, every other field is appended to `rest`
+// unchanged. False if the bytes are not a well-formed message.
+template <typename Take>
+bool split_message(const uint8_t* data, size_t size, uint32_t wanted, std::string& rest, Take&& take) {
+  using google::protobuf::internal::WireFormatLite;
+  if (size > size_t(INT_MAX)) return false;
+  google::protobuf::io::CodedInputStream in(data, int(size));
+  in.SetTotalBytesLimit(INT_MAX);
+  for (;;) {
+    const int start = in.CurrentPosition();
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) return size_t(in.CurrentPosition()) == size;
+    if (WireFormatLite::GetTagFieldNumber(tag) == int(wanted) &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t length = 0;
+      if (!in.ReadVarint32(&length)) return false;
+      const size_t at = size_t(in.CurrentPosition());
+      if (length > size - at || !take(data + at, size_t(length)) || !in.Skip(int(length))) return false;
+    } else {
+      if (!WireFormatLite::SkipField(&in, tag)) return false;
+      rest.append(reinterpret_cast<const char*>(data) + start, size_t(in.CurrentPosition() - start));
+    }
+  }
+}
+
+// Parses a model whose initializers' raw_data stay in `data`: protobuf would
+// copy each into a string of its own (for resnet50, 98 MB and tens of
+// thousands of page faults on every load, for weights that a warm start
+// never reads). False for anything unusual (no graph or two, malformed
+// bytes): the caller then parses the ordinary way, which reports errors.
+bool parse_model_keeping_weights(const uint8_t* data, size_t size, onnx::ModelProto& mp, RawSpans& raw) {
+  constexpr uint32_t kModelGraph = 7, kGraphInitializer = 5, kTensorRawData = 9;
+  std::string model_rest;
+  std::vector<Span> graphs;
+  if (!split_message(data, size, kModelGraph, model_rest, [&](const uint8_t* p, size_t n) {
+        graphs.push_back({p, n});
+        return true;
+      }))
+    return false;
+  if (graphs.size() != 1) return false;
+  std::string graph_rest;
+  std::vector<std::pair<onnx::TensorProto, std::optional<Span>>> initializers;
+  if (!split_message(graphs[0].data, graphs[0].size, kGraphInitializer, graph_rest, [&](const uint8_t* p, size_t n) {
+        std::string tensor_rest;
+        std::optional<Span> bytes;
+        if (!split_message(p, n, kTensorRawData, tensor_rest, [&](const uint8_t* q, size_t m) {
+              bytes = Span{q, m};  // a repeated scalar field: the last one counts
+              return true;
+            }))
+          return false;
+        initializers.emplace_back();
+        initializers.back().second = bytes;
+        return parse_proto(initializers.back().first, tensor_rest.data(), tensor_rest.size());
+      }))
+    return false;
+  if (!parse_proto(mp, model_rest.data(), model_rest.size()) ||
+      !parse_proto(*mp.mutable_graph(), graph_rest.data(), graph_rest.size()))
+    return false;
+  for (auto& [tensor, bytes] : initializers) {
+    onnx::TensorProto* t = mp.mutable_graph()->add_initializer();
+    t->Swap(&tensor);
+    if (bytes) raw[t] = *bytes;
+  }
+  return true;
+}
+
 class Importer {
  public:
   Importer(std::string label, ImportOptions options) : label_(std::move(label)), options_(std::move(options)) {
@@ -63,6 +152,13 @@ class Importer {
   // The model's identity for cache keys: the file, then every external
   // weight read, in order, hashed as they pass (no second read).
   void hash(const void* data, size_t size) { XXH3_128bits_update(hash_.get(), data, size); }
+  XXH128_hash_t digest() const { return XXH3_128bits_digest(hash_.get()); }
+
+  // Initializers whose raw data stays in the mapped file `file`.
+  void keep_weights_in(std::shared_ptr<MappedFile> file, RawSpans raw) {
+    file_ = std::move(file);
+    raw_in_file_ = std::move(raw);
+  }
 
   ir::Model import(const onnx::ModelProto& mp) {
     ir::Model m;
@@ -82,8 +178,9 @@ class Importer {
     }
     if (!mp.has_graph()) fail(ErrorKind::InvalidModel, label_ + ": the model has no graph");
     m.graph = import_graph(mp.graph(), "graph");
+    if (!raw_in_file_.empty()) m.mapped_file = file_;
     XXH128_canonical_t digest;
-    XXH128_canonicalFromHash(&digest, XXH3_128bits_digest(hash_.get()));
+    XXH128_canonicalFromHash(&digest, this->digest());
     static const char* hex = "0123456789abcdef";
     for (unsigned char b : digest.digest) {
       m.content_hash += hex[b >> 4];
@@ -111,16 +208,23 @@ class Importer {
     if (tp.has_data_location() && tp.data_location() == onnx::TensorProto::EXTERNAL)
       return external_tensor(tp, dt, dims, want_bytes, where);
 
+    auto raw_size_error = [&](size_t have) {
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "shape " + ir::dims_to_string(dims) + " of " +
+                                        ir::dtype_name(dt) + " needs " + std::to_string(want_bytes) +
+                                        " bytes of raw data, the file holds " + std::to_string(have));
+    };
     auto count_error = [&](size_t have) {
       fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "shape " + ir::dims_to_string(dims) + " needs " +
                                         std::to_string(numel) + " elements, the file holds " + std::to_string(have));
     };
+    if (auto it = raw_in_file_.find(&tp); it != raw_in_file_.end()) {
+      if (it->second.size != want_bytes) raw_size_error(it->second.size);
+      if (want_bytes == 0) return ir::Tensor(dt, dims);
+      // Read only until own_weights() copies it out.
+      return ir::Tensor::view(dt, dims, const_cast<uint8_t*>(it->second.data), file_);
+    }
     if (tp.has_raw_data()) {
-      if (tp.raw_data().size() != want_bytes) {
-        fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "shape " + ir::dims_to_string(dims) + " of " +
-                                          ir::dtype_name(dt) + " needs " + std::to_string(want_bytes) +
-                                          " bytes of raw data, the file holds " + std::to_string(tp.raw_data().size()));
-      }
+      if (tp.raw_data().size() != want_bytes) raw_size_error(tp.raw_data().size());
       if (want_bytes == 0) return ir::Tensor(dt, dims);
       // Every message an Importer reads belongs to that import and is thrown
       // away after it: the weights move out of it instead of being copied
@@ -387,6 +491,8 @@ class Importer {
   std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash_{XXH3_createState(), XXH3_freeState};
   std::map<std::string, int64_t> opsets_;
   int depth_ = 0;
+  std::shared_ptr<MappedFile> file_;
+  RawSpans raw_in_file_;
 };
 
 }  // namespace
@@ -407,27 +513,48 @@ ir::Model import_model_file(const std::string& path, const ImportOptions& option
     fs::path parent = fs::path(path).parent_path();
     opts.external_data_dir = parent.empty() ? "." : parent.string();
   }
-  // Parsed straight from a read-only mapping: one copy of the file fewer.
   std::error_code ec;
   if (fs::is_directory(path, ec)) fail(ErrorKind::Io, "cannot read model '" + path + "': is a directory");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(ErrorKind::Io, "cannot open model '" + path + "': " + std::strerror(errno));
+  auto file = std::make_shared<MappedFile>();
+  file->path = path;
+  file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (file->fd < 0) fail(ErrorKind::Io, "cannot open model '" + path + "': " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size == 0) {
-    ::close(fd);
-    if (st.st_size == 0) fail(ErrorKind::InvalidModel, path + ": the file is empty, not an ONNX model");
-    fail(ErrorKind::Io, "cannot read model '" + path + "': " + std::strerror(errno));
-  }
-  if (uint64_t(st.st_size) > uint64_t(INT_MAX)) {
-    ::close(fd);
+  if (::fstat(file->fd, &st) != 0) fail(ErrorKind::Io, "cannot read model '" + path + "': " + std::strerror(errno));
+  if (st.st_size == 0) fail(ErrorKind::InvalidModel, path + ": the file is empty, not an ONNX model");
+  if (uint64_t(st.st_size) > uint64_t(INT_MAX))
     fail(ErrorKind::InvalidModel, "'" + path + "' is larger than 2 GiB; protobuf files cannot be; store the weights as external data");
-  }
-  void* map = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
+  file->size = size_t(st.st_size);
+  // MAP_POPULATE: the whole file is hashed at once, and setting up every
+  // page in one call is cheaper than a fault per page.
+  void* map = ::mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, file->fd, 0);
   if (map == MAP_FAILED) fail(ErrorKind::Io, "cannot map model '" + path + "': " + std::strerror(errno));
-  std::unique_ptr<void, std::function<void(void*)>> unmap(map, [&](void* p) { ::munmap(p, size_t(st.st_size)); });
-  ::madvise(map, size_t(st.st_size), MADV_SEQUENTIAL);
-  return import_model_bytes(map, size_t(st.st_size), path, opts);
+  file->data = static_cast<const uint8_t*>(map);
+
+  if (!options.keep_weights_in_file) return import_model_bytes(file->data, file->size, path, opts);
+  onnx::ModelProto mp;
+  RawSpans raw;
+  if (!parse_model_keeping_weights(file->data, file->size, mp, raw)) return import_model_bytes(file->data, file->size, path, opts);
+  Importer importer(path, opts);
+  importer.hash(file->data, file->size);
+  file->hash = importer.digest();
+  importer.keep_weights_in(file, std::move(raw));
+  return importer.import(mp);
+}
+
+void own_weights(ir::Model& model) {
+  if (!model.mapped_file) return;
+  const auto& file = *std::static_pointer_cast<const MappedFile>(model.mapped_file);
+  // The weights were never read: make sure they are the bytes the cache key
+  // was computed from. A file rewritten in place (rather than replaced by a
+  // rename) is an error, not a silently different model.
+  struct stat st {};
+  if (::fstat(file.fd, &st) != 0 || uint64_t(st.st_size) != file.size ||
+      !XXH128_isEqual(XXH3_128bits(file.data, file.size), file.hash))
+    fail(ErrorKind::Io, "model '" + file.path + "' was changed on disk after it was loaded; load it again (replace model files by renaming a new file over them, not by rewriting them in place)");
+  for (auto& [name, t] : model.graph->initializers)
+    if (t.owner() == model.mapped_file) t = t.clone();
+  model.mapped_file.reset();
 }
 
 ir::Tensor import_tensor_bytes(const void* data, size_t size, const std::string& label) {

@@ -13,11 +13,19 @@ struct ImportOptions {
   // Directory that external-data locations are relative to. Defaults to the
   // model file's directory; a model loaded from memory has none unless set.
   std::string external_data_dir;
+  // import_model_file only: initializers stored as raw data stay views of
+  // the mapped file (no copy at load), and the model's mapped_file is set.
+  // Call own_weights before anything reads them.
+  bool keep_weights_in_file = false;
 };
 
 ir::Model import_model_file(const std::string& path, const ImportOptions& options = {});
 ir::Model import_model_bytes(const void* data, size_t size, const std::string& label,
                              const ImportOptions& options = {});
+// Copies the weights a model still views in its file into memory of its own
+// (nothing to do unless imported with keep_weights_in_file), after checking
+// that the file still holds the bytes it was loaded from.
+void own_weights(ir::Model& model);
 // A single serialized TensorProto (as in the ONNX test data's *.pb files).
 ir::Tensor import_tensor_bytes(const void* data, size_t size, const std::string& label);
 ir::Tensor import_tensor_file(const std::string& path);
