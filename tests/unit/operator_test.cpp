@@ -526,6 +526,29 @@ TEST_P(OperatorTest, ConvAddResidualOfAnEarlierConv) {
   run(c);
 }
 
+// A bottleneck with a projection shortcut, whose buffer the sum may take
+// over; with `reuse`, the shortcut is read again after the sum.
+Case bottleneck(bool reuse) {
+  Case c({"Conv"});
+  c.input("x", {2, 8, 7, 7}).weight("wa", {8, 8, 1, 1}).weight("wd", {16, 8, 1, 1}).weight("wb", {16, 8, 3, 3});
+  c.weight("wc", {4, 16, 1, 1}).output("y");
+  c.node("Conv", {"x", "wa"}, {"a"});
+  c.node("Relu", {"a"}, {"ra"});
+  c.node("Conv", {"x", "wd"}, {"d"});
+  c.node("Conv", {"ra", "wb"}, {"cb"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Add", {"cb", "d"}, {"s"});
+  c.node("Relu", {"s"}, {"r"});
+  c.node("Conv", {"r", "wc"}, {"y"});
+  if (reuse) {
+    c.output("y2");
+    c.node("Mul", {"d", "r"}, {"y2"});
+  }
+  return c;
+}
+
+TEST_P(OperatorTest, BottleneckWithProjectionShortcut) { run(bottleneck(false)); }
+TEST_P(OperatorTest, BottleneckWithShortcutReadAfterTheSum) { run(bottleneck(true)); }
+
 // Squeeze-and-excitation: the per-channel scale multiplies the blocked
 // convolution output directly (a oneDNN binary with broadcasting).
 TEST_P(OperatorTest, ConvSqueezeExcitationScale) {

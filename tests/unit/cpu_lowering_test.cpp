@@ -1,0 +1,63 @@
+// What the cpu backend's lowering decides, read off the program it makes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "backends/cpu/lowering.hpp"
+#include "backends/reference/reference_executor.hpp"
+#include "imported_model.hpp"
+#include "random_data.hpp"
+
+using kiln::test::ModelBuilder;
+using kiln::test::random_values;
+
+namespace {
+
+// A ResNet bottleneck with a projection: y = convC(relu(convB(relu(convA(x))) + convD(x))).
+// With `reuse_shortcut`, the projection d is read again after the sum.
+kiln::cpu::Program lower_bottleneck(bool reuse_shortcut) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 8, 8, 8}).output("y", onnx::TensorProto::FLOAT, {1, 4, 8, 8});
+  if (reuse_shortcut) b.output("y2", onnx::TensorProto::FLOAT, {1, 16, 8, 8});
+  b.initializer(ModelBuilder::float_tensor("wa", {8, 8, 1, 1}, random_values(64, 1)));
+  b.initializer(ModelBuilder::float_tensor("wd", {16, 8, 1, 1}, random_values(128, 2)));
+  b.initializer(ModelBuilder::float_tensor("wb", {16, 8, 3, 3}, random_values(1152, 3)));
+  b.initializer(ModelBuilder::float_tensor("wc", {4, 16, 1, 1}, random_values(64, 4)));
+  b.node("Conv", {"x", "wa"}, {"a"}, "convA");
+  b.node("Relu", {"a"}, {"ra"});
+  b.node("Conv", {"x", "wd"}, {"d"}, "convD");
+  auto& conv_b = b.node("Conv", {"ra", "wb"}, {"cb"}, "convB");
+  ModelBuilder::attr_ints(conv_b, "pads", {1, 1, 1, 1});
+  b.node("Add", {"cb", "d"}, {"s"});
+  b.node("Relu", {"s"}, {"r"});
+  b.node("Conv", {"r", "wc"}, {"y"}, "convC");
+  if (reuse_shortcut) b.node("Mul", {"d", "d"}, {"y2"});
+  auto m = kiln::test::import(b);
+  auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {1, 8, 8, 8}}}}, kiln::ref::constant_evaluator());
+  return kiln::cpu::lower(*m.graph, spec);
+}
+
+const kiln::cpu::Step& step_of(const kiln::cpu::Program& p, const std::string& node) {
+  for (const auto& s : p.steps)
+    if (s.label.find("'" + node + "'") != std::string::npos) return s;
+  throw std::runtime_error("no step for " + node);
+}
+
+}  // namespace
+
+// The shortcut's buffer dies at the sum: the destination takes it, so the
+// residual is not copied into the destination first.
+TEST(CpuLowering, TheSumPostOpWritesIntoTheResidualsBuffer) {
+  const auto p = lower_bottleneck(false);
+  const auto& sum = step_of(p, "convB");
+  ASSERT_EQ(sum.args.size(), 3u);  // source, residual, destination
+  EXPECT_EQ(sum.args[1], sum.args[2]);
+  EXPECT_EQ(sum.writes, (std::vector<char>{0, 0, 1}));
+}
+
+TEST(CpuLowering, AResidualReadLaterKeepsItsBuffer) {
+  const auto p = lower_bottleneck(true);
+  const auto& sum = step_of(p, "convB");
+  ASSERT_EQ(sum.args.size(), 3u);
+  EXPECT_NE(sum.args[1], sum.args[2]);
+}
