@@ -60,6 +60,8 @@ class Tensor {
   Tensor cast(DType to) const;
 
  private:
+  struct Uninitialized {};
+  Tensor(DType dtype, Dims dims, Uninitialized);
   void check_type(DType t) const;
   DType dtype_ = DType::Undefined;
   Dims dims_;
