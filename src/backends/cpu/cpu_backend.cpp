@@ -25,8 +25,6 @@
 #include <cstdlib>
 #include <mutex>
 
-#include <sys/mman.h>
-
 #include "backends/cpu/codegen.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/lowering.hpp"
@@ -70,14 +68,7 @@ class ArenaPool {
       }
     }
     if (bytes_ == 0) return nullptr;
-    // An arena of megabytes on transparent huge pages: a first run then
-    // takes a few page faults instead of one per 4 KiB, and runs miss the
-    // TLB less. (Only a hint: without THP these are ordinary pages.)
-    constexpr size_t kHuge = size_t(2) << 20;
-    const bool huge = bytes_ >= int64_t(kHuge / 2);
-    const size_t size = huge ? (size_t(bytes_) + kHuge - 1) / kHuge * kHuge : size_t(bytes_);
-    char* a = static_cast<char*>(std::aligned_alloc(huge ? kHuge : 64, size));
-    if (a && huge) ::madvise(a, size, MADV_HUGEPAGE);
+    char* a = static_cast<char*>(std::aligned_alloc(64, size_t(bytes_)));
     if (!a) ir::fail(ir::ErrorKind::Internal, "cannot allocate a scratch arena of " + std::to_string(bytes_) + " bytes");
     return a;
   }
