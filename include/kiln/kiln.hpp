@@ -215,6 +215,8 @@ class Cache {
 
 class Model {
  public:
+  // The file stays mapped: weights are read from it when a specialization
+  // is first compiled. Replace model files by renaming, not in place.
   static Model load(const Runtime& runtime, const std::string& path);
   // `external_data_dir` is where external weight files live, if the model has any.
   static Model load_from_memory(const Runtime& runtime, const void* data, size_t size,

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include "cli/npy.hpp"
@@ -310,4 +312,28 @@ TEST(Api, RunIntoCallerBuffers) {
   }
   std::vector<kiln::Tensor> none;
   EXPECT_THROW(model.run({{"image", image}}, none), kiln::Error);
+}
+
+// Weights stay in the mapped file until the first compile, which checks the
+// file first: a file rewritten in place is an error, never another model's
+// weights under this model's cache key.
+TEST(Api, AModelFileRewrittenInPlaceBeforeTheFirstRunIsAnIoError) {
+  const std::string path = ::testing::TempDir() + "kiln_rewritten_" + std::to_string(::getpid()) + ".onnx";
+  std::ifstream in(kDigits + "digits.onnx", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  kiln::Runtime rt;
+  auto model = kiln::Model::load(rt, path);
+  bytes[bytes.size() / 2] ^= 1;
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
+  kiln::Tensor images = kiln::npy::load(kDigits + "test_images.npy");
+  try {
+    model.run({{"image", images}});
+    ADD_FAILURE() << "ran on a model file changed since loading";
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), kiln::ErrorCode::Io);
+    EXPECT_NE(std::string(e.what()).find("changed on disk"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
 }
