@@ -1,6 +1,5 @@
 #include "runtime/ir/tensor.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -29,11 +28,9 @@ std::string dims_to_string(const Dims& dims) {
   return s;
 }
 
-Tensor::Tensor(DType dtype, Dims dims) : Tensor(dtype, std::move(dims), Uninitialized{}) {
-  std::memset(data_, 0, std::max<size_t>(64, (nbytes() + 63) / 64 * 64));  // the whole allocation, as made below
-}
+Tensor::Tensor(DType dtype, Dims dims) : Tensor(dtype, std::move(dims), true) {}
 
-Tensor::Tensor(DType dtype, Dims dims, Uninitialized) : dtype_(dtype), dims_(std::move(dims)) {
+Tensor::Tensor(DType dtype, Dims dims, bool zeroed) : dtype_(dtype), dims_(std::move(dims)) {
   if (!dtype_supported(dtype)) fail(ErrorKind::Unsupported, std::string("tensors of ") + dtype_name(dtype) + " are not supported");
   numel_ = checked_numel(dims_);
   // Refuse sizes whose byte count would overflow; aligned_alloc then reports
@@ -46,6 +43,7 @@ Tensor::Tensor(DType dtype, Dims dims, Uninitialized) : dtype_(dtype), dims_(std
   if (alloc == 0) alloc = 64;
   void* p = std::aligned_alloc(64, alloc);
   if (!p) fail(ErrorKind::Internal, "out of memory allocating " + std::to_string(bytes) + " bytes");
+  if (zeroed) std::memset(p, 0, alloc);
   storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   data_ = p;
 }
@@ -97,7 +95,7 @@ std::vector<float> Tensor::to_float_vector() const {
 
 Tensor Tensor::clone() const {
   if (!defined()) return {};
-  Tensor t(dtype_, dims_, Uninitialized{});  // every byte is written next
+  Tensor t(dtype_, dims_, false);  // every byte is written next
   if (nbytes()) std::memcpy(t.data_, data_, nbytes());
   return t;
 }

@@ -60,8 +60,7 @@ class Tensor {
   Tensor cast(DType to) const;
 
  private:
-  struct Uninitialized {};
-  Tensor(DType dtype, Dims dims, Uninitialized);
+  Tensor(DType dtype, Dims dims, bool zeroed);
   void check_type(DType t) const;
   DType dtype_ = DType::Undefined;
   Dims dims_;

@@ -9,7 +9,6 @@
 #include <xxhash.h>
 
 #include <climits>
-#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <fcntl.h>
@@ -18,7 +17,7 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <functional>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
