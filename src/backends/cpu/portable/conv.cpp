@@ -325,7 +325,8 @@ void flat_depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_
     float buf[flat_buffer_floats<S>()] __attribute__((aligned(64)));
     float col[kFlatBand + kFlatMaxWidth + 2 * W] __attribute__((aligned(64)));
     const int64_t band = max64(1, kFlatBand / S / s.ow) * s.ow;
-    for (int64_t j = 0; j < band + 2 * W; ++j) col[j] = float(j % s.ow);
+    for (int64_t j = 0, column = 0; j < band + 2 * W; ++j, column = column + 1 == s.ow ? 0 : column + 1)
+      col[j] = float(column);  // j % ow, without a division per element
     const FlatPlane<W, S, KH, KW> engine{s, col, buf};
     for (int64_t p = begin; p < end; ++p) {
       const int64_t img = p / k, o = p - img * k;
