@@ -121,7 +121,8 @@ std::string iso_time(std::time_t t) {
 // Reads and checks an entry's manifest and files. Returns the problem ("" if
 // none); with `out`, also maps the files (and keeps `lock`).
 std::string check_entry(const std::string& dir, const std::string& key, bool checksums, json& manifest,
-                        std::shared_ptr<OpenEntry> entry, backends::LoadedArtifact* out) {
+                        std::shared_ptr<OpenEntry> entry, backends::LoadedArtifact* out,
+                        std::function<std::string()>* weights_check = nullptr) {
   const std::string manifest_path = dir + "/manifest.json";
   Fd mf(::open(manifest_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (mf.fd < 0) return std::string("no readable manifest (") + std::strerror(errno) + ")";
@@ -159,8 +160,11 @@ std::string check_entry(const std::string& dir, const std::string& key, bool che
       if (map == MAP_FAILED) return std::string("cannot map ") + name + ": " + std::strerror(errno);
       entry->maps.push_back({map, size_t(st.st_size)});
     }
-    if (hash_hex(map ? map : "", size_t(st.st_size)) != f["xxh3_128"].get<std::string>())
-      return std::string(name) + " does not match its checksum (corrupted)";
+    auto check = [name, entry, data = map ? map : "", size = size_t(st.st_size), want = f["xxh3_128"].get<std::string>()] {
+      return hash_hex(data, size) == want ? std::string() : std::string(name) + " does not match its checksum (corrupted)";
+    };
+    if (weights_check && std::strcmp(name, "weights.bin") == 0) *weights_check = check;
+    else if (std::string bad = check(); !bad.empty()) return bad;
     if (out) {
       std::string_view view(static_cast<const char*>(map), size_t(st.st_size));
       if (std::strcmp(name, "object.o") == 0) out->object = view;
@@ -192,7 +196,8 @@ std::string default_dir() {
 
 std::string Store::entry_dir(const std::string& key) const { return dir_ + "/entries/" + key; }
 
-std::optional<backends::LoadedArtifact> Store::open(const std::string& key, std::string& problem) const {
+std::optional<backends::LoadedArtifact> Store::open(const std::string& key, std::string& problem,
+                                                    std::function<std::string()>* weights_check) const {
   problem.clear();
   const std::string dir = entry_dir(key);
   auto entry = std::make_shared<OpenEntry>();
@@ -206,7 +211,7 @@ std::optional<backends::LoadedArtifact> Store::open(const std::string& key, std:
   if (::flock(entry->lock.fd, LOCK_SH | LOCK_NB) != 0) return std::nullopt;
   backends::LoadedArtifact artifact;
   json manifest;
-  problem = check_entry(dir, key, true, manifest, entry, &artifact);
+  problem = check_entry(dir, key, true, manifest, entry, &artifact, weights_check);
   if (!problem.empty()) return std::nullopt;
   ::futimens(entry->lock.fd, nullptr);  // last use, for eviction; fails harmlessly when read-only
   artifact.keep_alive = entry;

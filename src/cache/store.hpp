@@ -17,6 +17,7 @@
 // - Bounded: after each write, least-recently-used entries (by the lock
 //   file's mtime, touched on every open) go until the store fits max_bytes.
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,8 +45,12 @@ class Store {
   int64_t max_bytes() const { return max_bytes_; }
 
   // The entry for `key`, checked and mapped, or nullopt. `problem` is set
-  // when an entry exists but is unusable (what is wrong with it).
-  std::optional<backends::LoadedArtifact> open(const std::string& key, std::string& problem) const;
+  // when an entry exists but is unusable (what is wrong with it). With
+  // `weights_check`, the weights' checksum is left to the caller, who may
+  // compute it while loading the rest and must not run the entry before:
+  // it returns the problem, "" if the weights are whole.
+  std::optional<backends::LoadedArtifact> open(const std::string& key, std::string& problem,
+                                               std::function<std::string()>* weights_check = nullptr) const;
 
   // Creates the directory layout; throws ir::Error(Io) if it cannot be written.
   void create() const;
