@@ -155,8 +155,7 @@ std::string check_entry(const std::string& dir, const std::string& key, bool che
     if (!checksums && !out) continue;
     void* map = nullptr;
     if (st.st_size > 0) {
-      // Populated at once: every byte is read by the checksum next.
-      map = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd.fd, 0);
+      map = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd.fd, 0);
       if (map == MAP_FAILED) return std::string("cannot map ") + name + ": " + std::strerror(errno);
       entry->maps.push_back({map, size_t(st.st_size)});
     }

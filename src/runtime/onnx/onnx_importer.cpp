@@ -524,9 +524,7 @@ ir::Model import_model_file(const std::string& path, const ImportOptions& option
   if (uint64_t(st.st_size) > uint64_t(INT_MAX))
     fail(ErrorKind::InvalidModel, "'" + path + "' is larger than 2 GiB; protobuf files cannot be; store the weights as external data");
   file->size = size_t(st.st_size);
-  // MAP_POPULATE: the whole file is hashed at once, and setting up every
-  // page in one call is cheaper than a fault per page.
-  void* map = ::mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, file->fd, 0);
+  void* map = ::mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, file->fd, 0);
   if (map == MAP_FAILED) fail(ErrorKind::Io, "cannot map model '" + path + "': " + std::strerror(errno));
   file->data = static_cast<const uint8_t*>(map);
 
