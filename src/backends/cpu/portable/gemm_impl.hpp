@@ -271,6 +271,35 @@ __attribute__((noinline)) void compute_tile(const Problem& pr, int phase, int64_
     }
     b += b_step;
   }
+  // A whole tile whose sums are complete (one panel: the small depths of
+  // 1x1 convolutions) is finished from the registers, as finish_whole would
+  // from memory, without the round trip through `tile`.
+  const int32_t act = pr.act.kind;
+  if (phase == (kFirstPanel | kLastPanel) && rows == MR && cols == NR && (!pr.bias || pr.bias_cs == 0) &&
+      (act == KILN_PK_ACT_NONE || act == KILN_PK_ACT_RELU || act == KILN_PK_ACT_CLIP)) {
+    const Vec<W> lo = splat<W>(act == KILN_PK_ACT_CLIP ? pr.act.alpha : 0.0f);
+    const Vec<W> hi = splat<W>(pr.act.beta);
+    KILN_PK_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      const int64_t gi = i0 + i;
+      float* cp = pr.c + gi * pr.ldc + j0;
+      const float* rp = pr.residual ? pr.residual + gi * pr.ldc + j0 : nullptr;
+      const Vec<W> bias = splat<W>(pr.bias ? pr.bias[gi * pr.bias_rs] * pr.beta : 0.0f);
+      KILN_PK_UNROLL
+      for (int v = 0; v < NV; ++v) {
+        Vec<W> x = acc[i][v];
+        if (pr.bias) x += bias;
+        if (rp) x += load<W>(rp + v * W);
+        if (act == KILN_PK_ACT_RELU) x = x > lo ? x : lo;
+        if (act == KILN_PK_ACT_CLIP) {
+          x = x < lo ? lo : x;
+          x = x > hi ? hi : x;
+        }
+        store<W>(cp + v * W, x);
+      }
+    }
+    return;
+  }
   float tile[MR * NR] __attribute__((aligned(64)));
   KILN_PK_UNROLL
   for (int i = 0; i < MR; ++i)
