@@ -324,7 +324,9 @@ void flat_depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_
   parallel_for_grain(threads, n * k, grain_for(out_plane * s.kh * s.kw * 2), [&](int64_t begin, int64_t end) {
     float buf[flat_buffer_floats<S>()] __attribute__((aligned(64)));
     float col[kFlatBand + kFlatMaxWidth + 2 * W] __attribute__((aligned(64)));
-    const int64_t band = max64(1, kFlatBand / S / s.ow) * s.ow;
+    // As many outputs as a band of this plane holds: on small planes (7x7)
+    // filling the whole table cost more than the convolution.
+    const int64_t band = min64(max64(1, kFlatBand / S / s.ow), s.oh) * s.ow;
     for (int64_t j = 0, column = 0; j < band + 2 * W; ++j, column = column + 1 == s.ow ? 0 : column + 1)
       col[j] = float(column);  // j % ow, without a division per element
     const FlatPlane<W, S, KH, KW> engine{s, col, buf};
