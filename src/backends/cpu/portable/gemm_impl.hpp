@@ -308,6 +308,33 @@ __attribute__((noinline)) void compute_tile(const Problem& pr, int phase, int64_
   finish_tile<W>(pr, phase, tile, NR, i0, rows, j0, cols);
 }
 
+// The last sliver of C when it has only a few columns (7x7 planes: 49 = 48
+// + 1) and A's rows are read in place: a W-lane tile would spend W lanes on
+// each of them, so each element is instead a dot product of A's row and B's
+// column, vectorized along k. `cols_t`: the sliver's columns, kc apart.
+template <int W>
+KILN_PK_INLINE bool dot_edge(bool direct_a, int64_t cols) {
+  return direct_a && cols * 4 <= W;
+}
+
+template <int W>
+__attribute__((noinline)) void compute_dot_edge(const Problem& pr, int phase, int64_t kc, const float* a, int64_t lda,
+                                                const float* cols_t, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+  float tile[kMaxMR * W] __attribute__((aligned(64)));
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* arow = a + i * lda;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float* bcol = cols_t + j * kc;
+      Vec<W> acc{};
+      int64_t p = 0;
+      for (; p + W <= kc; p += W) acc += load<W>(arow + p) * load<W>(bcol + p);
+      if (p < kc) acc += load_partial<W>(arow + p, kc - p, 0.0f) * load_partial<W>(bcol + p, kc - p, 0.0f);
+      tile[i * W + j] = hsum<W>(acc);
+    }
+  }
+  finish_tile<W>(pr, phase, tile, W, i0, rows, j0, cols);
+}
+
 // Edge slivers use shorter tiles so that a few leftover rows or columns do
 // not cost a whole tile of multiplications by zero.
 template <int MR>
@@ -370,6 +397,7 @@ template <int W, int MR, int NV, class BSource>
 void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSource& bsrc, float* scratch) {
   constexpr int NR = NV * W;
   static_assert(MR <= kMaxMR && NR <= kMaxNR, "scratch bounds");
+  static_assert(NR >= 2 * W, "an edge sliver's slot has room for its columns transposed (dot_edge)");
   const int64_t m = pr.m, n = pr.n, k = pr.k;
   const int64_t panels = ceil_div(k, kKC);
   const int64_t kc_max = ceil_div(k, panels);
@@ -405,7 +433,15 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
             } else {
               const int64_t jt = t - a_items + b_first;
               const int64_t c = min64(NR, cols - jt * NR);
-              pack_b_any<W, NV>(int(ceil_div(c, W)), bsrc, bpack + jt * NR * kc, p0, kc, j0 + jt * NR, c);
+              float* sliver = bpack + jt * NR * kc;
+              pack_b_any<W, NV>(int(ceil_div(c, W)), bsrc, sliver, p0, kc, j0 + jt * NR, c);
+              if (dot_edge<W>(direct_a, c)) {
+                // Its columns again, each contiguous, after the W-wide rows
+                // (the slot holds NR >= 2 W columns' worth).
+                float* cols_t = sliver + W * kc;
+                for (int64_t j = 0; j < c; ++j)
+                  for (int64_t p = 0; p < kc; ++p) cols_t[j * kc + p] = sliver[p * W + j];
+              }
             }
           }
         });
@@ -418,6 +454,10 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
             const float* a = direct_a ? pr.a + (i0 + it * MR) * pr.lda + p0 : apack + it * MR * kc;
             const bool in_place = direct_b && jt < full_slivers;
             const float* b = in_place ? direct_b + p0 * ldb + j0 + jt * NR : bpack + jt * NR * kc;
+            if (!in_place && dot_edge<W>(direct_a, c)) {
+              compute_dot_edge<W>(pr, phase, kc, a, pr.lda, b + W * kc, i0 + it * MR, r, j0 + jt * NR, c);
+              continue;
+            }
             compute_tile_any<W, MR, NV>(edge_height<MR>(r), int(ceil_div(c, W)), pr, phase, kc, a,
                                         direct_a ? pr.lda : 0, b, in_place ? ldb : 0, i0 + it * MR, r,
                                         j0 + jt * NR, c);
