@@ -94,7 +94,10 @@ TEST(OnnxImporter, GarbageAndEmptyFiles) {
   }
 }
 
-TEST(OnnxImporter, RawDataOfTheWrongSizeNamesTheTensor) {
+namespace {
+
+// A 1000-float initializer 'weights' with 12 bytes of raw data.
+std::string short_raw_data_model() {
   ModelBuilder b;
   b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
   onnx::TensorProto w;
@@ -104,7 +107,13 @@ TEST(OnnxImporter, RawDataOfTheWrongSizeNamesTheTensor) {
   w.set_raw_data(std::string(12, '\0'));
   b.initializer(w);
   b.node("Add", {"x", "weights"}, {"y"});
-  expect_error(b.bytes(), ErrorKind::InvalidModel, "'weights'");
+  return b.bytes();
+}
+
+}  // namespace
+
+TEST(OnnxImporter, RawDataOfTheWrongSizeNamesTheTensor) {
+  expect_error(short_raw_data_model(), ErrorKind::InvalidModel, "'weights'");
 }
 
 TEST(OnnxImporter, HugeDimensionsAreRejectedBeforeAllocating) {
@@ -364,16 +373,7 @@ TEST(OnnxImporter, KeepingWeightsTruncatedOrWrongSizedFilesAreErrorsNeverCrashes
     }
   }
 
-  ModelBuilder b;
-  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
-  onnx::TensorProto w;
-  w.set_name("weights");
-  w.set_data_type(onnx::TensorProto::FLOAT);
-  w.add_dims(1000);
-  w.set_raw_data(std::string(12, '\0'));
-  b.initializer(w);
-  b.node("Add", {"x", "weights"}, {"y"});
-  const std::string path = write_temp("short.onnx", b.bytes());
+  const std::string path = write_temp("short.onnx", short_raw_data_model());
   try {
     import_keeping_weights(path);
     ADD_FAILURE() << "a tensor with too few bytes was accepted";

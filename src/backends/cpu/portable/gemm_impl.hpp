@@ -178,6 +178,18 @@ KILN_PK_INLINE void finish_vector(const Problem& pr, int phase, int64_t i, int64
     store_partial<W>(cp, v, count);
 }
 
+// ReLU or Clip (lo, hi: 0 or alpha, beta) on a whole vector, with the
+// comparisons of activate(), so that NaNs come out the same.
+template <int W>
+KILN_PK_INLINE Vec<W> relu_or_clip(Vec<W> v, int32_t act, Vec<W> lo, Vec<W> hi) {
+  if (act == KILN_PK_ACT_RELU) v = v > lo ? v : lo;
+  if (act == KILN_PK_ACT_CLIP) {
+    v = v < lo ? lo : v;
+    v = v > hi ? hi : v;
+  }
+  return v;
+}
+
 // finish_tile's whole-vector path for one activation (ACT: none, ReLU or
 // Clip; the only ones applied here).
 template <int W, int ACT>
@@ -202,13 +214,7 @@ KILN_PK_INLINE void finish_whole(const Problem& pr, bool first, const float* til
       } else {
         v += load<W>(cp + j);
       }
-      // The comparisons of activate(), so that NaNs come out the same.
-      if (ACT == KILN_PK_ACT_RELU) v = v > lo ? v : lo;
-      if (ACT == KILN_PK_ACT_CLIP) {
-        v = v < lo ? lo : v;
-        v = v > hi ? hi : v;
-      }
-      store<W>(cp + j, v);
+      store<W>(cp + j, relu_or_clip<W>(v, ACT, lo, hi));
     }
   }
 }
@@ -290,12 +296,7 @@ __attribute__((noinline)) void compute_tile(const Problem& pr, int phase, int64_
         Vec<W> x = acc[i][v];
         if (pr.bias) x += bias;
         if (rp) x += load<W>(rp + v * W);
-        if (act == KILN_PK_ACT_RELU) x = x > lo ? x : lo;
-        if (act == KILN_PK_ACT_CLIP) {
-          x = x < lo ? lo : x;
-          x = x > hi ? hi : x;
-        }
-        store<W>(cp + v * W, x);
+        store<W>(cp + v * W, relu_or_clip<W>(x, act, lo, hi));
       }
     }
     return;
