@@ -5,18 +5,21 @@
 # (native oneDNN kernels, same threads) in the same run, with the freeze
 # time and the code size (the object; the weights are a separate file).
 # With --ort, ONNX Runtime's median on the same models, batch and threads
-# (bench/compare_ort, in the same run) is printed too.
+# (bench/compare_ort, in the same run) is printed too. --kernels native
+# freezes native bundles (oneDNN primitives, OMP_NUM_THREADS=N threads;
+# linked with -ldnnl) instead.
 #
-#   bench/bundle_bench.sh [--threads N] [--batch B] [--runs R] [--ort] MODEL...
+#   bench/bundle_bench.sh [--threads N] [--batch B] [--runs R] [--ort] [--kernels portable|native] MODEL...
 set -euo pipefail
 cd "$(dirname "$0")/.."
-threads=2 batch=1 runs=50 ort=0
+threads=2 batch=1 runs=50 ort=0 kernels=portable
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --threads) threads=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --ort) ort=1; shift ;;
+    --kernels) kernels=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -36,9 +39,11 @@ echo
 for model in "$@"; do
   name=$(basename "$model" .onnx | tr -c 'A-Za-z0-9_\n' _)
   out=$work/$name
-  freeze=$("$kiln" aot-freeze "$model" -o "$out" --name m --batch-sizes "$batch" --no-cache --json 2>/dev/null)
-  cc -O2 -DPREFIX=m -DUPREFIX=M -include "$out/m.h" bench/bundle_bench.c "$out/m.o" -lm -o "$out/bench"
-  bundle=$("$out/bench" "$out/m.weights.bin" "$batch" "$threads" "$runs" | json 'd["median_ms"]')
+  freeze=$("$kiln" aot-freeze "$model" -o "$out" --name m --batch-sizes "$batch" --kernels "$kernels" --no-cache --json 2>/dev/null)
+  libs=-lm
+  [[ $kernels == native ]] && libs="-ldnnl -lm"
+  cc -O2 -DPREFIX=m -DUPREFIX=M -include "$out/m.h" bench/bundle_bench.c "$out/m.o" $libs -o "$out/bench"
+  bundle=$(OMP_NUM_THREADS=$threads "$out/bench" "$out/m.weights.bin" "$batch" "$threads" "$runs" | json 'd["median_ms"]')
   jit=$("$kiln" run "$model" --random-inputs --dim batch="$batch" --threads "$threads" --repeat "$runs" --no-cache --json 2>/dev/null |
     json 'd["latency_ms"]["median"]')
   seconds=$(echo "$freeze" | json 'd["seconds"]')

@@ -263,7 +263,8 @@ class Model {
 
 // A bundle: DIR/NAME.h, DIR/NAME.o (or libNAME.a), DIR/NAME.weights.bin
 // (unless embedded) and DIR/README.md, linking into a C, C++ or Rust program
-// with nothing but libc and libm (README "Bundles").
+// with nothing but libc and libm, or with libdnnl too for native kernels
+// (README "Bundles").
 struct Model::FreezeOptions {
   std::string output_dir;
   std::string name;                                   // C identifier; "" = the model file's stem
@@ -273,7 +274,7 @@ struct Model::FreezeOptions {
   std::string target;                                 // LLVM triple; "" = this machine
   std::string cpu;                                    // "" = this CPU (host target) or generic; e.g. "x86-64-v3"
   bool embed_weights = false;                         // weights inside the object instead of a file
-  std::string kernels = "portable";                   // "portable" (only one implemented: see README)
+  std::string kernels = "portable";                   // "portable" (libc only) or "native" (oneDNN: links libdnnl, this machine only)
   std::string format = "object";                      // "object" (NAME.o) or "static" (libNAME.a)
   std::function<void(const std::string&)> progress;  // one line per stage of a long freeze
 };

@@ -33,7 +33,11 @@ std::string list(const std::vector<int64_t>& v) {
 std::string link_line(const BundleDescription& d, const std::string& cc) {
   std::string line = cc + " main.c " + d.object_file;
   if (d.object_file.rfind("lib", 0) == 0) line = cc + " main.c -L. -l" + d.name;
-  return line + " -lm";  // the kernels call expf, erff, tanhf...
+  return line + (d.native.empty() ? "" : " -ldnnl") + " -lm";  // the kernels call expf, erff, tanhf...
+}
+
+std::string what_it_needs(const BundleDescription& d) {
+  return d.native.empty() ? "only libc and libm" : "libc, libm and libdnnl (oneDNN " + d.native + ")";
 }
 
 }  // namespace
@@ -41,10 +45,11 @@ std::string link_line(const BundleDescription& d, const std::string& cc) {
 std::string bundle_header(const BundleDescription& d) {
   const std::string N = d.name, U = upper(d.name);
   std::ostringstream h;
-  h << "/* " << N << ".h: a model frozen by `kiln aot-freeze` into a bundle that needs only libc and libm.\n"
+  h << "/* " << N << ".h: a model frozen by `kiln aot-freeze` into a bundle that needs " << what_it_needs(d) << ".\n"
     << " *\n"
     << " * Model:   " << d.model << " (content XXH3-128 " << d.model_hash << ")\n"
-    << " * Target:  " << d.triple << ", cpu " << d.cpu << "; portable kernels\n"
+    << " * Target:  " << d.triple << ", cpu " << d.cpu << "; "
+    << (d.native.empty() ? "portable kernels" : "native kernels (oneDNN " + d.native + " primitives)") << "\n"
     << " * Link:    " << link_line(d, "cc") << "\n"
     << " * Weights: " << (d.embedded_weights ? "embedded in the object" : N + ".weights.bin (" + std::to_string(d.weights_bytes) + " bytes of data)")
     << "\n *\n"
@@ -60,15 +65,27 @@ std::string bundle_header(const BundleDescription& d) {
     << " * Compiled batch sizes: " << list(d.batch_sizes) << ". run() takes any batch size: it splits\n"
     << " * the batch over the compiled sizes, the largest that fits first, and pads\n"
     << " * the last part with zeros when no compiled size fits it (override with\n"
-    << " * " << N << "_set_batch_rule). The bundle starts no threads: pass a parallel_for\n"
-    << " * to use yours; without one it runs on the calling thread.\n"
-    << " *\n"
+    << " * " << N << "_set_batch_rule). ";
+  if (d.native.empty())
+    h << "The bundle starts no threads: pass a parallel_for\n"
+      << " * to use yours; without one it runs on the calling thread.\n";
+  else
+    h << "Its oneDNN primitives run on oneDNN's OpenMP threads\n"
+      << " * (OMP_NUM_THREADS sets how many); the rest uses the parallel_for you pass,\n"
+      << " * or the calling thread.\n";
+  h << " *\n"
     << " * Simple API: create (reads and checks the weights, allocates the scratch\n"
-    << " * memory), run any number of times from one thread at a time, destroy.\n"
-    << " * Static API (no heap): " << N << "_run_b<SIZE> for one compiled size, with the\n"
-    << " * weights and a scratch arena of " << U << "_ARENA_BYTES_B<SIZE> bytes aligned to\n"
-    << " * " << U << "_ALIGNMENT that the caller owns.\n"
-    << " */\n"
+    << " * memory" << (d.native.empty() ? "" : ", makes the oneDNN primitives") << "), run any number of times from one\n"
+    << " * thread at a time, destroy.\n";
+  if (d.native.empty())
+    h << " * Static API (no heap): " << N << "_run_b<SIZE> for one compiled size, with the\n"
+      << " * weights and a scratch arena of " << U << "_ARENA_BYTES_B<SIZE> bytes aligned to\n"
+      << " * " << U << "_ALIGNMENT that the caller owns.\n";
+  else
+    h << " * No static API: oneDNN allocates, and the primitives live in the handle.\n"
+      << " * create fails with " << U << "_ERROR_NATIVE if libdnnl is another version, or if\n"
+      << " * oneDNN on this CPU wants the weights in other layouts than when frozen.\n";
+  h << " */\n"
     << "#ifndef " << U << "_H\n#define " << U << "_H\n\n#include <stddef.h>\n#include <stdint.h>\n\n"
     << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
     << "/* Status codes: every function returning int32_t returns one. */\n"
@@ -78,7 +95,9 @@ std::string bundle_header(const BundleDescription& d) {
     << "  " << U << "_ERROR_WEIGHTS = " << KILN_BUNDLE_ERROR_WEIGHTS
     << ",  /* weights missing, unreadable, truncated, corrupt or another bundle's */\n"
     << "  " << U << "_ERROR_MEMORY = " << KILN_BUNDLE_ERROR_MEMORY << ",   /* an allocation failed */\n"
-    << "  " << U << "_ERROR_INDEX = " << KILN_BUNDLE_ERROR_INDEX << "     /* an index input (Gather) was out of range */\n"
+    << "  " << U << "_ERROR_INDEX = " << KILN_BUNDLE_ERROR_INDEX << ",     /* an index input (Gather) was out of range */\n"
+    << "  " << U << "_ERROR_NATIVE = " << KILN_BUNDLE_ERROR_NATIVE
+    << "     /* native bundles: oneDNN failed, or cannot make the frozen primitives here */\n"
     << "};\n\n"
     << "#define " << U << "_NUM_INPUTS " << d.inputs.size() << "\n"
     << "#define " << U << "_NUM_OUTPUTS " << d.outputs.size() << "\n"
@@ -116,14 +135,16 @@ std::string bundle_header(const BundleDescription& d) {
     << "/* inputs[i] and outputs[i] point at `batch` items of each tensor. */\n"
     << "int32_t " << N << "_run(" << N << "* model, int64_t batch, const void* const* inputs, void* const* outputs);\n"
     << "/* Checks a whole weights file in memory (size, format, checksum). */\n"
-    << "int32_t " << N << "_check_weights(const void* weights_file, uint64_t size);\n\n"
-    << "/* Static API: one compiled batch size, nothing allocated. weights_file: the\n"
+    << "int32_t " << N << "_check_weights(const void* weights_file, uint64_t size);\n";
+  if (d.native.empty()) {
+    h << "\n/* Static API: one compiled batch size, nothing allocated. weights_file: the\n"
     << " * whole " << (d.embedded_weights ? "weights file, or NULL for the embedded weights" : N + ".weights.bin in memory")
     << ", aligned to " << U << "_ALIGNMENT;\n"
     << " * arena: " << U << "_ARENA_BYTES_B<SIZE> bytes aligned to " << U << "_ALIGNMENT; fn may be NULL. */\n";
-  for (int64_t b : d.batch_sizes)
-    h << "int32_t " << N << "_run_b" << b << "(const void* weights_file, void* arena, const void* const* inputs, void* const* outputs,\n"
-      << "    " << N << "_parallel_for_fn fn, void* host);\n";
+    for (int64_t b : d.batch_sizes)
+      h << "int32_t " << N << "_run_b" << b << "(const void* weights_file, void* arena, const void* const* inputs, void* const* outputs,\n"
+        << "    " << N << "_parallel_for_fn fn, void* host);\n";
+  }
   h << "\n#ifdef __cplusplus\n}\n#endif\n\n#endif /* " << U << "_H */\n";
   return h.str();
 }
@@ -132,7 +153,7 @@ std::string bundle_readme(const BundleDescription& d) {
   std::ostringstream r;
   r << "# " << d.name << ": a frozen model\n\n"
     << "Made by `kiln aot-freeze` from `" << d.model << "` for " << d.triple << " (cpu " << d.cpu
-    << ") with portable kernels: it needs only the C library and libm.\n\n"
+    << ") with " << (d.native.empty() ? "portable" : "native (oneDNN)") << " kernels: it needs " << what_it_needs(d) << ".\n\n"
     << "| file | what |\n| --- | --- |\n"
     << "| `" << d.name << ".h` | the API, with every input and output, the batch sizes and the memory sizes |\n"
     << "| `" << d.object_file << "` | the compiled code" << (d.embedded_weights ? " and the weights" : "") << " |\n";

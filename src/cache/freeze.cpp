@@ -13,6 +13,7 @@
 #include "backends/cpu/bundle/bundle_abi.h"
 #include "backends/cpu/bundle_codegen.hpp"
 #include "backends/cpu/lowering.hpp"
+#include "backends/cpu/onednn_kernel.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "cache/bundle_header.hpp"
 #include "cache/cache_key.hpp"
@@ -74,6 +75,9 @@ class Freezer {
 
     cpu::Target target = req_.target;
     const cpu::HostInfo host = cpu::detect_host();
+    if (req_.native_kernels && !target.triple.empty() && target.triple != host.triple)
+      ir::fail(ir::ErrorKind::InvalidArgument, "--kernels native bundles are for this machine (" + host.triple +
+                                                   "), not '" + target.triple + "': oneDNN chose their layouts here");
     if (target.triple.empty()) {
       target.triple = host.triple;
       if (target.cpu.empty()) {
@@ -112,6 +116,7 @@ class Freezer {
     d.cpu = r.cpu;
     d.object_file = object_file;
     d.embedded_weights = req_.embed_weights;
+    if (req_.native_kernels) d.native = onednn_version();
     d.weights_bytes = r.weights_bytes;
     d.batch_sizes = r.batch_sizes;
     d.inputs = describe(plan.inputs, true);
@@ -143,7 +148,8 @@ class Freezer {
         shapes += (shapes.empty() ? "" : ",") + name + ":" + ir::dtype_name(shape.first) + ":" + ir::dims_to_string(shape.second);
     // The weights' checksum stands for the specialized programs: the object
     // embeds their offsets and checksum.
-    const std::string identity = "bundle abi " + std::to_string(KILN_BUNDLE_ABI_VERSION) + ", kernels portable, name " + plan.name +
+    const std::string kernels = req_.native_kernels ? "native onednn " + onednn_version(true) : "portable";
+    const std::string identity = "bundle abi " + std::to_string(KILN_BUNDLE_ABI_VERSION) + ", kernels " + kernels + ", name " + plan.name +
                                  ", target " + target.triple + ", cpu " + r.cpu + ", features " + target.features +
                                  ", weights " + (req_.embed_weights ? "embedded" : "file") + " xxh3-64 " +
                                  std::to_string(plan.weights_checksum) + " " + std::to_string(plan.weights_bytes);
@@ -249,14 +255,16 @@ class Freezer {
       ir::fail(ir::ErrorKind::Unsupported, "cannot freeze: the shape of '" + f.spec.dynamic[0] + "' depends on the data");
     f.graph = std::make_shared<ir::Graph>(graph_);
     passes::optimize_specialization(*f.graph, f.spec, ref::constant_evaluator());
-    f.program = cpu::lower(*f.graph, f.spec, cpu::KernelFamily::Portable);
+    f.program = cpu::lower(*f.graph, f.spec, req_.native_kernels ? cpu::KernelFamily::NativeBundle : cpu::KernelFamily::Portable);
     std::string host_steps;
     int count = 0;
     for (const auto& step : f.program.steps)
-      if (step.kernel && count++ < 8) host_steps += (host_steps.empty() ? "" : "; ") + step.label;
+      if (step.kernel && !(req_.native_kernels && cpu::is_onednn_kernel(*step.kernel)) && count++ < 8)
+        host_steps += (host_steps.empty() ? "" : "; ") + step.label;
     if (count)
-      ir::fail(ir::ErrorKind::Unsupported, "cannot freeze: the portable kernels cannot run " + std::to_string(count) +
-                                               " step(s) of batch " + std::to_string(batch) + ": " + host_steps);
+      ir::fail(ir::ErrorKind::Unsupported, std::string("cannot freeze: the ") + (req_.native_kernels ? "native" : "portable") +
+                                               " kernels cannot run " + std::to_string(count) + " step(s) of batch " +
+                                               std::to_string(batch) + ": " + host_steps);
     return f;
   }
 
@@ -310,20 +318,56 @@ class Freezer {
       for (const ir::Tensor& c : f.program.constants) {
         const auto key = std::make_pair(c.raw(), c.nbytes());
         auto it = placed.find(key);
-        if (it == placed.end()) {
-          weights_.resize((weights_.size() + KILN_BUNDLE_ALIGNMENT - 1) / KILN_BUNDLE_ALIGNMENT * KILN_BUNDLE_ALIGNMENT, '\0');
-          it = placed.emplace(key, int64_t(weights_.size())).first;
-          weights_.append(static_cast<const char*>(c.raw()), c.nbytes());
-        }
+        if (it == placed.end()) it = placed.emplace(key, place(c.raw(), c.nbytes())).first;
         s.constant_offsets.push_back(it->second);
       }
+      for (const auto& step : f.program.steps)
+        if (step.kernel) s.primitives.push_back(saved_primitive(step));
       plan.specs.push_back(std::move(s));
     }
     plan.weights_bytes = weights_.size();
     plan.weights_checksum = XXH3_64bits(weights_.data(), weights_.size());
     checksum_ = plan.weights_checksum;
     if (req_.embed_weights) plan.embedded_weights = &weights_;
+    plan.native = req_.native_kernels;
     return plan;
+  }
+
+  // Appends bytes to the weights data, 64-byte aligned; returns their offset.
+  int64_t place(const void* data, size_t bytes) {
+    weights_.resize((weights_.size() + KILN_BUNDLE_ALIGNMENT - 1) / KILN_BUNDLE_ALIGNMENT * KILN_BUNDLE_ALIGNMENT, '\0');
+    const int64_t at = int64_t(weights_.size());
+    weights_.append(static_cast<const char*>(data), bytes);
+    return at;
+  }
+
+  // A oneDNN step as OneDnnKernel::save() describes it, its reordered
+  // weights placed in the bundle's data. Each batch size has its own
+  // primitives and copies of the reordered weights, so identical bytes are
+  // placed once.
+  nlohmann::json saved_primitive(const cpu::Step& step) {
+    nlohmann::json j;
+    cpu::WeightsWriter writer;
+    step.kernel->save(j, writer);
+    std::map<int64_t, int64_t> moved;  // writer offset -> bundle offset
+    for (const auto& [offset, chunk] : writer.chunks()) {
+      const auto [data, bytes] = chunk;
+      auto& candidates = reordered_[{XXH3_64bits(data, bytes), bytes}];
+      int64_t at = -1;
+      for (int64_t c : candidates)
+        if (std::memcmp(weights_.data() + c, data, bytes) == 0) at = c;
+      if (at < 0) candidates.push_back(at = place(data, bytes));
+      moved[offset] = at;
+    }
+    for (auto& c : j.at("constants")) c.at(2) = moved.at(c.at(2).get<int64_t>());
+    j["label"] = step.label;
+    return j;
+  }
+
+  // "2.6" (or "2.6.0" with the patch level, for the cache key).
+  static std::string onednn_version(bool patch = false) {
+    const dnnl_version_t* v = dnnl_version();
+    return std::to_string(v->major) + "." + std::to_string(v->minor) + (patch ? "." + std::to_string(v->patch) : "");
   }
 
   std::string weights_file() const {
@@ -360,6 +404,7 @@ class Freezer {
   std::vector<Frozen> frozen_;
   std::vector<ir::Dims> input_dims_;  // at the first batch size
   std::string weights_;
+  std::map<std::pair<uint64_t, size_t>, std::vector<int64_t>> reordered_;  // (XXH3-64, bytes) -> offsets of oneDNN weights
   uint64_t checksum_ = 0;
 };
 

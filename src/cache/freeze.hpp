@@ -1,7 +1,8 @@
 #pragma once
 // `kiln aot-freeze`: a model's specializations for several batch sizes,
 // compiled with the portable kernels for a target machine into a bundle
-// that needs nothing but libc and libm: DIR/NAME.h, DIR/NAME.o (or
+// that needs nothing but libc and libm (or, with native kernels, for this
+// machine into one that also links libdnnl): DIR/NAME.h, DIR/NAME.o (or
 // DIR/libNAME.a), DIR/NAME.weights.bin (unless embedded), DIR/README.md.
 #include <cstdint>
 #include <functional>
@@ -26,6 +27,9 @@ struct FreezeRequest {
   cpu::Target target;  // empty triple: this machine (its CPU unless target.cpu says otherwise)
   bool embed_weights = false;
   bool static_library = false;  // libNAME.a instead of NAME.o
+  // oneDNN primitives where the JIT uses them, for this machine: the bundle
+  // links libdnnl (KernelFamily::NativeBundle). Host target only.
+  bool native_kernels = false;
   std::function<void(const std::string&)> progress;  // one line per stage
   // The compiled object is looked up in, and stored into, this cache (none
   // if null). A cache that cannot be written is reported through `warn`
@@ -49,8 +53,9 @@ struct FreezeResult {
 };
 
 // Throws ir::Error: InvalidArgument for a bad request (unknown input, shape
-// or target, a name that is not a C identifier), Unsupported naming the nodes
-// the portable kernels cannot run, Io when the files cannot be written.
+// or target, a name that is not a C identifier, native kernels for another
+// target), Unsupported naming the nodes the bundle's kernels cannot run, Io
+// when the files cannot be written.
 FreezeResult freeze(const ir::Model& model, const FreezeRequest& request);
 
 }  // namespace kiln::cache

@@ -1,7 +1,8 @@
 // kiln aot-freeze MODEL -o DIR [--name NAME] [--shape NAME=DIMS]...
 //   [--batch-sizes 1,8,32] [--target TRIPLE] [--cpu NAME] [--weights embed|file]
 //   [--kernels portable|native] [--format object|static]: a bundle that links
-// into a C, C++ or Rust program with nothing but libc and libm.
+// into a C, C++ or Rust program with nothing but libc and libm (and libdnnl,
+// for native kernels).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -91,7 +92,7 @@ void add_aot_freeze_command(CLI::App& app) {
   cmd->add_option("--target", args->target, "LLVM target triple, e.g. aarch64-linux-gnu (default: this machine)");
   cmd->add_option("--cpu", args->cpu, "target CPU, e.g. x86-64-v3 (default: this CPU, or generic for another target)");
   cmd->add_option("--weights", args->weights, "embed (in the object) or file (NAME.weights.bin)")->check(CLI::IsMember({"embed", "file"}));
-  cmd->add_option("--kernels", args->kernels, "portable (libc only)")->check(CLI::IsMember({"portable", "native"}));
+  cmd->add_option("--kernels", args->kernels, "portable (libc only) or native (oneDNN primitives: links libdnnl, this machine only)")->check(CLI::IsMember({"portable", "native"}));
   cmd->add_option("--format", args->format, "object (NAME.o) or static (libNAME.a)")->check(CLI::IsMember({"object", "static"}));
   cmd->add_option("--cache-dir", args->cache_dir, "cache of compiled code (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
   cmd->add_flag("--no-cache", args->no_cache, "compile without looking into or writing the cache");

@@ -618,9 +618,7 @@ SpecializationStats Model::prepare(const std::vector<std::pair<std::string, Shap
 
 Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
   return translate_errors([&] {
-    if (options.kernels == "native")
-      ir::fail(ir::ErrorKind::Unsupported, "bundles with native (oneDNN) kernels are not implemented yet: use --kernels portable");
-    if (options.kernels != "portable")
+    if (options.kernels != "portable" && options.kernels != "native")
       ir::fail(ir::ErrorKind::InvalidArgument, "kernels '" + options.kernels + "': expected 'portable' or 'native'");
     if (options.format != "object" && options.format != "static")
       ir::fail(ir::ErrorKind::InvalidArgument, "format '" + options.format + "': expected 'object' or 'static'");
@@ -634,6 +632,7 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
     req.target = {options.target, options.cpu, ""};
     req.embed_weights = options.embed_weights;
     req.static_library = options.format == "static";
+    req.native_kernels = options.kernels == "native";
     req.progress = options.progress;
     const Runtime::Impl& rt = *impl_->runtime.impl_;
     if (rt.store && rt.store_writable.load()) req.store = rt.store.get();

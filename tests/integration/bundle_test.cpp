@@ -123,6 +123,8 @@ class BundleTest : public ::testing::Test {
     return program;
   }
 
+  void conv_net_matches_the_jit(kiln::Runtime& runtime, const std::string& kernels, const std::string& libs);
+
   fs::path dir_;
   std::unique_ptr<kiln::Runtime> runtime_;
   std::unique_ptr<kiln::Model> model_;
@@ -276,12 +278,17 @@ TEST_F(BundleTest, BadRequestsAreErrors) {
   o.shapes = {{"nope", {1, 2}}};
   EXPECT_THROW(model_->freeze(o), kiln::Error);
   o.shapes = {};
+  o.kernels = "oneDNN";
+  EXPECT_THROW(model_->freeze(o), kiln::Error);
+  // Native bundles hold the layouts oneDNN chose on this machine.
   o.kernels = "native";
+  o.target = "aarch64-linux-gnu";
   try {
     model_->freeze(o);
-    ADD_FAILURE() << "native bundles are not implemented, yet freeze succeeded";
+    ADD_FAILURE() << "a native bundle for another target froze";
   } catch (const kiln::Error& e) {
-    EXPECT_EQ(e.code(), kiln::ErrorCode::Unsupported);
+    EXPECT_EQ(e.code(), kiln::ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("this machine"), std::string::npos) << e.what();
   }
 }
 
@@ -365,8 +372,9 @@ TEST_F(BundleTest, RustProgramMatchesTheJit) {
 // with a fused Relu, MaxPool, a depthwise Conv with a residual Add, a 1x1
 // Conv with Clip, GlobalAveragePool, Gemm, Softmax; batch sizes 1, 3, 8 and
 // 13 from compiled sizes 1 and 8, serial and on 3 host threads.
-TEST_F(BundleTest, ConvolutionalNetworkMatchesTheJit) {
-  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+// A small convolutional network: convolution, pooling, depthwise with a
+// residual Add, Clip, global pooling, Gemm, Softmax; batch axis "batch".
+std::string conv_net() {
   using kiln::test::ModelBuilder;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0, 0.3f);
@@ -398,19 +406,26 @@ TEST_F(BundleTest, ConvolutionalNetworkMatchesTheJit) {
   b.node("Flatten", {"g"}, {"f"});
   ModelBuilder::attr_int(b.node("Gemm", {"f", "wf", "bf"}, {"logits"}), "transB", 1);
   b.node("Softmax", {"logits"}, {"y"});
-  const std::string bytes = b.model().SerializeAsString();
-  write_file(dir_ / "net.onnx", bytes);
-  kiln::Model net = kiln::Model::load(*runtime_, (dir_ / "net.onnx").string());
+  return b.model().SerializeAsString();
+}
 
+// Freezes conv_net() with `kernels`, links tests/integration/bundle_driver.c
+// with `libs`, and compares its outputs with the JIT's (in `runtime`) for
+// batch sizes 1, 3, 8 and 13 from compiled sizes 1 and 8, on 1 and 3 host threads.
+void BundleTest::conv_net_matches_the_jit(kiln::Runtime& runtime, const std::string& kernels, const std::string& libs) {
+  write_file(dir_ / "net.onnx", conv_net());
+  kiln::Model net = kiln::Model::load(runtime, (dir_ / "net.onnx").string());
   kiln::Model::FreezeOptions o;
   o.output_dir = dir_.string();
   o.name = "net";
   o.batch_sizes = {1, 8};
+  o.kernels = kernels;
   net.freeze(o);
   const fs::path driver = dir_ / "driver";
   const Output built = sh("cc -O2 -DPREFIX=net -DUPREFIX=NET -include " + (dir_ / "net.h").string() + " " + kSource +
-                          "/tests/integration/bundle_driver.c " + (dir_ / "net.o").string() + " -lm -o " + driver.string());
+                          "/tests/integration/bundle_driver.c " + (dir_ / "net.o").string() + " " + libs + " -o " + driver.string());
   ASSERT_EQ(built.code, 0) << built.text;
+  std::mt19937 rng(8);
   std::normal_distribution<float> pixel(0, 1);
   for (int64_t n : {1, 3, 8, 13})
     for (int threads : {1, 3}) {
@@ -429,6 +444,42 @@ TEST_F(BundleTest, ConvolutionalNetworkMatchesTheJit) {
     }
 }
 
+TEST_F(BundleTest, ConvolutionalNetworkMatchesTheJit) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  conv_net_matches_the_jit(*runtime_, "portable", "-lm");
+}
+
+// --kernels native: oneDNN's primitives, made again from the bundle's tables
+// when it is created, against the JIT with the same kernels. The program
+// links libdnnl and nothing of Kiln's; the header says so and has no static API.
+TEST_F(BundleTest, NativeKernelsMatchTheJit) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  kiln::RuntimeOptions ro;
+  ro.cache = false;
+  ro.threads = 1;
+  ro.kernels = "native";
+  kiln::Runtime runtime(ro);
+  conv_net_matches_the_jit(runtime, "native", "-ldnnl -lm");
+  const std::string header = read_file(dir_ / "net.h");
+  for (const char* text : {"cc main.c net.o -ldnnl -lm", "native kernels (oneDNN", "NET_ERROR_NATIVE = 5", "No static API"})
+    EXPECT_NE(header.find(text), std::string::npos) << "header lacks: " << text << "\n" << header;
+  EXPECT_EQ(header.find("net_run_b1("), std::string::npos) << header;
+  const Output nm = sh("nm -u " + (dir_ / "net.o").string());
+  EXPECT_NE(nm.text.find("dnnl_primitive_execute"), std::string::npos) << nm.text;
+  for (const char* forbidden : {"tbb", "_Z", "kiln_pk_", "kiln_bundle_"})
+    EXPECT_EQ(nm.text.find(forbidden), std::string::npos) << "net.o needs " << forbidden << ":\n" << nm.text;
+  if (have("ldd")) EXPECT_NE(sh("ldd " + (dir_ / "driver").string()).text.find("libdnnl"), std::string::npos);
+
+  // The weights are checked before any primitive is made from them.
+  std::string weights = read_file(dir_ / "net.weights.bin");
+  weights[weights.size() - 3] ^= 0x40;
+  write_file(dir_ / "net.weights.bin", weights);
+  const Output o = sh((dir_ / "driver").string() + " " + (dir_ / "net.weights.bin").string() + " 1 " + (dir_ / "x.f32").string() +
+                      " " + (dir_ / "y.f32").string() + " 1");
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.text.find("checksum"), std::string::npos) << o.text;
+}
+
 // A node only the reference kernels run cannot go into a bundle: the error
 // names it.
 TEST_F(BundleTest, UnsupportedNodeIsNamed) {
@@ -438,16 +489,20 @@ TEST_F(BundleTest, UnsupportedNodeIsNamed) {
   ModelBuilder::attr_int(b.node("Cast", {"x"}, {"y"}, "to_int64"), "to", 7);
   write_file(dir_ / "cast.onnx", b.model().SerializeAsString());
   kiln::Model m = kiln::Model::load(*runtime_, (dir_ / "cast.onnx").string());
-  kiln::Model::FreezeOptions o;
-  o.output_dir = dir_.string();
-  try {
-    m.freeze(o);
-    ADD_FAILURE() << "a Cast froze";
-  } catch (const kiln::Error& e) {
-    EXPECT_EQ(e.code(), kiln::ErrorCode::Unsupported);
-    EXPECT_NE(std::string(e.what()).find("to_int64"), std::string::npos) << e.what();
+  for (const char* kernels : {"portable", "native"}) {
+    SCOPED_TRACE(kernels);
+    kiln::Model::FreezeOptions o;
+    o.output_dir = dir_.string();
+    o.kernels = kernels;
+    try {
+      m.freeze(o);
+      ADD_FAILURE() << "a Cast froze";
+    } catch (const kiln::Error& e) {
+      EXPECT_EQ(e.code(), kiln::ErrorCode::Unsupported);
+      EXPECT_NE(std::string(e.what()).find("to_int64"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "cast.o"));
   }
-  EXPECT_FALSE(fs::exists(dir_ / "cast.o"));
 }
 
 TEST_F(BundleTest, Aarch64BundleRunsUnderQemu) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backends/cpu/lowering.hpp"
+#include "backends/cpu/onednn_kernel.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "imported_model.hpp"
 #include "random_data.hpp"
@@ -60,4 +61,36 @@ TEST(CpuLowering, AResidualReadLaterKeepsItsBuffer) {
   const auto& sum = step_of(p, "convB");
   ASSERT_EQ(sum.args.size(), 3u);
   EXPECT_NE(sum.args[1], sum.args[2]);
+}
+
+// Native bundles run no libkiln code: where the JIT's lowering uses a host
+// kernel (Slice, Gather, a plain Concat, an output copy), the NativeBundle
+// family calls a portable kernel instead; convolutions stay oneDNN primitives.
+TEST(CpuLowering, NativeBundlesHaveNoHostKernelsButOneDnnPrimitives) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 4, 6, 6}).input("idx", onnx::TensorProto::INT64, {3});
+  b.output("y", onnx::TensorProto::FLOAT, {1, 4, 4, 6}).output("g", onnx::TensorProto::FLOAT, {1, 3, 6, 6});
+  b.output("x_again", onnx::TensorProto::FLOAT, {1, 4, 6, 6});
+  b.initializer(ModelBuilder::float_tensor("w", {4, 4, 1, 1}, random_values(16, 1)));
+  b.initializer(ModelBuilder::int64_tensor("starts", {1}, {1})).initializer(ModelBuilder::int64_tensor("ends", {1}, {3}));
+  b.initializer(ModelBuilder::int64_tensor("axes", {1}, {2}));
+  b.node("Conv", {"x", "w"}, {"c"}, "conv");
+  b.node("Slice", {"x", "starts", "ends", "axes"}, {"s"}, "slice");
+  ModelBuilder::attr_int(b.node("Concat", {"s", "s"}, {"y"}, "concat"), "axis", 2);
+  ModelBuilder::attr_int(b.node("Gather", {"c", "idx"}, {"g"}, "gather"), "axis", 1);
+  b.node("Identity", {"x"}, {"x_again"});
+  auto m = kiln::test::import(b);
+  auto spec = kiln::ir::specialize(*m.graph,
+                                   {{"x", {kiln::ir::DType::Float32, {1, 4, 6, 6}}}, {"idx", {kiln::ir::DType::Int64, {3}}}},
+                                   kiln::ref::constant_evaluator());
+  const auto jit = kiln::cpu::lower(*m.graph, spec, kiln::cpu::KernelFamily::Native);
+  const auto bundle = kiln::cpu::lower(*m.graph, spec, kiln::cpu::KernelFamily::NativeBundle);
+  for (const char* node : {"slice", "concat", "gather"}) {
+    EXPECT_TRUE(step_of(jit, node).kernel) << node;
+    EXPECT_TRUE(step_of(bundle, node).call) << node;
+  }
+  EXPECT_TRUE(step_of(bundle, "conv").kernel && kiln::cpu::is_onednn_kernel(*step_of(bundle, "conv").kernel));
+  for (const auto& s : bundle.steps)
+    EXPECT_TRUE(!s.kernel || kiln::cpu::is_onednn_kernel(*s.kernel)) << s.label << " runs a host kernel";
+  EXPECT_EQ(bundle.fallback_nodes, 0);
 }

@@ -8,11 +8,14 @@
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <dnnl.h>
+
 #include <set>
 
 #include "backends/cpu/codegen.hpp"
 #include "backends/cpu/portable_bitcode.hpp"
 #include "backends/cpu/bundle/bundle_abi.h"
+#include "backends/cpu/bundle/bundle_native.h"
 #include "runtime/ir/error.hpp"
 
 namespace kiln::cpu {
@@ -29,12 +32,13 @@ class BundleEmitter {
 
   void emit() {
     std::vector<llvm::Constant*> specs;
-    auto* spec_type = llvm::StructType::get(ctx_, {i64_, i64_, ptr_});
+    auto* spec_type = llvm::StructType::get(ctx_, {i64_, i64_, ptr_, ptr_});
     for (size_t s = 0; s < plan_.specs.size(); ++s) {
       const BundleSpecialization& spec = plan_.specs[s];
       const std::string entry = plan_.name + "_b" + std::to_string(spec.batch) + "_entry";
       emit_bundle_entry(m_, *spec.program, entry, spec.constant_offsets);
-      specs.push_back(llvm::ConstantStruct::get(spec_type, {i(spec.batch), i(spec.program->arena_bytes), m_.getFunction(entry)}));
+      specs.push_back(llvm::ConstantStruct::get(spec_type, {i(spec.batch), i(spec.program->arena_bytes), m_.getFunction(entry),
+                                                            plan_.native ? native_table(spec) : null()}));
     }
     auto* tensor_type = llvm::StructType::get(ctx_, {ptr_, i64_, i32_, i32_});
     auto tensors = [&](const std::vector<BundleTensor>& list, const char* what) -> llvm::Constant* {
@@ -53,13 +57,15 @@ class BundleEmitter {
       g->setAlignment(llvm::Align(KILN_BUNDLE_ALIGNMENT));
       embedded = g;
     }
-    auto* desc_type = llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, i64_, i64_, ptr_});
+    auto* desc_type = llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, i64_, i64_, ptr_, ptr_, ptr_});
     desc_ = global(llvm::ConstantStruct::get(
                        desc_type, {i32(KILN_BUNDLE_ABI_VERSION), i32(int32_t(plan_.inputs.size())),
                                    i32(int32_t(plan_.outputs.size())), i32(int32_t(plan_.specs.size())),
                                    tensors(plan_.inputs, "inputs"), tensors(plan_.outputs, "outputs"),
                                    global(llvm::ConstantArray::get(llvm::ArrayType::get(spec_type, specs.size()), specs), "specs"),
-                                   i(int64_t(plan_.weights_bytes)), i(int64_t(plan_.weights_checksum)), embedded}),
+                                   i(int64_t(plan_.weights_bytes)), i(int64_t(plan_.weights_checksum)), embedded,
+                                   plan_.native ? runtime("kiln_bundle_native_create") : null(),
+                                   plan_.native ? runtime("kiln_bundle_native_destroy") : null()}),
                    "desc");
 
     // The exported API: thin calls into the runtime with this bundle's descriptor.
@@ -77,7 +83,8 @@ class BundleEmitter {
     forward("set_parallel_for", "kiln_bundle_set_parallel_for");
     forward("set_batch_rule", "kiln_bundle_set_batch_rule");
     forward("run", "kiln_bundle_run");
-    for (size_t s = 0; s < plan_.specs.size(); ++s)
+    // The static API: portable bundles only (a native bundle's primitives live in its handle).
+    for (size_t s = 0; s < plan_.specs.size() && !plan_.native; ++s)
       wrap("run_b" + std::to_string(plan_.specs[s].batch), "kiln_bundle_run_static", {ptr_, ptr_, ptr_, ptr_, ptr_, ptr_},
            [&](llvm::Function* f) {
              return std::vector<llvm::Value*>{desc_,        i32(int32_t(s)), f->getArg(0), f->getArg(1),
@@ -101,6 +108,68 @@ class BundleEmitter {
   llvm::GlobalVariable* global(llvm::Constant* value, const std::string& what) {
     return new llvm::GlobalVariable(m_, value->getType(), true, llvm::GlobalValue::InternalLinkage, value,
                                     plan_.name + "_" + what);
+  }
+
+  // Raw bytes (a oneDNN descriptor), aligned for the 64-bit fields they hold.
+  llvm::Constant* blob(const nlohmann::json& j, const std::string& what) {
+    if (!j.is_binary()) ir::fail(ir::ErrorKind::Internal, "native bundle: " + what + " is not a saved oneDNN descriptor");
+    const auto& bytes = j.get_binary();
+    auto* data = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(bytes.data(), bytes.size()));
+    auto* g = new llvm::GlobalVariable(m_, data->getType(), true, llvm::GlobalValue::PrivateLinkage, data, plan_.name + "_dnnl");
+    g->setAlignment(llvm::Align(16));
+    return g;
+  }
+  template <typename T>
+  llvm::Constant* array_of(llvm::Type* type, const std::vector<T>& items, const std::string& what) {
+    if (items.empty()) return null();
+    return global(llvm::ConstantArray::get(llvm::ArrayType::get(type, items.size()), items), what);
+  }
+
+  // The spec's kiln_bundle_native_table (bundle_native.h), from the saved kernels.
+  llvm::Constant* native_table(const BundleSpecialization& spec) {
+    auto* arg_type = llvm::StructType::get(ctx_, {i32_, i32_, ptr_, i64_, i64_});
+    auto* f32 = llvm::Type::getFloatTy(ctx_);
+    auto* post_type = llvm::StructType::get(ctx_, {i32_, i32_, f32, f32, f32, i32_});
+    auto* prim_type = llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_});
+    auto f = [&](float v) { return llvm::ConstantFP::get(f32, double(v)); };
+    std::vector<llvm::Constant*> prims;
+    for (const nlohmann::json& k : spec.primitives) {
+      const nlohmann::json& prim = k.at("primitive");
+      const int32_t kind = prim.at("kind").get<int32_t>();
+      llvm::Constant *desc = null(), *dst = null();
+      std::vector<llvm::Constant*> srcs, posts, runtime_args, constants;
+      if (kind == dnnl_reorder) {
+        desc = blob(prim.at("src"), "a reorder's source");
+        dst = blob(prim.at("dst"), "a reorder's destination");
+      } else if (kind == dnnl_concat) {
+        dst = blob(prim.at("dst"), "a concat's destination");
+        for (const auto& src : prim.at("srcs")) srcs.push_back(blob(src, "a concat's source"));
+      } else {
+        desc = blob(prim.at("desc"), "an operation descriptor");
+      }
+      for (const auto& op : prim.at("post_ops"))
+        posts.push_back(op.contains("sum")
+                            ? llvm::ConstantStruct::get(post_type, {i32(KILN_BUNDLE_NATIVE_POST_SUM), i32(0), f(op.at("sum").get<float>()),
+                                                                    f(0), f(0), i32(0)})
+                            : llvm::ConstantStruct::get(post_type, {i32(KILN_BUNDLE_NATIVE_POST_ELTWISE), i32(op.at("eltwise").get<int32_t>()),
+                                                                    f(op.at("scale").get<float>()), f(op.at("alpha").get<float>()),
+                                                                    f(op.at("beta").get<float>()), i32(0)}));
+      for (const auto& r : k.at("runtime_args"))
+        runtime_args.push_back(llvm::ConstantStruct::get(arg_type, {i32(r.at(0).get<int32_t>()), i32(0), blob(r.at(1), "an argument"), i(0), i(0)}));
+      for (const auto& c : k.at("constants"))
+        constants.push_back(llvm::ConstantStruct::get(
+            arg_type, {i32(c.at(0).get<int32_t>()), i32(0), blob(c.at(1), "a weight"), i(c.at(2).get<int64_t>()), i(c.at(3).get<int64_t>())}));
+      prims.push_back(llvm::ConstantStruct::get(
+          prim_type, {i32(kind), i32(k.at("sum_from").get<int32_t>()), i32(prim.value("axis", 0)), i32(int32_t(srcs.size())),
+                      i32(int32_t(posts.size())), i32(int32_t(runtime_args.size())), i32(int32_t(constants.size())), i32(0), desc, dst,
+                      array_of(ptr_, srcs, "srcs"), array_of(post_type, posts, "post_ops"), array_of(arg_type, runtime_args, "args"),
+                      array_of(arg_type, constants, "constants"), string(k.at("label").get<std::string>())}));
+    }
+    const dnnl_version_t* v = dnnl_version();
+    auto* table_type = llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, ptr_});
+    return global(llvm::ConstantStruct::get(table_type, {i32(v->major), i32(v->minor), i32(int32_t(prims.size())), i32(0),
+                                                         array_of(prim_type, prims, "primitives")}),
+                  "native_b" + std::to_string(spec.batch));
   }
 
   llvm::Function* runtime(const std::string& name) {
@@ -154,7 +223,12 @@ std::string compile_bundle(const BundlePlan& plan, const TargetCompiler& compile
   auto unit = compiler.new_module(plan.name);
   link_bitcode(*unit.module, BitcodeLibrary::Kernels, compiler.vector_config());
   link_bitcode(*unit.module, BitcodeLibrary::BundleRuntime);
-  BundleEmitter(*unit.module, plan).emit();
+  if (plan.native) link_bitcode(*unit.module, BitcodeLibrary::BundleNative);
+  try {
+    BundleEmitter(*unit.module, plan).emit();
+  } catch (const nlohmann::json::exception& e) {
+    ir::fail(ir::ErrorKind::Internal, std::string("native bundle: a saved oneDNN kernel is malformed: ") + e.what());
+  }
   return compiler.compile(std::move(unit), Jit::Optimise::Full);
 }
 

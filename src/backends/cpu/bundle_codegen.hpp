@@ -1,12 +1,15 @@
 #pragma once
 // The object of a frozen bundle: every specialization's entry, the portable
 // kernels they call, the bundle runtime (src/backends/cpu/bundle/bundle_runtime.c)
-// and its descriptor, and the exported C API NAME_create, NAME_run, ...
+// and its descriptor, for native bundles the oneDNN tables and their runtime
+// (bundle_native.c), and the exported C API NAME_create, NAME_run, ...
 // (documented by the header the freezer writes). Nothing else is exported,
 // so several bundles link into one program.
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/program.hpp"
@@ -24,6 +27,10 @@ struct BundleSpecialization {
   const Program* program = nullptr;
   int64_t batch = 1;
   std::vector<int64_t> constant_offsets;  // of each program constant in the weights data
+  // Native bundles: per oneDNN step, in step order, the kernel as
+  // OneDnnKernel::save() describes it, its constants' offsets into the
+  // bundle's weights data, and "label": the step's label.
+  std::vector<nlohmann::json> primitives;
 };
 
 struct BundlePlan {
@@ -33,10 +40,12 @@ struct BundlePlan {
   uint64_t weights_bytes = 0;
   uint64_t weights_checksum = 0;              // XXH3-64 of the weights data
   const std::string* embedded_weights = nullptr;  // the data, to embed; null: a weights file
+  bool native = false;  // oneDNN steps (KernelFamily::NativeBundle): the object needs libdnnl
 };
 
-// Throws ir::Error: Unsupported naming a step that needs a host kernel,
-// InvalidArgument for a plan the bundle runtime cannot hold.
+// Throws ir::Error: Unsupported naming a step that needs a host kernel
+// (other than a oneDNN primitive, in a native bundle), InvalidArgument for a
+// plan the bundle runtime cannot hold.
 std::string compile_bundle(const BundlePlan& plan, const TargetCompiler& compiler);
 
 // A static library (ar archive with a symbol table) holding one object.

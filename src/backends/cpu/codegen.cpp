@@ -10,6 +10,8 @@
 #include <cmath>
 #include <map>
 
+#include "backends/cpu/bundle/bundle_abi.h"
+#include "backends/cpu/onednn_kernel.hpp"
 #include "backends/cpu/portable_bitcode.hpp"
 #include "runtime/ir/error.hpp"
 
@@ -97,10 +99,11 @@ class Emitter {
   }
 
   // `bundle`: the entry of a frozen bundle instead (constants at fixed
-  // offsets from a weights pointer, no host kernels, failures as a status).
+  // offsets from a weights pointer, failures as a bundle status, and the
+  // oneDNN steps of a native bundle run by kiln_bundle_native_execute).
   void entry(const Program& p, const std::string& name, const std::vector<int64_t>* bundle_constants = nullptr) {
     const bool bundle = bundle_constants != nullptr;
-    auto* fn_type = bundle ? llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_}, false)
+    auto* fn_type = bundle ? llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_, ptr_}, false)
                            : llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_, ptr_, ptr_, ptr_}, false);
     auto* fn = llvm::Function::Create(fn_type, llvm::Function::ExternalLinkage, name, m_);
     // Straight-line calls gain nothing from optimisation and would cost most
@@ -108,12 +111,13 @@ class Emitter {
     fn->addFnAttr(llvm::Attribute::OptimizeNone);
     fn->addFnAttr(llvm::Attribute::NoInline);
     llvm::Value *kernels = nullptr, *constants = nullptr, *status = nullptr;
-    llvm::Value *weights = nullptr, *io = nullptr, *arena = nullptr, *threads = nullptr;
+    llvm::Value *weights = nullptr, *io = nullptr, *arena = nullptr, *threads = nullptr, *native = nullptr;
     if (bundle) {
       weights = fn->getArg(0);
       io = fn->getArg(1);
       arena = fn->getArg(2);
       threads = fn->getArg(3);
+      native = fn->getArg(4);
     } else {
       kernels = fn->getArg(0);
       constants = fn->getArg(1);
@@ -125,16 +129,18 @@ class Emitter {
     auto* block = llvm::BasicBlock::Create(ctx_, "entry", fn);
     auto* fail = llvm::BasicBlock::Create(ctx_, "fail", fn);
     b_.SetInsertPoint(fail);
-    b_.CreateRet(b_.getInt32(1));
+    b_.CreateRet(b_.getInt32(bundle ? KILN_BUNDLE_ERROR_INDEX : 1));
     b_.SetInsertPoint(block);
     // Every step's argument array lives in the entry block: static stack slots.
     std::vector<llvm::Value*> arg_arrays;
     for (const Step& step : p.steps)
       arg_arrays.push_back(b_.CreateAlloca(llvm::ArrayType::get(ptr_, std::max<size_t>(step.args.size(), 1))));
 
-    // Host functions of the JIT (a bundle has none).
+    // Host functions of the JIT; a bundle's oneDNN steps call into bundle_native.c.
     llvm::FunctionCallee run_kernel_fn, failed_fn;
-    if (!bundle) {
+    if (bundle) {
+      run_kernel_fn = m_.getOrInsertFunction("kiln_bundle_native_execute", llvm::FunctionType::get(i32_, {ptr_, i32_, ptr_}, false));
+    } else {
       run_kernel_fn = m_.getOrInsertFunction("kiln_cpu_run_kernel", llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_}, false));
       failed_fn = m_.getOrInsertFunction("kiln_cpu_call_failed",
                                          llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), {ptr_, i64_, i64_}, false));
@@ -175,11 +181,20 @@ class Emitter {
         b_.CreateStore(where, b_.CreateConstInBoundsGEP1_64(ptr_, args, a));
       }
       if (step.kernel) {
-        if (bundle) ir::fail(ir::ErrorKind::Unsupported, "step '" + step.label + "' needs a host kernel, which a bundle cannot call");
         step_names.push_back("");
-        auto* result = b_.CreateCall(run_kernel_fn, {load_ptr(kernels, int64_t(s)), args, status});
+        llvm::Value* result = nullptr;
+        if (bundle) {
+          if (!is_onednn_kernel(*step.kernel))
+            ir::fail(ir::ErrorKind::Unsupported, "step '" + step.label + "' needs a host kernel, which a bundle cannot call");
+          result = b_.CreateCall(run_kernel_fn, {native, b_.getInt32(uint32_t(native_steps++)), args});
+        } else {
+          result = b_.CreateCall(run_kernel_fn, {load_ptr(kernels, int64_t(s)), args, status});
+        }
+        auto* failed = llvm::BasicBlock::Create(ctx_, "step" + std::to_string(s) + "_failed", fn);
         auto* next = llvm::BasicBlock::Create(ctx_, "step" + std::to_string(s + 1), fn);
-        b_.CreateCondBr(b_.CreateICmpNE(result, b_.getInt32(0)), fail, next);
+        b_.CreateCondBr(b_.CreateICmpNE(result, b_.getInt32(0)), failed, next);
+        b_.SetInsertPoint(failed);
+        b_.CreateRet(result);
         b_.SetInsertPoint(next);
       } else if (step.call) {
         llvm::Function* wrapper = call_function(*step.call, step.args.size(), step_name(name, s));
@@ -227,6 +242,7 @@ class Emitter {
   }
 
   std::vector<std::string> step_names;  // per step: its loop or call function, or ""
+  int32_t native_steps = 0;              // a bundle's oneDNN steps so far: their index in its native table
 
  private:
   static std::string loop_key(const Loop& loop) {

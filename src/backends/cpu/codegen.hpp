@@ -56,12 +56,13 @@ inline constexpr const char* kEntrySymbol = "kiln_entry";
 std::string compile_program(const Program& program, Jit& jit, std::vector<std::string>& step_symbols);
 
 // The entry of one specialization of a frozen bundle, added to `m` (which
-// must already hold the portable kernels):
+// must already hold the portable kernels), a kiln_bundle_entry_fn:
 //   int32_t name(const uint8_t* weights, void* const* io, uint8_t* arena,
-//                const kiln_pk_threads* threads);
-// Constant i lives at weights + constant_offsets[i]. Returns 0, or 1 when a
-// step failed (an index out of range). Throws ir::Error(Unsupported) naming
-// a step that needs a host kernel.
+//                const kiln_pk_threads* threads, void* native);
+// Constant i lives at weights + constant_offsets[i]. The k-th oneDNN step
+// runs as primitive k of `native` (bundle_native.h). Returns the status of
+// the step that failed, or 0. Throws ir::Error(Unsupported) naming a step
+// that needs a host kernel other than a oneDNN primitive.
 void emit_bundle_entry(llvm::Module& m, const Program& program, const std::string& name,
                        const std::vector<int64_t>& constant_offsets);
 

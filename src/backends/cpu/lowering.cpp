@@ -92,7 +92,7 @@ const std::set<std::string>& primitive_ops() {
 class Lowering {
  public:
   Lowering(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family)
-      : g_(graph), spec_(spec), portable_(family == KernelFamily::Portable) {
+      : g_(graph), spec_(spec), portable_(family == KernelFamily::Portable), host_kernels_(family == KernelFamily::Native) {
     p_.family = family;
   }
 
@@ -302,10 +302,10 @@ class Lowering {
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool") return lower_pool(n);
     if (op == "Softmax" || op == "LogSoftmax") return lower_softmax(n);
     if (op == "LayerNormalization") return lower_layer_norm(n);
-    if (op == "Transpose") return lower_transpose(n);
+    if (op == "Transpose") return lower_transpose(n) || (!host_kernels_ && portable_transpose(n));
     if (op == "Concat") return lower_concat(n);
-    if (op == "Slice") return lower_slice(n);
-    if (op == "Gather") return lower_gather(n);
+    if (op == "Slice") return host_kernels_ ? lower_slice(n) : portable_slice(n);
+    if (op == "Gather") return host_kernels_ ? lower_gather(n) : portable_gather(n);
     if (binary_algorithm(op) && lower_blocked_binary(n)) return true;
     if (loop_ops().count(op)) return lower_elementwise(n);
     return false;
@@ -955,6 +955,7 @@ class Lowering {
                     is_plain(pd.dst_desc(), out));
       return true;
     }
+    if (!host_kernels_) return portable_concat(n);
     std::vector<Dims> in_dims;
     std::vector<int> bufs;
     for (const auto& in : ins) {
@@ -1587,7 +1588,7 @@ class Lowering {
     if (v.buffer == target) return;
     if (v.blocked) {
       add_kernel("output " + name, {v.buffer, target}, {0, 1}, reorder_kernel(v.layout, plain_md(dims(name))));
-    } else if (portable_) {
+    } else if (!host_kernels_) {
       add_call("output " + name, {v.buffer, target}, {0, 1},
                {"kiln_pk_copy_rows", {Call::i64(1), Call::i64(bytes_of(name)), Call::buffer(0), Call::i64(0), Call::buffer(1), Call::i64(0)}});
     } else {
@@ -1642,6 +1643,7 @@ class Lowering {
   const ir::Graph& g_;
   const ir::Specialization& spec_;
   const bool portable_;
+  const bool host_kernels_;  // false: a portable call wherever Native would run a host kernel
   Program p_;
   std::map<std::string, Val> vals_;
   std::map<std::string, std::vector<size_t>> consumers_;

@@ -7,6 +7,8 @@
 
 namespace kiln::cpu {
 
+bool is_onednn_kernel(const Kernel& kernel) { return dynamic_cast<const OneDnnKernel*>(&kernel) != nullptr; }
+
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;

@@ -42,6 +42,9 @@ class OneDnnKernel : public Kernel {
   int dst_index_ = -1;
 };
 
+// Whether `kernel` is a OneDnnKernel: the only host kernel a native bundle runs.
+bool is_onednn_kernel(const Kernel& kernel);
+
 // The engine every kernel of the cpu backend uses.
 const dnnl::engine& cpu_engine();
 

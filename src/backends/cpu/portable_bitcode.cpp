@@ -24,6 +24,8 @@ extern const char kiln_bundle_runtime_bitcode_x86_64[];
 extern const char kiln_bundle_runtime_bitcode_x86_64_end[];
 extern const char kiln_bundle_runtime_bitcode_aarch64[];
 extern const char kiln_bundle_runtime_bitcode_aarch64_end[];
+extern const char kiln_bundle_native_bitcode[];
+extern const char kiln_bundle_native_bitcode_end[];
 }
 
 namespace kiln::cpu {
@@ -42,6 +44,7 @@ const Bitcode kBitcode[] = {
     {BitcodeLibrary::Kernels, "aarch64", kiln_portable_bitcode_aarch64, kiln_portable_bitcode_aarch64_end},
     {BitcodeLibrary::BundleRuntime, "x86_64", kiln_bundle_runtime_bitcode_x86_64, kiln_bundle_runtime_bitcode_x86_64_end},
     {BitcodeLibrary::BundleRuntime, "aarch64", kiln_bundle_runtime_bitcode_aarch64, kiln_bundle_runtime_bitcode_aarch64_end},
+    {BitcodeLibrary::BundleNative, KILN_NATIVE_ARCH, kiln_bundle_native_bitcode, kiln_bundle_native_bitcode_end},
 };
 
 }  // namespace

@@ -128,6 +128,9 @@ struct Step {
 enum class KernelFamily {
   Native,    // oneDNN primitives and host kernels (JIT and cache only)
   Portable,  // the portable kernel library, inlined: self-contained objects
+  // oneDNN primitives, and portable calls where Native has a host kernel
+  // (copies, Concat, Slice, Gather): native bundles, which run no libkiln code.
+  NativeBundle,
 };
 
 struct Program {

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define KILN_BUNDLE_ABI_VERSION 1
+#define KILN_BUNDLE_ABI_VERSION 2
 #define KILN_BUNDLE_ALIGNMENT 64
 #define KILN_BUNDLE_MAX_SPECS 16
 #define KILN_BUNDLE_MAX_IO 64
@@ -29,7 +29,8 @@ enum {
   KILN_BUNDLE_ERROR_ARGUMENT = 1,  /* a null pointer, a bad batch size or batch rule */
   KILN_BUNDLE_ERROR_WEIGHTS = 2,   /* the weights are missing, unreadable, truncated or not this bundle's */
   KILN_BUNDLE_ERROR_MEMORY = 3,    /* an allocation failed */
-  KILN_BUNDLE_ERROR_INDEX = 4      /* an index input (Gather) was out of range */
+  KILN_BUNDLE_ERROR_INDEX = 4,     /* an index input (Gather) was out of range */
+  KILN_BUNDLE_ERROR_NATIVE = 5     /* native bundles: oneDNN failed, or cannot make the frozen primitives here */
 };
 
 /* The weights file: this header, then the data at KILN_BUNDLE_ALIGNMENT. */
@@ -43,15 +44,26 @@ typedef struct kiln_bundle_weights_header {
   uint8_t reserved[32];
 } kiln_bundle_weights_header;
 
-/* One specialization: returns 0, or non-zero when a step failed (an index
- * out of range). io: the inputs, then the outputs, each for `batch` items. */
+/* One specialization: returns KILN_BUNDLE_OK, or the status of the step
+ * that failed (KILN_BUNDLE_ERROR_INDEX or _NATIVE). io: the inputs, then the
+ * outputs, each for `batch` items. native: the spec's state made by
+ * kiln_bundle_desc.native_create (NULL in portable bundles). */
 typedef int32_t (*kiln_bundle_entry_fn)(const uint8_t* weights, void* const* io, uint8_t* arena,
-                                        const kiln_pk_threads* threads);
+                                        const kiln_pk_threads* threads, void* native);
+
+/* Native bundles (bundle_native.c, which links libdnnl): makes the oneDNN
+ * primitives of one spec from its table (kiln_bundle_spec.native), their
+ * constant operands pointing into `weights`. Returns a status, with a message
+ * in `error` when it fails. */
+typedef int32_t (*kiln_bundle_native_create_fn)(const void* table, const uint8_t* weights, void** state, char* error,
+                                                uint64_t error_size);
+typedef void (*kiln_bundle_native_destroy_fn)(void* state);
 
 typedef struct kiln_bundle_spec {
   int64_t batch;
   int64_t arena_bytes;
   kiln_bundle_entry_fn entry;
+  const void* native; /* a kiln_bundle_native_table, or NULL in portable bundles */
 } kiln_bundle_spec;
 
 typedef struct kiln_bundle_tensor {
@@ -72,6 +84,8 @@ typedef struct kiln_bundle_desc {
   uint64_t weights_bytes;
   uint64_t weights_checksum;
   const uint8_t* embedded_weights; /* the data itself, or NULL when weights live in a file */
+  kiln_bundle_native_create_fn native_create; /* NULL in portable bundles */
+  kiln_bundle_native_destroy_fn native_destroy;
 } kiln_bundle_desc;
 
 #if defined(__cplusplus)
@@ -81,10 +95,11 @@ typedef struct kiln_bundle_desc {
 #endif
 KILN_BUNDLE_STATIC_ASSERT(sizeof(void*) == 8, "bundles target LP64 platforms");
 KILN_BUNDLE_STATIC_ASSERT(sizeof(kiln_bundle_weights_header) == 64, "weights header layout");
-KILN_BUNDLE_STATIC_ASSERT(sizeof(kiln_bundle_spec) == 24, "spec layout");
+KILN_BUNDLE_STATIC_ASSERT(offsetof(kiln_bundle_spec, native) == 24 && sizeof(kiln_bundle_spec) == 32, "spec layout");
 KILN_BUNDLE_STATIC_ASSERT(offsetof(kiln_bundle_tensor, dtype) == 20 && sizeof(kiln_bundle_tensor) == 24, "tensor layout");
 KILN_BUNDLE_STATIC_ASSERT(offsetof(kiln_bundle_desc, inputs) == 16 && offsetof(kiln_bundle_desc, weights_bytes) == 40 &&
-                              offsetof(kiln_bundle_desc, embedded_weights) == 56 && sizeof(kiln_bundle_desc) == 64,
+                              offsetof(kiln_bundle_desc, embedded_weights) == 56 &&
+                              offsetof(kiln_bundle_desc, native_destroy) == 72 && sizeof(kiln_bundle_desc) == 80,
                           "descriptor layout");
 
 /* The runtime, called by the bundle's exported wrappers. */
@@ -98,7 +113,8 @@ int32_t kiln_bundle_run(kiln_bundle* b, int64_t batch, const void* const* inputs
 const char* kiln_bundle_last_error(const kiln_bundle* b);
 /* Checks a weights image (header and data) against the descriptor. */
 int32_t kiln_bundle_check_weights(const kiln_bundle_desc* desc, const void* image, uint64_t size);
-/* The static API: one specialization, caller-owned memory, no allocation. */
+/* The static API: one specialization, caller-owned memory, no allocation
+ * (portable bundles only: a native bundle's primitives live in its handle). */
 int32_t kiln_bundle_run_static(const kiln_bundle_desc* desc, int32_t spec, const void* weights_image, void* arena,
                                const void* const* inputs, void* const* outputs, kiln_pk_parallel_for_fn fn, void* host);
 

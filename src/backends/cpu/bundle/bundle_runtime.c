@@ -2,7 +2,9 @@
  * splitting (the CMSSW batch rules), and the calls into the compiled
  * specializations. Compiled to bitcode for every target and linked into each
  * bundle, internal there (two bundles in one program do not clash). Uses
- * only libc: malloc/free for the simple API, stdio to read the weights. */
+ * only libc: malloc/free for the simple API, stdio to read the weights.
+ * A native bundle's oneDNN primitives are made and freed through the
+ * descriptor's native_create/native_destroy (bundle_native.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,7 @@ struct kiln_bundle {
   uint8_t* arena;
   uint8_t* staging; /* padded copies of every input and output for the largest batch */
   kiln_pk_threads threads;
+  void* native[KILN_BUNDLE_MAX_SPECS]; /* per spec: its oneDNN primitives (native bundles) */
   int32_t ready; /* create succeeded */
   int32_t num_rules;
   rule rules[MAX_RULES];
@@ -147,9 +150,18 @@ int32_t kiln_bundle_create(const kiln_bundle_desc* d, const char* weights_path, 
     set_error(b, "out of memory for the scratch arena", NULL);
     rc = KILN_BUNDLE_ERROR_MEMORY;
   }
+  for (int32_t s = 0; s < d->num_specs && rc == KILN_BUNDLE_OK; ++s)
+    if (d->specs[s].native) {
+      rc = d->native_create ? d->native_create(d->specs[s].native, b->weights, &b->native[s], b->error, sizeof b->error)
+                            : KILN_BUNDLE_ERROR_NATIVE;
+      if (!d->native_create) set_error(b, "a native specialization without a native runtime", NULL);
+    }
   if (rc != KILN_BUNDLE_OK) {
     /* The message stays readable through a handle that can only be destroyed. */
     *out = b;
+    for (int32_t s = 0; s < d->num_specs; ++s)
+      if (b->native[s]) d->native_destroy(b->native[s]);
+    memset(b->native, 0, sizeof b->native);
     free(b->image);
     b->image = NULL;
     b->weights = NULL;
@@ -162,6 +174,8 @@ int32_t kiln_bundle_create(const kiln_bundle_desc* d, const char* weights_path, 
 
 void kiln_bundle_destroy(kiln_bundle* b) {
   if (!b) return;
+  for (int32_t s = 0; s < b->desc->num_specs; ++s)
+    if (b->native[s]) b->desc->native_destroy(b->native[s]);
   free(b->image);
   free(b->arena);
   free(b->staging);
@@ -280,7 +294,8 @@ static int32_t run_part(const kiln_bundle* b, int32_t s, int64_t first, int64_t 
     stage += round_up((uint64_t)t->item_bytes * (uint64_t)spec->batch);
   }
   const kiln_pk_threads* threads = b->threads.parallel_for ? &b->threads : NULL;
-  if (spec->entry(b->weights, io, b->arena, threads) != 0) return KILN_BUNDLE_ERROR_INDEX;
+  const int32_t rc = spec->entry(b->weights, io, b->arena, threads, b->native[s]);
+  if (rc != KILN_BUNDLE_OK) return rc;
   if (padded)
     for (int32_t o = 0; o < d->num_outputs; ++o) {
       const kiln_bundle_tensor* t = &d->outputs[o];
@@ -318,7 +333,7 @@ int32_t kiln_bundle_run(kiln_bundle* b, int64_t batch, const void* const* inputs
     if (count > batch - done) count = batch - done;
     const int32_t rc = run_part(b, s, done, count, inputs, outputs);
     if (rc != KILN_BUNDLE_OK) {
-      set_error(b, "an index input is out of range", NULL);
+      set_error(b, rc == KILN_BUNDLE_ERROR_INDEX ? "an index input is out of range" : "a oneDNN primitive failed", NULL);
       return rc;
     }
     done += count;
@@ -328,7 +343,7 @@ int32_t kiln_bundle_run(kiln_bundle* b, int64_t batch, const void* const* inputs
 
 int32_t kiln_bundle_run_static(const kiln_bundle_desc* d, int32_t spec, const void* weights_image, void* arena,
                                const void* const* inputs, void* const* outputs, kiln_pk_parallel_for_fn fn, void* host) {
-  if (!d || spec < 0 || spec >= d->num_specs || !outputs || (d->specs[spec].arena_bytes && !arena) ||
+  if (!d || spec < 0 || spec >= d->num_specs || d->specs[spec].native || !outputs || (d->specs[spec].arena_bytes && !arena) ||
       ((uintptr_t)arena % KILN_BUNDLE_ALIGNMENT))
     return KILN_BUNDLE_ERROR_ARGUMENT;
   const uint8_t* weights = d->embedded_weights;
@@ -345,5 +360,5 @@ int32_t kiln_bundle_run_static(const kiln_bundle_desc* d, int32_t spec, const vo
   for (int32_t i = 0; i < d->num_inputs; ++i) io[i] = (void*)(uintptr_t)inputs[i];
   for (int32_t o = 0; o < d->num_outputs; ++o) io[d->num_inputs + o] = outputs[o];
   kiln_pk_threads threads = {fn, host};
-  return d->specs[spec].entry(weights, io, (uint8_t*)arena, fn ? &threads : NULL) ? KILN_BUNDLE_ERROR_INDEX : KILN_BUNDLE_OK;
+  return d->specs[spec].entry(weights, io, (uint8_t*)arena, fn ? &threads : NULL, NULL);
 }

@@ -1,0 +1,189 @@
+/* The oneDNN side of a native bundle (bundle_native.h): makes each
+ * specialization's primitives once, when the bundle is created, and runs
+ * them for the generated entry. Compiled to bitcode for the host and linked
+ * into native bundles only, internal there; the program links libdnnl.
+ * oneDNN runs its primitives on its own OpenMP threads, not through the
+ * host's parallel_for (which the bundle's generated loops still use). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dnnl.h>
+
+#include "backends/cpu/bundle/bundle_native.h"
+
+typedef struct primitive_state {
+  dnnl_primitive_t primitive;
+  dnnl_memory_t* memories; /* the constants, then one per runtime argument (NULL where not bound) */
+  int32_t num_memories;
+  dnnl_exec_arg_t* exec_args;
+  int32_t num_exec_args;
+  int32_t num_runtime;
+  int32_t sum_from, dst_index;
+  size_t dst_bytes;
+} primitive_state;
+
+typedef struct native_state {
+  dnnl_engine_t engine;
+  dnnl_stream_t stream;
+  int32_t num_primitives;
+  primitive_state* primitives;
+} native_state;
+
+void kiln_bundle_native_destroy(void* state) {
+  native_state* s = (native_state*)state;
+  if (!s) return;
+  for (int32_t i = 0; i < s->num_primitives; ++i) {
+    primitive_state* p = &s->primitives[i];
+    for (int32_t m = 0; m < p->num_memories; ++m)
+      if (p->memories[m]) dnnl_memory_destroy(p->memories[m]);
+    if (p->primitive) dnnl_primitive_destroy(p->primitive);
+    free(p->memories);
+    free(p->exec_args);
+  }
+  free(s->primitives);
+  if (s->stream) dnnl_stream_destroy(s->stream);
+  if (s->engine) dnnl_engine_destroy(s->engine);
+  free(s);
+}
+
+static int32_t fail(char* error, uint64_t size, const char* label, const char* what, int status) {
+  snprintf(error, (size_t)size, "oneDNN: %s%s%s (status %d)", what, label ? " for step " : "", label ? label : "", status);
+  return KILN_BUNDLE_ERROR_NATIVE;
+}
+
+static dnnl_primitive_attr_t make_attr(const kiln_bundle_native_primitive* p) {
+  dnnl_post_ops_t ops = NULL;
+  dnnl_primitive_attr_t attr = NULL;
+  if (dnnl_post_ops_create(&ops) != dnnl_success) return NULL;
+  int ok = 1;
+  for (int32_t i = 0; i < p->num_post_ops && ok; ++i) {
+    const kiln_bundle_native_post_op* op = &p->post_ops[i];
+    if (op->kind == KILN_BUNDLE_NATIVE_POST_SUM) ok = dnnl_post_ops_append_sum(ops, op->scale) == dnnl_success;
+    else ok = dnnl_post_ops_append_eltwise(ops, op->scale, (dnnl_alg_kind_t)op->alg, op->alpha, op->beta) == dnnl_success;
+  }
+  if (ok && dnnl_primitive_attr_create(&attr) == dnnl_success && dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success) {
+    dnnl_primitive_attr_destroy(attr);
+    attr = NULL;
+  }
+  dnnl_post_ops_destroy(ops);
+  return ok ? attr : NULL;
+}
+
+static dnnl_status_t make_desc(const kiln_bundle_native_primitive* p, dnnl_engine_t engine, dnnl_primitive_attr_t attr,
+                               dnnl_primitive_desc_t* pd) {
+  if (p->kind == dnnl_reorder)
+    return dnnl_reorder_primitive_desc_create(pd, (const dnnl_memory_desc_t*)p->desc, engine, (const dnnl_memory_desc_t*)p->dst,
+                                              engine, attr);
+  if (p->kind == dnnl_concat) {
+    dnnl_memory_desc_t* srcs = (dnnl_memory_desc_t*)malloc(sizeof(dnnl_memory_desc_t) * (size_t)(p->num_srcs ? p->num_srcs : 1));
+    if (!srcs) return dnnl_out_of_memory;
+    for (int32_t i = 0; i < p->num_srcs; ++i) memcpy(&srcs[i], p->srcs[i], sizeof *srcs);
+    const dnnl_status_t status =
+        dnnl_concat_primitive_desc_create(pd, (const dnnl_memory_desc_t*)p->dst, p->num_srcs, p->concat_axis, srcs, attr, engine);
+    free(srcs);
+    return status;
+  }
+  return dnnl_primitive_desc_create(pd, p->desc, attr, engine, NULL);
+}
+
+static int32_t make_primitive(native_state* s, const kiln_bundle_native_primitive* p, const uint8_t* weights,
+                              primitive_state* out, char* error, uint64_t error_size) {
+  out->sum_from = p->sum_from;
+  out->dst_index = -1;
+  out->num_runtime = p->num_runtime;
+  dnnl_primitive_attr_t attr = make_attr(p);
+  if (!attr) return fail(error, error_size, p->label, "cannot make the post-ops", 0);
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_status_t status = make_desc(p, s->engine, attr, &pd);
+  dnnl_primitive_attr_destroy(attr);
+  if (status != dnnl_success) return fail(error, error_size, p->label, "cannot make the frozen primitive on this machine", status);
+  status = dnnl_primitive_create(&out->primitive, pd);
+  int32_t rc = KILN_BUNDLE_OK;
+  out->num_memories = p->num_constants + p->num_runtime;
+  out->memories = (dnnl_memory_t*)calloc((size_t)out->num_memories + 1, sizeof(dnnl_memory_t));
+  out->exec_args = (dnnl_exec_arg_t*)calloc((size_t)out->num_memories + 1, sizeof(dnnl_exec_arg_t));
+  if (status != dnnl_success) rc = fail(error, error_size, p->label, "cannot create the primitive", status);
+  else if (!out->memories || !out->exec_args) rc = fail(error, error_size, p->label, "out of memory", dnnl_out_of_memory);
+  /* The weights were reordered for the layout the primitive chose when it
+   * was frozen: the primitive made here must want the same one. */
+  for (int32_t c = 0; c < p->num_constants && rc == KILN_BUNDLE_OK; ++c) {
+    const kiln_bundle_native_arg* a = &p->constants[c];
+    const dnnl_memory_desc_t* want = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, a->id);
+    if (!want || !dnnl_memory_desc_equal(want, (const dnnl_memory_desc_t*)a->md) ||
+        (int64_t)dnnl_memory_desc_get_size(want) != a->bytes) {
+      rc = fail(error, error_size, p->label,
+                "this CPU's primitive wants its weights in another layout than when the bundle was frozen (freeze it on this machine)",
+                0);
+      break;
+    }
+    status = dnnl_memory_create(&out->memories[c], want, s->engine, (void*)(uintptr_t)(weights + a->offset));
+    if (status != dnnl_success) rc = fail(error, error_size, p->label, "cannot bind a weight", status);
+    out->exec_args[out->num_exec_args].arg = a->id;
+    out->exec_args[out->num_exec_args++].memory = out->memories[c];
+  }
+  for (int32_t r = 0; r < p->num_runtime && rc == KILN_BUNDLE_OK; ++r) {
+    const kiln_bundle_native_arg* a = &p->runtime[r];
+    if (a->id == DNNL_ARG_DST) {
+      out->dst_index = r;
+      out->dst_bytes = dnnl_memory_desc_get_size((const dnnl_memory_desc_t*)a->md);
+    }
+    if (a->id == KILN_BUNDLE_NATIVE_NOT_BOUND) continue;
+    dnnl_memory_t* m = &out->memories[p->num_constants + r];
+    status = dnnl_memory_create(m, (const dnnl_memory_desc_t*)a->md, s->engine, DNNL_MEMORY_NONE);
+    if (status != dnnl_success) {
+      rc = fail(error, error_size, p->label, "cannot make an argument", status);
+      break;
+    }
+    out->exec_args[out->num_exec_args].arg = a->id;
+    out->exec_args[out->num_exec_args++].memory = *m;
+  }
+  if (rc == KILN_BUNDLE_OK && p->sum_from >= 0 && (out->dst_index < 0 || p->sum_from >= p->num_runtime))
+    rc = fail(error, error_size, p->label, "a Sum post-op without a destination", 0);
+  dnnl_primitive_desc_destroy(pd);
+  return rc;
+}
+
+int32_t kiln_bundle_native_create(const void* table, const uint8_t* weights, void** state, char* error, uint64_t error_size) {
+  const kiln_bundle_native_table* t = (const kiln_bundle_native_table*)table;
+  *state = NULL;
+  const dnnl_version_t* v = dnnl_version();
+  if (v->major != t->dnnl_major || v->minor != t->dnnl_minor) {
+    snprintf(error, (size_t)error_size, "this bundle was frozen with oneDNN %d.%d and needs it, but libdnnl here is %d.%d",
+             t->dnnl_major, t->dnnl_minor, v->major, v->minor);
+    return KILN_BUNDLE_ERROR_NATIVE;
+  }
+  native_state* s = (native_state*)calloc(1, sizeof *s);
+  if (!s) return KILN_BUNDLE_ERROR_MEMORY;
+  s->primitives = (primitive_state*)calloc((size_t)t->num_primitives + 1, sizeof(primitive_state));
+  int32_t rc = s->primitives ? KILN_BUNDLE_OK : KILN_BUNDLE_ERROR_MEMORY;
+  dnnl_status_t status = dnnl_success;
+  if (rc == KILN_BUNDLE_OK && (status = dnnl_engine_create(&s->engine, dnnl_cpu, 0)) != dnnl_success)
+    rc = fail(error, error_size, NULL, "cannot make a CPU engine", status);
+  if (rc == KILN_BUNDLE_OK && (status = dnnl_stream_create(&s->stream, s->engine, dnnl_stream_default_flags)) != dnnl_success)
+    rc = fail(error, error_size, NULL, "cannot make a stream", status);
+  for (int32_t i = 0; i < t->num_primitives && rc == KILN_BUNDLE_OK; ++i) {
+    s->num_primitives = i + 1;
+    rc = make_primitive(s, &t->primitives[i], weights, &s->primitives[i], error, error_size);
+  }
+  if (rc != KILN_BUNDLE_OK) {
+    kiln_bundle_native_destroy(s);
+    return rc;
+  }
+  *state = s;
+  return KILN_BUNDLE_OK;
+}
+
+int32_t kiln_bundle_native_execute(void* state, int32_t index, void* const* args) {
+  native_state* s = (native_state*)state;
+  primitive_state* p = &s->primitives[index];
+  /* A Sum post-op adds what the destination holds: put the residual there. */
+  if (p->sum_from >= 0 && args[p->sum_from] != args[p->dst_index]) memcpy(args[p->dst_index], args[p->sum_from], p->dst_bytes);
+  dnnl_memory_t* bound = p->memories + (p->num_memories - p->num_runtime);
+  for (int32_t r = 0; r < p->num_runtime; ++r)
+    if (bound[r] && dnnl_memory_set_data_handle(bound[r], args[r]) != dnnl_success) return KILN_BUNDLE_ERROR_NATIVE;
+  if (dnnl_primitive_execute(p->primitive, s->stream, p->num_exec_args, p->exec_args) != dnnl_success ||
+      dnnl_stream_wait(s->stream) != dnnl_success)
+    return KILN_BUNDLE_ERROR_NATIVE;
+  return KILN_BUNDLE_OK;
+}
