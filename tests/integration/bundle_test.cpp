@@ -304,11 +304,12 @@ TEST_F(BundleTest, FreezeReusesTheCache) {
   };
   kiln::Runtime runtime(ro);
   const kiln::Model model = kiln::Model::load(runtime, kModel);
-  auto freeze_into = [&](const std::string& sub, std::vector<int64_t> batches) {
+  auto freeze_into = [&](const std::string& sub, std::vector<int64_t> batches, const std::string& kernels = "portable") {
     kiln::Model::FreezeOptions o;
     o.output_dir = (dir_ / sub).string();
     o.name = "digits";
     o.batch_sizes = std::move(batches);
+    o.kernels = kernels;
     return model.freeze(o);
   };
   const auto first = freeze_into("a", {1, 2});
@@ -319,6 +320,11 @@ TEST_F(BundleTest, FreezeReusesTheCache) {
   for (const char* f : {"digits.o", "digits.h", "digits.weights.bin"})
     EXPECT_EQ(read_file(dir_ / "a" / f), read_file(dir_ / "b" / f)) << f;
   EXPECT_EQ(freeze_into("c", {1, 3}).cache, kiln::CacheOutcome::Miss);  // other batch sizes: another entry
+  // Native kernels: another entry, reused in turn, with the same weights data.
+  EXPECT_EQ(freeze_into("native1", {1, 2}, "native").cache, kiln::CacheOutcome::Miss);
+  EXPECT_EQ(freeze_into("native2", {1, 2}, "native").cache, kiln::CacheOutcome::Hit);
+  for (const char* f : {"digits.o", "digits.weights.bin"})
+    EXPECT_EQ(read_file(dir_ / "native1" / f), read_file(dir_ / "native2" / f)) << f;
 
   const fs::path object = dir_ / "cache" / "entries" / first.cache_key / "object.o";
   std::string bytes = read_file(object);
