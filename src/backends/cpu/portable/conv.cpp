@@ -195,25 +195,43 @@ bool is_flat_depthwise(const ConvShape& s) {
          s.pt < s.kh && s.pl < s.kw;
 }
 
-// KH / KW: the window when known at compile time (0: s.kh / s.kw).
-template <int W, int S, int KH, int KW>
+template <int K>
+struct ActKind {
+  static constexpr int kind = K;
+};
+
+// Byte masks of the tap columns that can leave a row, per band position.
+constexpr int64_t kFlatMaskLength = kFlatBand + kFlatMaxWidth + 2 * 16;
+
+// KH / KW: the window when known at compile time (0: s.kh / s.kw); P: the
+// top and left pads (-1: s.pt / s.pl).
+template <int W, int S, int KH, int KW, int P>
 struct FlatPlane {
   const ConvShape& s;
-  const float* col;  // col[j]: output column of band position j, as a float
-  float* buf;        // flat_buffer_floats<S>()
+  // masks[mask_slot(qc) * kFlatMaskLength + j]: -1 where band position j's
+  // output column plus qc stays in [0, ow), else 0.
+  const int8_t* masks;
+  float* buf;          // flat_buffer_floats<S>()
+  const float* x_end;  // the end of the input tensor: no read may pass it
 
   KILN_PK_INLINE int64_t kh() const { return KH ? KH : s.kh; }
   KILN_PK_INLINE int64_t kw() const { return KW ? KW : s.kw; }
-  int64_t qr_lo() const { return floor_div(-s.pt, S); }
-  int64_t qc_lo() const { return floor_div(-s.pl, S); }
+  KILN_PK_INLINE int64_t pt() const { return P >= 0 ? P : s.pt; }
+  KILN_PK_INLINE int64_t pl() const { return P >= 0 ? P : s.pl; }
+  int64_t qr_lo() const { return floor_div(-pt(), S); }
+  int64_t qc_lo() const { return floor_div(-pl(), S); }
+  int64_t qc_hi() const { return floor_div(kw() - 1 - pl(), S); }
+  // The tap column offsets other than 0, at most kFlatMaxTaps - 1 of them.
+  int64_t mask_slot(int64_t qc) const { return qc - qc_lo() - (qc > 0 ? 1 : 0); }
   // Rows of each plane a band of `rows` output rows reads.
-  int64_t plane_rows(int64_t rows) const { return rows + floor_div(kh() - 1 - s.pt, S) - qr_lo(); }
+  int64_t plane_rows(int64_t rows) const { return rows + floor_div(kh() - 1 - pt(), S) - qr_lo(); }
   int64_t lead() const { return -qc_lo(); }
   int64_t plane_floats(int64_t rows) const { return lead() + plane_rows(rows) * s.ow + kFlatMargin; }
 
   // Outputs j .. j + count (count <= NB * W) of the band; base[a * S + b] is
   // plane (a, b) at the band's first output.
-  template <int NB>
+  // ACT: the activation's kind when known at compile time (-1: op.act's).
+  template <int NB, int ACT>
   KILN_PK_INLINE void vectors(const float* const* base, const DepthwiseOp& op, float* y0, const float* res0, int64_t j,
                               int64_t count) const {
     Vec<W> out[NB];
@@ -223,11 +241,11 @@ struct FlatPlane {
       if (res0 && n > 0) out[b] += n == W ? load<W>(res0 + j + b * W) : load_partial<W>(res0 + j + b * W, n, 0.0f);
     }
     for (int64_t t = 0; t < kw(); ++t) {
-      const int64_t qc = floor_div(t - s.pl, S), pb = t - s.pl - S * qc;
+      const int64_t qc = floor_div(t - pl(), S), pb = t - pl() - S * qc;
       Vec<W> acc[NB];
       for (int b = 0; b < NB; ++b) acc[b] = Vec<W>{};
       for (int64_t r = 0; r < kh(); ++r) {
-        const int64_t qr = floor_div(r - s.pt, S), pa = r - s.pt - S * qr;
+        const int64_t qr = floor_div(r - pt(), S), pa = r - pt() - S * qr;
         const float* xp = base[pa * S + pb] + j + qr * s.ow + qc;
         const float wv = op.w[r * kw() + t];
         for (int b = 0; b < NB; ++b) acc[b] += load<W>(xp + b * W) * wv;
@@ -236,14 +254,11 @@ struct FlatPlane {
         for (int b = 0; b < NB; ++b) out[b] += acc[b];
         continue;
       }
-      const float shift = float(qc), width = float(s.ow);
-      for (int b = 0; b < NB; ++b) {
-        const Vec<W> c = load<W>(col + j + b * W) + shift;
-        out[b] += ((c >= 0.0f) & (c < width)) ? acc[b] : Vec<W>{};
-      }
+      const int8_t* m = masks + mask_slot(qc) * kFlatMaskLength + j;
+      for (int b = 0; b < NB; ++b) out[b] += keep<W>(acc[b], m + b * W);
     }
     for (int b = 0; b < NB; ++b) {
-      const Vec<W> v = activate<W>(out[b], op.act);
+      const Vec<W> v = activate<W>(out[b], ACT >= 0 ? Activation{ACT, op.act.alpha, op.act.beta} : op.act);
       const int64_t n = min64(W, count - b * W);
       if (n == W)
         store<W>(y0 + j + b * W, v);
@@ -271,6 +286,15 @@ struct FlatPlane {
       memset(d + (in_hi - u0) * s.w, 0, sizeof(float) * size_t((u0 + urows - in_hi) * s.w + kFlatMargin));
       return;
     }
+    // Stride 2: where the whole vector pairs end, and from there which
+    // lanes hold a column of the row (the others are zeroed).
+    const int64_t tail = S == 2 ? W * min64(s.w / (2 * W), s.ow / W) : 0;
+    int8_t keep_even[S == 2 ? kFlatMaxWidth + W : 1], keep_odd[S == 2 ? kFlatMaxWidth + W : 1];
+    if constexpr (S == 2)
+      for (int64_t v = tail; v < s.ow + W - 1 && v - tail < kFlatMaxWidth + W; ++v) {
+        keep_even[v - tail] = v < s.ow && 2 * v < s.w ? -1 : 0;
+        keep_odd[v - tail] = v < s.ow && 2 * v + 1 < s.w ? -1 : 0;
+      }
     for (int64_t u = u0; u < u0 + urows; ++u) {
       const int64_t iy = S * u + a;
       if (iy < 0 || iy >= s.h) {
@@ -284,6 +308,14 @@ struct FlatPlane {
             const Vec<W> lo = load<W>(row + 2 * v), hi = load<W>(row + 2 * v + W);
             store<W>(dst[0] + v, even_lanes<W>(lo, hi));
             store<W>(dst[1] + v, odd_lanes<W>(lo, hi));
+          }
+          // The rest from whole vectors too, reading on into the next row
+          // (never past the tensor) with the lanes beyond it zeroed; what
+          // lands past ow is overwritten by the next row or is margin.
+          for (; v < s.ow && row + 2 * v + 2 * W <= x_end; v += W) {
+            const Vec<W> lo = load<W>(row + 2 * v), hi = load<W>(row + 2 * v + W);
+            store<W>(dst[0] + v, keep<W>(even_lanes<W>(lo, hi), keep_even + (v - tail)));
+            store<W>(dst[1] + v, keep<W>(odd_lanes<W>(lo, hi), keep_odd + (v - tail)));
           }
         }
         for (; v < s.ow; ++v)
@@ -309,27 +341,42 @@ struct FlatPlane {
       }
       float* y0 = op.y + oy0 * s.ow;
       const float* res0 = op.res ? op.res + oy0 * s.ow : nullptr;
-      int64_t j = 0;
-      for (; j + 2 * W <= outputs; j += 2 * W) vectors<2>(base, op, y0, res0, j, 2 * W);
-      if (j < outputs) vectors<2>(base, op, y0, res0, j, outputs - j);
+      // The activation is chosen once per band, not per vector.
+      auto run = [&](auto act) {
+        constexpr int ACT = decltype(act)::kind;
+        int64_t j = 0;
+        for (; j + 2 * W <= outputs; j += 2 * W) vectors<2, ACT>(base, op, y0, res0, j, 2 * W);
+        if (j < outputs) vectors<2, ACT>(base, op, y0, res0, j, outputs - j);
+      };
+      switch (op.act.kind) {
+        case KILN_PK_ACT_NONE: run(ActKind<KILN_PK_ACT_NONE>{}); break;
+        case KILN_PK_ACT_RELU: run(ActKind<KILN_PK_ACT_RELU>{}); break;
+        case KILN_PK_ACT_CLIP: run(ActKind<KILN_PK_ACT_CLIP>{}); break;
+        default: run(ActKind<-1>{}); break;
+      }
     }
   }
 };
 
-template <int W, int S, int KH, int KW>
+template <int W, int S, int KH, int KW, int P>
 void flat_depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, const ConvShape& s,
                     const float* x, const float* weights, const float* bias, const float* residual, float* y,
                     const Activation& act) {
   const int64_t kg = k / c, in_plane = s.h * s.w, out_plane = s.oh * s.ow;
   parallel_for_grain(threads, n * k, grain_for(out_plane * s.kh * s.kw * 2), [&](int64_t begin, int64_t end) {
     float buf[flat_buffer_floats<S>()] __attribute__((aligned(64)));
-    float col[kFlatBand + kFlatMaxWidth + 2 * W] __attribute__((aligned(64)));
+    static_assert(W <= 16, "kFlatMaskLength");
+    int8_t masks[(kFlatMaxTaps - 1) * kFlatMaskLength] __attribute__((aligned(64)));
+    const FlatPlane<W, S, KH, KW, P> engine{s, masks, buf, x + n * c * in_plane};
     // As many outputs as a band of this plane holds: on small planes (7x7)
-    // filling the whole table cost more than the convolution.
+    // filling whole tables cost more than the convolution.
     const int64_t band = min64(max64(1, kFlatBand / S / s.ow), s.oh) * s.ow;
-    for (int64_t j = 0, column = 0; j < band + 2 * W; ++j, column = column + 1 == s.ow ? 0 : column + 1)
-      col[j] = float(column);  // j % ow, without a division per element
-    const FlatPlane<W, S, KH, KW> engine{s, col, buf};
+    for (int64_t qc = engine.qc_lo(); qc <= engine.qc_hi(); ++qc) {
+      if (qc == 0) continue;
+      int8_t* m = masks + engine.mask_slot(qc) * kFlatMaskLength;
+      for (int64_t j = 0, column = 0; j < band + 2 * W; ++j, column = column + 1 == s.ow ? 0 : column + 1)
+        m[j] = column + qc >= 0 && column + qc < s.ow ? -1 : 0;  // j % ow, without a division per element
+    }
     for (int64_t p = begin; p < end; ++p) {
       const int64_t img = p / k, o = p - img * k;
       engine.plane(x + (img * c + o / kg) * in_plane,
@@ -343,13 +390,14 @@ template <int W>
 void flat_depthwise_any(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, const ConvShape& s,
                         const float* x, const float* weights, const float* bias, const float* residual, float* y,
                         const Activation& act) {
-  const bool three = s.kh == 3 && s.kw == 3;
+  // The 3x3 "same" window of mobile networks, every tap offset a constant.
+  const bool three = s.kh == 3 && s.kw == 3 && s.pt == 1 && s.pl == 1;
   if (s.sh == 1) {
-    if (three) return flat_depthwise<W, 1, 3, 3>(threads, n, c, k, s, x, weights, bias, residual, y, act);
-    return flat_depthwise<W, 1, 0, 0>(threads, n, c, k, s, x, weights, bias, residual, y, act);
+    if (three) return flat_depthwise<W, 1, 3, 3, 1>(threads, n, c, k, s, x, weights, bias, residual, y, act);
+    return flat_depthwise<W, 1, 0, 0, -1>(threads, n, c, k, s, x, weights, bias, residual, y, act);
   }
-  if (three) return flat_depthwise<W, 2, 3, 3>(threads, n, c, k, s, x, weights, bias, residual, y, act);
-  return flat_depthwise<W, 2, 0, 0>(threads, n, c, k, s, x, weights, bias, residual, y, act);
+  if (three) return flat_depthwise<W, 2, 3, 3, 1>(threads, n, c, k, s, x, weights, bias, residual, y, act);
+  return flat_depthwise<W, 2, 0, 0, -1>(threads, n, c, k, s, x, weights, bias, residual, y, act);
 }
 
 // One input channel per group; with many outputs per group (group == c

@@ -70,6 +70,15 @@ template <int W>
 KILN_PK_INLINE void store_partial(float* p, Vec<W> v, int64_t n) {
   for (int64_t l = 0; l < n; ++l) p[l] = v[l];
 }
+// v where the byte mask m (W bytes, each 0 or -1) is set, +0.0 elsewhere:
+// two instructions, where comparing and selecting take five.
+template <int W>
+KILN_PK_INLINE Vec<W> keep(Vec<W> v, const int8_t* m) {
+  typedef int8_t Bytes __attribute__((vector_size(W)));
+  Bytes bytes;
+  __builtin_memcpy(&bytes, m, sizeof bytes);
+  return (Vec<W>)((Mask<W>)v & __builtin_convertvector(bytes, Mask<W>));
+}
 // A constant shuffle of two 4-lane vectors (lanes 0-3 from a, 4-7 from b),
 // spelled the way each compiler wants it.
 #if defined(__clang__)
