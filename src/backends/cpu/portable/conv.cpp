@@ -19,14 +19,21 @@ struct ConvShape {
 // Valid output columns [lo, hi) for which ix = ox * stride + offset lies in
 // [0, w), clamped to [0, n).
 KILN_PK_INLINE void valid_range(int64_t offset, int64_t stride, int64_t w, int64_t n, int64_t& lo, int64_t& hi) {
-  lo = offset >= 0 ? 0 : ceil_div(-offset, stride);
-  hi = w - 1 - offset < 0 ? 0 : (w - 1 - offset) / stride + 1;
+  if (stride == 2) {  // stride-2 stems pack rows by the thousand: shifts, not divisions
+    lo = offset >= 0 ? 0 : (1 - offset) >> 1;
+    hi = w - 1 - offset < 0 ? 0 : ((w - 1 - offset) >> 1) + 1;
+  } else {
+    lo = offset >= 0 ? 0 : ceil_div(-offset, stride);
+    hi = w - 1 - offset < 0 ? 0 : (w - 1 - offset) / stride + 1;
+  }
   if (hi > n) hi = n;
   if (lo > hi) lo = hi;
 }
 
 // B(p, j) = x[ci, oy * sh - pt + r * dh, ox * sw - pl + t * dw] for
 // p = (ci * kh + r) * kw + t and j = oy * ow + ox, zero in the padding.
+// W: the vector width stride-2 rows are deinterleaved with.
+template <int W>
 struct Im2colB {
   const float* x;  // this image's first channel of the group
   ConvShape s;
@@ -86,10 +93,16 @@ struct Im2colB {
           valid_range(ix0, s.sw, s.w, run.len, lo, hi);
         }
         for (int64_t j = 0; j < lo; ++j) dd[j] = 0.0f;
-        if (s.sw == 1)
+        int64_t j = lo;
+        if (s.sw == 1) {
           memcpy(dd + lo, row + ix0 + lo, sizeof(float) * size_t(hi - lo));
-        else
-          for (int64_t j = lo; j < hi; ++j) dd[j] = row[ix0 + j * s.sw];
+          j = hi;
+        } else if (s.sw == 2) {
+          // The even lanes of vector pairs (stride-2 stems), while the pair stays in the row.
+          for (; j + W <= hi && ix0 + 2 * (j + W) <= s.w; j += W)
+            store<W>(dd + j, even_lanes<W>(load<W>(row + ix0 + 2 * j), load<W>(row + ix0 + 2 * j + W)));
+        }
+        for (; j < hi; ++j) dd[j] = row[ix0 + j * s.sw];
         for (int64_t j = hi; j < run.len; ++j) dd[j] = 0.0f;
       }
     };
@@ -438,7 +451,7 @@ void conv2d_variant(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_
       if (pointwise)
         gemm_matrix<V>(threads, pr, MatrixB{xg, in_plane, false}, work);
       else
-        gemm_packed<V::W, V::MR, V::NV>(threads, pr, Im2colB{xg, s}, work);
+        gemm_packed<V::W, V::MR, V::NV>(threads, pr, Im2colB<V::W>{xg, s}, work);
     }
 }
 
