@@ -47,8 +47,11 @@ void kiln_bundle_native_destroy(void* state) {
   free(s);
 }
 
+/* status 0: not a oneDNN failure, nothing to add. */
 static int32_t fail(char* error, uint64_t size, const char* label, const char* what, int status) {
-  snprintf(error, (size_t)size, "oneDNN: %s%s%s (status %d)", what, label ? " for step " : "", label ? label : "", status);
+  char code[32] = "";
+  if (status) snprintf(code, sizeof code, " (oneDNN status %d)", status);
+  snprintf(error, (size_t)size, "%s%s%s%s", label ? label : "", label ? ": " : "", what, code);
   return KILN_BUNDLE_ERROR_NATIVE;
 }
 
@@ -93,18 +96,22 @@ static int32_t make_primitive(native_state* s, const kiln_bundle_native_primitiv
   out->dst_index = -1;
   out->num_runtime = p->num_runtime;
   dnnl_primitive_attr_t attr = make_attr(p);
-  if (!attr) return fail(error, error_size, p->label, "cannot make the post-ops", 0);
+  if (!attr) return fail(error, error_size, p->label, "oneDNN cannot make the post-ops", 0);
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t status = make_desc(p, s->engine, attr, &pd);
   dnnl_primitive_attr_destroy(attr);
-  if (status != dnnl_success) return fail(error, error_size, p->label, "cannot make the frozen primitive on this machine", status);
+  if (status != dnnl_success)
+    return fail(error, error_size, p->label, "oneDNN cannot make the frozen primitive on this machine", status);
   status = dnnl_primitive_create(&out->primitive, pd);
   int32_t rc = KILN_BUNDLE_OK;
   out->num_memories = p->num_constants + p->num_runtime;
   out->memories = (dnnl_memory_t*)calloc((size_t)out->num_memories + 1, sizeof(dnnl_memory_t));
   out->exec_args = (dnnl_exec_arg_t*)calloc((size_t)out->num_memories + 1, sizeof(dnnl_exec_arg_t));
-  if (status != dnnl_success) rc = fail(error, error_size, p->label, "cannot create the primitive", status);
-  else if (!out->memories || !out->exec_args) rc = fail(error, error_size, p->label, "out of memory", dnnl_out_of_memory);
+  if (status != dnnl_success) rc = fail(error, error_size, p->label, "oneDNN cannot create the primitive", status);
+  else if (!out->memories || !out->exec_args) {
+    fail(error, error_size, p->label, "out of memory", 0);
+    rc = KILN_BUNDLE_ERROR_MEMORY;
+  }
   /* The weights were reordered for the layout the primitive chose when it
    * was frozen: the primitive made here must want the same one. */
   for (int32_t c = 0; c < p->num_constants && rc == KILN_BUNDLE_OK; ++c) {
@@ -113,12 +120,12 @@ static int32_t make_primitive(native_state* s, const kiln_bundle_native_primitiv
     if (!want || !dnnl_memory_desc_equal(want, (const dnnl_memory_desc_t*)a->md) ||
         (int64_t)dnnl_memory_desc_get_size(want) != a->bytes) {
       rc = fail(error, error_size, p->label,
-                "this CPU's primitive wants its weights in another layout than when the bundle was frozen (freeze it on this machine)",
+                "oneDNN on this CPU wants the weights in another layout than when the bundle was frozen (freeze it on this machine)",
                 0);
       break;
     }
     status = dnnl_memory_create(&out->memories[c], want, s->engine, (void*)(uintptr_t)(weights + a->offset));
-    if (status != dnnl_success) rc = fail(error, error_size, p->label, "cannot bind a weight", status);
+    if (status != dnnl_success) rc = fail(error, error_size, p->label, "oneDNN cannot bind a weight", status);
     out->exec_args[out->num_exec_args].arg = a->id;
     out->exec_args[out->num_exec_args++].memory = out->memories[c];
   }
@@ -132,7 +139,7 @@ static int32_t make_primitive(native_state* s, const kiln_bundle_native_primitiv
     dnnl_memory_t* m = &out->memories[p->num_constants + r];
     status = dnnl_memory_create(m, (const dnnl_memory_desc_t*)a->md, s->engine, DNNL_MEMORY_NONE);
     if (status != dnnl_success) {
-      rc = fail(error, error_size, p->label, "cannot make an argument", status);
+      rc = fail(error, error_size, p->label, "oneDNN cannot bind an argument", status);
       break;
     }
     out->exec_args[out->num_exec_args].arg = a->id;
@@ -159,9 +166,9 @@ int32_t kiln_bundle_native_create(const void* table, const uint8_t* weights, voi
   int32_t rc = s->primitives ? KILN_BUNDLE_OK : KILN_BUNDLE_ERROR_MEMORY;
   dnnl_status_t status = dnnl_success;
   if (rc == KILN_BUNDLE_OK && (status = dnnl_engine_create(&s->engine, dnnl_cpu, 0)) != dnnl_success)
-    rc = fail(error, error_size, NULL, "cannot make a CPU engine", status);
+    rc = fail(error, error_size, NULL, "oneDNN cannot make a CPU engine", status);
   if (rc == KILN_BUNDLE_OK && (status = dnnl_stream_create(&s->stream, s->engine, dnnl_stream_default_flags)) != dnnl_success)
-    rc = fail(error, error_size, NULL, "cannot make a stream", status);
+    rc = fail(error, error_size, NULL, "oneDNN cannot make a stream", status);
   for (int32_t i = 0; i < t->num_primitives && rc == KILN_BUNDLE_OK; ++i) {
     s->num_primitives = i + 1;
     rc = make_primitive(s, &t->primitives[i], weights, &s->primitives[i], error, error_size);
