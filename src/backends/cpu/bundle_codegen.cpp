@@ -117,6 +117,7 @@ class BundleEmitter {
     auto* data = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(bytes.data(), bytes.size()));
     auto* g = new llvm::GlobalVariable(m_, data->getType(), true, llvm::GlobalValue::PrivateLinkage, data, plan_.name + "_dnnl");
     g->setAlignment(llvm::Align(16));
+    g->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);  // identical descriptors are merged
     return g;
   }
   template <typename T>
@@ -130,7 +131,8 @@ class BundleEmitter {
     auto* arg_type = llvm::StructType::get(ctx_, {i32_, i32_, ptr_, i64_, i64_});
     auto* f32 = llvm::Type::getFloatTy(ctx_);
     auto* post_type = llvm::StructType::get(ctx_, {i32_, i32_, f32, f32, f32, i32_});
-    auto* prim_type = llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_});
+    auto* prim_type =
+        llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_});
     auto f = [&](float v) { return llvm::ConstantFP::get(f32, double(v)); };
     std::vector<llvm::Constant*> prims;
     for (const nlohmann::json& k : spec.primitives) {
@@ -147,18 +149,19 @@ class BundleEmitter {
       } else {
         desc = blob(prim.at("desc"), "an operation descriptor");
       }
-      for (const auto& op : prim.at("post_ops"))
-        posts.push_back(op.contains("sum")
-                            ? llvm::ConstantStruct::get(post_type, {i32(KILN_BUNDLE_NATIVE_POST_SUM), i32(0), f(op.at("sum").get<float>()),
-                                                                    f(0), f(0), i32(0)})
-                            : llvm::ConstantStruct::get(post_type, {i32(KILN_BUNDLE_NATIVE_POST_ELTWISE), i32(op.at("eltwise").get<int32_t>()),
-                                                                    f(op.at("scale").get<float>()), f(op.at("alpha").get<float>()),
-                                                                    f(op.at("beta").get<float>()), i32(0)}));
-      for (const auto& r : k.at("runtime_args"))
-        runtime_args.push_back(llvm::ConstantStruct::get(arg_type, {i32(r.at(0).get<int32_t>()), i32(0), blob(r.at(1), "an argument"), i(0), i(0)}));
-      for (const auto& c : k.at("constants"))
-        constants.push_back(llvm::ConstantStruct::get(
-            arg_type, {i32(c.at(0).get<int32_t>()), i32(0), blob(c.at(1), "a weight"), i(c.at(2).get<int64_t>()), i(c.at(3).get<int64_t>())}));
+      for (const auto& op : prim.at("post_ops")) {
+        const bool sum = op.contains("sum");
+        posts.push_back(llvm::ConstantStruct::get(
+            post_type, {i32(sum ? KILN_BUNDLE_NATIVE_POST_SUM : KILN_BUNDLE_NATIVE_POST_ELTWISE),
+                        i32(sum ? 0 : op.at("eltwise").get<int32_t>()), f(op.at(sum ? "sum" : "scale").get<float>()),
+                        f(sum ? 0 : op.at("alpha").get<float>()), f(sum ? 0 : op.at("beta").get<float>()), i32(0)}));
+      }
+      auto arg = [&](const nlohmann::json& a, bool constant) {
+        return llvm::ConstantStruct::get(arg_type, {i32(a.at(0).get<int32_t>()), i32(0), blob(a.at(1), "an argument"),
+                                                    i(constant ? a.at(2).get<int64_t>() : 0), i(constant ? a.at(3).get<int64_t>() : 0)});
+      };
+      for (const auto& r : k.at("runtime_args")) runtime_args.push_back(arg(r, false));
+      for (const auto& c : k.at("constants")) constants.push_back(arg(c, true));
       prims.push_back(llvm::ConstantStruct::get(
           prim_type, {i32(kind), i32(k.at("sum_from").get<int32_t>()), i32(prim.value("axis", 0)), i32(int32_t(srcs.size())),
                       i32(int32_t(posts.size())), i32(int32_t(runtime_args.size())), i32(int32_t(constants.size())), i32(0), desc, dst,

@@ -150,12 +150,15 @@ int32_t kiln_bundle_create(const kiln_bundle_desc* d, const char* weights_path, 
     set_error(b, "out of memory for the scratch arena", NULL);
     rc = KILN_BUNDLE_ERROR_MEMORY;
   }
-  for (int32_t s = 0; s < d->num_specs && rc == KILN_BUNDLE_OK; ++s)
-    if (d->specs[s].native) {
-      rc = d->native_create ? d->native_create(d->specs[s].native, b->weights, &b->native[s], b->error, sizeof b->error)
-                            : KILN_BUNDLE_ERROR_NATIVE;
-      if (!d->native_create) set_error(b, "a native specialization without a native runtime", NULL);
+  for (int32_t s = 0; s < d->num_specs && rc == KILN_BUNDLE_OK; ++s) {
+    if (!d->specs[s].native) continue;
+    if (d->native_create) {
+      rc = d->native_create(d->specs[s].native, b->weights, &b->native[s], b->error, sizeof b->error);
+    } else {
+      set_error(b, "a native specialization without a native runtime", NULL);
+      rc = KILN_BUNDLE_ERROR_NATIVE;
     }
+  }
   if (rc != KILN_BUNDLE_OK) {
     /* The message stays readable through a handle that can only be destroyed. */
     *out = b;
