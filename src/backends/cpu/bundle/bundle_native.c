@@ -125,7 +125,10 @@ static int32_t make_primitive(native_state* s, const kiln_bundle_native_primitiv
       break;
     }
     status = dnnl_memory_create(&out->memories[c], want, s->engine, (void*)(uintptr_t)(weights + a->offset));
-    if (status != dnnl_success) rc = fail(error, error_size, p->label, "oneDNN cannot bind a weight", status);
+    if (status != dnnl_success) {
+      rc = fail(error, error_size, p->label, "oneDNN cannot bind a weight", status);
+      break;
+    }
     out->exec_args[out->num_exec_args].arg = a->id;
     out->exec_args[out->num_exec_args++].memory = out->memories[c];
   }
