@@ -74,7 +74,15 @@ class Backend {
   virtual std::string name() const = 0;
   // Identifies the code a backend produces, for cache keys.
   virtual std::string version() const = 0;
+  // Whether the backend compiles this operator itself (the operator suites
+  // run a case on every backend that supports its operators).
   virtual bool supports(const ir::Node& node) const = 0;
+  // Whether it will run `node` in this specialization, by any means of its
+  // own: the partitioner's question. By default, what it supports.
+  virtual bool takes(const ir::Node& node, const ir::Specialization& spec) const {
+    (void)spec;
+    return supports(node);
+  }
   // `spec` holds the concrete shape of every value. Throws ir::Error.
   virtual std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
                                               const CompileOptions& options) const = 0;

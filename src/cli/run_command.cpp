@@ -245,6 +245,7 @@ void run(const RunArgs& args) {
     for (const auto& sp : model.specializations())
       j["specializations"].push_back({{"key", sp.key},
                                       {"backend", sp.backend},
+                                      {"parts", sp.parts},
                                       {"nodes", sp.nodes},
                                       {"compiled_nodes", sp.compiled_nodes},
                                       {"fallback_nodes", sp.fallback_nodes},
@@ -266,8 +267,9 @@ void run(const RunArgs& args) {
   for (const auto& n : notes) std::cerr << "note: " << n << "\n";
   std::printf("model %s: loaded in %.2f ms, first run %.3f ms\n", model.source().c_str(), load_ms, first_ms);
   for (const auto& sp : model.specializations()) {
-    std::printf("specialization %s: %s backend, %lld nodes after graph passes, %s in %.3f ms (cache: %s)\n", sp.key.c_str(),
-                sp.backend.c_str(), static_cast<long long>(sp.nodes), sp.cache == CacheOutcome::Hit ? "loaded" : "compiled",
+    const std::string parts = sp.parts > 1 ? " (" + std::to_string(sp.parts) + " parts)" : "";
+    std::printf("specialization %s: %s backend%s, %lld nodes after graph passes, %s in %.3f ms (cache: %s)\n", sp.key.c_str(),
+                sp.backend.c_str(), parts.c_str(), static_cast<long long>(sp.nodes), sp.cache == CacheOutcome::Hit ? "loaded" : "compiled",
                 sp.compile_ms, cache_outcome_name(sp.cache));
     if (!sp.cache_note.empty()) std::printf("  cache: %s\n", sp.cache_note.c_str());
     if (sp.compiled_nodes || sp.fallback_nodes)

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "backends/backend.hpp"
+#include "backends/partitioner.hpp"
 #include "cache/cache_key.hpp"
 #include "cache/freeze.hpp"
 #include "cache/store.hpp"
@@ -139,6 +140,9 @@ struct Runtime::Impl {
   RuntimeOptions options;
   int threads = 1;
   std::unique_ptr<backends::Backend> backend;
+  // The reference backend behind it, for nodes it does not take (none when
+  // the chosen backend is the reference).
+  std::unique_ptr<backends::Backend> fallback;
   std::unique_ptr<cache::Store> store;  // null: no cache
   mutable std::atomic<bool> store_writable{true};
   mutable std::mutex log_mutex;
@@ -267,6 +271,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
     for (const auto& n : backends::backend_names()) names += (names.empty() ? "'" : ", '") + n + "'";
     throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::backend '" + options.backend + "' is unknown; available: " + names);
   }
+  if (options.backend != "reference") impl_->fallback = backends::make_backend("reference", impl_->threads);
   if (options.kernels.empty())
     if (const char* env = std::getenv("KILN_KERNELS"); env && *env) options.kernels = env;
   if (options.kernels.empty()) options.kernels = "native";
@@ -569,7 +574,12 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
       // The specialized graph shares the model's weights; passes only add new tensors.
       auto graph = std::make_shared<ir::Graph>(*model.graph);
       passes::optimize_specialization(*graph, spec, ref::constant_evaluator());
-      entry->executable = backend.compile(graph, spec, options);
+      std::vector<const backends::Backend*> order = {&backend};
+      if (runtime.impl_->fallback) order.push_back(runtime.impl_->fallback.get());
+      backends::PartitionedCompile compiled = backends::compile_partitioned(graph, spec, order, options);
+      entry->executable = std::move(compiled.executable);
+      stats.backend = compiled.backends;
+      stats.parts = compiled.parts;
     }
     const backends::ExecutableStats built = entry->executable->stats();
     stats.nodes = built.nodes;
@@ -578,7 +588,7 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
     stats.arena_bytes = built.arena_bytes;
     stats.intermediate_bytes = built.intermediate_bytes;
     stats.key = key;
-    stats.backend = backend.name();
+    if (stats.backend.empty()) stats.backend = backend.name();
     stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (store && stats.cache != CacheOutcome::Hit) {
       const auto store_start = std::chrono::steady_clock::now();
@@ -587,7 +597,7 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
     }
     entry->ready.store(true, std::memory_order_release);
     runtime.log(LogLevel::Debug, model_label(model) + ": " + (stats.cache == CacheOutcome::Hit ? "loaded " : "compiled ") + key +
-                                     " with " + backend.name() + " in " + std::to_string(stats.compile_ms) + " ms (cache: " +
+                                     " with " + stats.backend + " in " + std::to_string(stats.compile_ms) + " ms (cache: " +
                                      cache_outcome_name(stats.cache) + ")");
   });
   if (count_run) entry->runs++;

@@ -19,6 +19,7 @@
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/shape_inference.hpp"
 #include "backends/backend.hpp"
+#include "backends/partitioner.hpp"
 #include "runtime/passes/memory_plan.hpp"
 #include "runtime/passes/passes.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
@@ -121,8 +122,10 @@ std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::
   return {};
 }
 
-// A compiled backend under test, or null for the reference executor.
+// A compiled backend under test, or null for the reference executor. As in
+// the runtime, nodes it does not take run on the reference backend.
 const kiln::backends::Backend* g_backend = nullptr;
+std::unique_ptr<kiln::backends::Backend> g_reference = kiln::backends::make_backend("reference", 1);
 kiln::backends::CompileOptions g_options;
 
 Result run_test(const fs::path& dir, const std::string& id, double rtol, double atol, bool check_shapes, bool passes) {
@@ -175,7 +178,7 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
         auto spec = kiln::ir::specialize(g, shapes, kiln::ref::constant_evaluator());
         kiln::passes::optimize_specialization(*optimized, spec, kiln::ref::constant_evaluator());
         if (g_backend) {
-          auto exe = g_backend->compile(optimized, spec, g_options);
+          auto exe = kiln::backends::compile_partitioned(optimized, spec, {g_backend, g_reference.get()}, g_options).executable;
           r.compiled_nodes += exe->stats().compiled_nodes;
           r.fallback_nodes += exe->stats().fallback_nodes;
           got = exe->run(inputs);

@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -268,6 +270,73 @@ TEST(Api, SpecializationFoldsShapeArithmetic) {
   EXPECT_EQ(y.data_as<float>()[7], 7.0f);
   ASSERT_EQ(model.specializations().size(), 1u);
   EXPECT_EQ(model.specializations()[0].nodes, 1);
+}
+
+// A shape that depends on data (NonZero) cannot be compiled statically: the
+// runtime runs those nodes on the reference backend and compiles the rest,
+// here in three parts (cpu, reference, cpu), handing values between them.
+TEST(Api, NodesWithDataDependentShapesRunOnTheReferenceBackendAndTheRestIsCompiled) {
+  using B = kiln::test::ModelBuilder;
+  B b;
+  b.input("x", onnx::TensorProto::FLOAT, {"n", 3}).input("w", onnx::TensorProto::FLOAT, {3, 4});
+  b.output("y", onnx::TensorProto::FLOAT, {"n", 3}).output("z", onnx::TensorProto::FLOAT, {"n", 4});
+  // w is an input with a default: the caller may replace it.
+  b.initializer(B::float_tensor("w", {3, 4}, {1, 0, 0, 1, 0, 1, 0, 1, 0, 0, 1, 1}));
+  b.node("Relu", {"x"}, {"a"});
+  b.node("NonZero", {"a"}, {"where"});
+  B::attr_int(b.node("Cast", {"where"}, {"where_f"}), "to", onnx::TensorProto::FLOAT);
+  b.node("ReduceSum", {"where_f"}, {"s"});  // keepdims: [1, 1], static again
+  b.node("Mul", {"a", "s"}, {"y"});
+  b.node("MatMul", {"x", "w"}, {"z"});
+  const std::string bytes = b.bytes();
+  const std::string dir = ::testing::TempDir() + "kiln_partition_cache_" + std::to_string(::getpid());
+  kiln::RuntimeOptions opts;
+  opts.cache_dir = dir;
+  // ctest turns the cache off for this suite; here it must be on, to show
+  // that such a specialization is not stored.
+  const char* cache_env = std::getenv("KILN_CACHE");
+  const std::string saved = cache_env ? cache_env : "";
+  ::unsetenv("KILN_CACHE");
+  kiln::Runtime rt(opts);
+  if (cache_env) ::setenv("KILN_CACHE", saved.c_str(), 1);
+  auto model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
+  const auto x = kiln::Tensor::from_vector<float>(kiln::DType::Float32, {2, 3}, {1, -2, 3, 0, 5, -1});
+
+  // Relu(x) is nonzero at (0,0), (0,2), (1,1): the indices add up to 4.
+  const auto out = model.run({{"x", x}});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(std::vector<float>(out[0].data_as<float>(), out[0].data_as<float>() + 6), (std::vector<float>{4, 0, 12, 0, 20, 0}));
+  EXPECT_EQ(std::vector<float>(out[1].data_as<float>(), out[1].data_as<float>() + 8),
+            (std::vector<float>{1, -2, 3, 2, 0, 5, -1, 4}));
+  auto stats = model.specializations();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].backend, "cpu+reference");
+  EXPECT_EQ(stats[0].parts, 3);
+  EXPECT_EQ(stats[0].nodes, 6);
+  EXPECT_EQ(stats[0].compiled_nodes, 3);  // Relu, MatMul and Mul
+  EXPECT_EQ(stats[0].fallback_nodes, 3);
+  EXPECT_EQ(stats[0].cache, kiln::CacheOutcome::NotCached);
+  EXPECT_NE(stats[0].cache_note.find("3 parts"), std::string::npos) << stats[0].cache_note;
+
+  // The default of w can still be replaced, and runs in flight share nothing.
+  const auto w2 = kiln::Tensor::from_vector<float>(kiln::DType::Float32, {3, 4}, {2, 0, 0, 0, 0, 2, 0, 0, 0, 0, 2, 0});
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        const auto o = model.run({{"x", x}, {"w", w2}});
+        const float* z = o[1].data_as<float>();
+        if (o[0].data_as<float>()[4] != 20 || z[0] != 2 || z[1] != -4 || z[3] != 0 || z[6] != -2) ++wrong;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+
+  // Another batch is another specialization with other data-dependent shapes.
+  const auto x3 = kiln::Tensor::from_vector<float>(kiln::DType::Float32, {3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1});
+  EXPECT_EQ(model.run({{"x", x3}})[0].data_as<float>()[0], 18.0f);  // nine nonzeros, indices adding up to 18
+  std::filesystem::remove_all(dir);
 }
 
 // An output the specialization computed at compile time must still be the

@@ -245,6 +245,7 @@ class CpuBackend : public Backend {
   std::string name() const override { return "cpu"; }
   std::string version() const override { return "cpu-3"; }
   bool supports(const ir::Node& node) const override { return cpu::lowers_natively(node); }
+  bool takes(const ir::Node& node, const ir::Specialization& spec) const override { return cpu::lowers(node, spec); }
 
   std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
                                       const CompileOptions& options) const override {
@@ -254,8 +255,9 @@ class CpuBackend : public Backend {
       program = cpu::lower(*graph, spec, options.kernels == "portable" ? cpu::KernelFamily::Portable : cpu::KernelFamily::Native);
     } catch (const ir::Error& e) {
       if (e.kind() != ir::ErrorKind::Unsupported) throw;
-      // Shapes that depend on data cannot be planned statically: the
-      // reference executor runs the whole specialization.
+      // Shapes that depend on data cannot be planned statically. The
+      // runtime's partitioner never sends such nodes here; a caller that
+      // compiles a whole graph directly gets the reference executor.
       return make_reference_backend()->compile(std::move(graph), spec, options);
     }
     std::vector<std::string> step_symbols;

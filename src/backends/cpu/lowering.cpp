@@ -12,6 +12,7 @@
 #include "backends/cpu/portable/kernels.h"
 #include "backends/reference/kernel_context.hpp"
 #include "backends/reference/ops/op_util.hpp"
+#include "backends/reference/reference_executor.hpp"
 #include "runtime/passes/memory_plan.hpp"
 
 namespace kiln::cpu {
@@ -1664,6 +1665,19 @@ class Lowering {
 bool lowers_natively(const ir::Node& node) {
   if (!node.domain.empty() && node.domain != "ai.onnx") return false;
   return alias_ops().count(node.op_type) || primitive_ops().count(node.op_type) || loop_ops().count(node.op_type);
+}
+
+bool lowers(const ir::Node& node, const ir::Specialization& spec) {
+  auto fixed = [&](const std::string& name) {
+    auto it = spec.result.values.find(name);
+    return it != spec.result.values.end() && it->second.shape.is_concrete() && ir::dtype_supported(it->second.dtype) &&
+           it->second.dtype != DType::String;
+  };
+  for (const auto& name : ir::values_read(node))
+    if (!fixed(name)) return false;
+  for (const auto& name : node.outputs)
+    if (!name.empty() && !fixed(name)) return false;
+  return lowers_natively(node) || ref::has_kernel(node.domain, node.op_type);
 }
 
 Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family) {

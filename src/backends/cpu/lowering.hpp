@@ -23,4 +23,9 @@ Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFami
 // claimed node to the reference kernel.
 bool lowers_natively(const ir::Node& node);
 
+// Whether lower() can take `node` in this specialization: every value it
+// reads and writes has a static shape and a fixed-size type, and the node is
+// compiled natively or has a reference kernel.
+bool lowers(const ir::Node& node, const ir::Specialization& spec);
+
 }  // namespace kiln::cpu

@@ -459,6 +459,10 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
     return {with_shape(DType::Int64, Shape{{Dim::known(end - start)}, true})};
   }
   if (op == "Size") return {with_shape(DType::Int64, Shape{})};
+  if (op == "NonZero") {  // one column per nonzero element: only the count depends on the data
+    if (!n.rank_known(0)) return {unknown_like(DType::Int64)};
+    return {with_shape(DType::Int64, Shape{{Dim::known(x->shape.rank()), Dim::unknown()}, true})};
+  }
   if (op == "Gather") {
     const ValueInfo* idx = n.input(1);
     if (!n.rank_known(0) || !n.rank_known(1)) return {unknown_like(dt)};
