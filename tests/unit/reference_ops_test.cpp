@@ -1,6 +1,9 @@
 // Reference kernels on cases the ONNX test data does not cover.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "backends/reference/reference_executor.hpp"
 #include "model_builder.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
@@ -64,4 +67,62 @@ TEST(ReferenceEinsum, EllipsisOfHighRankAndRepeatedOutputLabels) {
   EXPECT_EQ(einsum("...z->...", {x}), (std::vector<float>{3, 12}));
   Tensor m = Tensor::from_vector<float>({2, 2}, {1, 2, 3, 4});
   EXPECT_THROW(einsum("ij->ii", {m}), kiln::ir::Error);
+}
+
+// NonMaxSuppression over thousands of boxes, as a detector's exported per-class
+// NMS makes it (classes shifted apart, one call), held against the rule
+// applied to every pair: a candidate is kept unless a kept box's IoU with it
+// exceeds the threshold; boxes of no area never suppress.
+TEST(ReferenceNonMaxSuppression, ManyBoxesMatchThePairwiseRule) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> unit(0, 1);
+  const int64_t n = 3000;
+  std::vector<float> boxes, scores;
+  for (int64_t i = 0; i < n; ++i) {
+    const float shift = float(i % 30) * 2;  // 30 classes, one square apart
+    float y = shift + unit(rng) * 0.8f, x = shift + unit(rng) * 0.8f, h = unit(rng) * 0.3f, w = unit(rng) * 0.3f;
+    if (i % 97 == 0) h = 0;                                       // a line: no area
+    if (i % 89 == 0) boxes.insert(boxes.end(), {y + h, x + w, y, x});  // corners the other way round
+    else boxes.insert(boxes.end(), {y, x, y + h, x + w});
+    scores.push_back(float(i % 50) / 50);  // ties keep the boxes' order
+  }
+  ModelBuilder b(11);
+  for (const char* name : {"boxes", "scores", "max", "iou", "threshold"}) b.graph().add_input()->set_name(name);
+  b.output_untyped("selected");
+  b.node("NonMaxSuppression", {"boxes", "scores", "max", "iou", "threshold"}, {"selected"});
+  const std::string bytes = b.bytes();
+  auto m = kiln::onnx_import::import_model_bytes(bytes.data(), bytes.size(), "nms.onnx");
+  const float iou = 0.3f, threshold = 0.1f;
+  const auto got = kiln::ref::run_graph(*m.graph, {{"boxes", Tensor::from_vector<float>({1, n, 4}, boxes)},
+                                                   {"scores", Tensor::from_vector<float>({1, 1, n}, scores)},
+                                                   {"max", Tensor::from_vector<int64_t>({1}, {2000})},
+                                                   {"iou", Tensor::from_vector<float>({1}, {iou})},
+                                                   {"threshold", Tensor::from_vector<float>({1}, {threshold})}})[0];
+
+  auto corner = [&](int64_t i, int k) { return double(boxes[size_t(i * 4 + k)]); };
+  auto iou_of = [&](int64_t a, int64_t c) {
+    double ay0 = std::min(corner(a, 0), corner(a, 2)), ay1 = std::max(corner(a, 0), corner(a, 2));
+    double ax0 = std::min(corner(a, 1), corner(a, 3)), ax1 = std::max(corner(a, 1), corner(a, 3));
+    double cy0 = std::min(corner(c, 0), corner(c, 2)), cy1 = std::max(corner(c, 0), corner(c, 2));
+    double cx0 = std::min(corner(c, 1), corner(c, 3)), cx1 = std::max(corner(c, 1), corner(c, 3));
+    double ih = std::min(ay1, cy1) - std::max(ay0, cy0), iw = std::min(ax1, cx1) - std::max(ax0, cx0);
+    double area_a = (ay1 - ay0) * (ax1 - ax0), area_c = (cy1 - cy0) * (cx1 - cx0);
+    if (ih <= 0 || iw <= 0 || area_a <= 0 || area_c <= 0) return 0.0;
+    return ih * iw / (area_a + area_c - ih * iw);
+  };
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < n; ++i)
+    if (scores[size_t(i)] > threshold) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t l, int64_t r) { return scores[size_t(l)] > scores[size_t(r)]; });
+  std::vector<int64_t> want;
+  for (int64_t i : order) {
+    if (int64_t(want.size()) >= 2000) break;
+    bool keep = true;
+    for (int64_t j : want) keep = keep && !(iou_of(i, j) > iou);
+    if (keep) want.push_back(i);
+  }
+  ASSERT_GT(want.size(), 500u);
+  ASSERT_LT(want.size(), order.size()) << "the case must suppress something";
+  ASSERT_EQ(got.dims(), (kiln::ir::Dims{int64_t(want.size()), 3}));
+  for (size_t k = 0; k < want.size(); ++k) ASSERT_EQ(got.as_int64(int64_t(k * 3 + 2)), want[k]) << "selection " << k;
 }

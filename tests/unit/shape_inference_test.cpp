@@ -131,3 +131,31 @@ TEST(ShapeInference, MatMulBroadcastsBatchDimensions) {
   EXPECT_EQ(r.values.at("y").shape.to_string(), "[batch,seq,64]");
   EXPECT_EQ(r.values.at("z").shape.to_string(), "[batch,seq]");
 }
+
+// Exporters resize to a fixed size with constant scales or sizes; the output
+// shape must be what the kernel produces, or everything after it would be
+// left to the reference backend.
+TEST(ShapeInference, ResizeWithConstantScalesOrSizesAndNonZero) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"N", 3, 10, 7});
+  b.output("by_scales", onnx::TensorProto::FLOAT, {}).output("by_sizes", onnx::TensorProto::FLOAT, {});
+  b.output("where", onnx::TensorProto::INT64, {});
+  b.initializer(ModelBuilder::float_tensor("scales", {4}, {1, 1, 0.5f, 1.55f}));
+  b.initializer(ModelBuilder::float_tensor("no_scales", {0}, {}));
+  b.initializer(ModelBuilder::int64_tensor("sizes", {4}, {2, 3, 4, 9}));
+  b.node("Resize", {"x", "", "scales"}, {"by_scales"});
+  b.node("Resize", {"x", "", "no_scales", "sizes"}, {"by_sizes"});
+  b.node("NonZero", {"x"}, {"where"});
+  const auto model = kiln::test::import(b);
+  auto r = kiln::ir::infer_shapes(*model.graph);
+  EXPECT_EQ(r.values.at("by_scales").shape.to_string(), "[N,3,5,10]");
+  EXPECT_EQ(r.values.at("by_sizes").shape.to_string(), "[2,3,4,9]");
+  EXPECT_EQ(r.values.at("where").shape.to_string(), "[4,?]");
+
+  // The kernels agree.
+  kiln::ir::Tensor x(DType::Float32, {2, 3, 10, 7});
+  const auto out = kiln::ref::run_graph(*model.graph, {{"x", x}});
+  EXPECT_EQ(out[0].dims(), (Dims{2, 3, 5, 10}));
+  EXPECT_EQ(out[1].dims(), (Dims{2, 3, 4, 9}));
+  EXPECT_EQ(out[2].dims(), (Dims{4, 0}));
+}

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -492,13 +493,28 @@ void non_max_suppression_kernel(KernelContext& ctx) {
       for (int64_t i = 0; i < S; ++i)
         if (!has_score_threshold || sc[i] > score_threshold) order.push_back(i);
       std::stable_sort(order.begin(), order.end(), [&](int64_t l, int64_t r) { return sc[l] > sc[r]; });
-      std::vector<int64_t> kept;
+      // Only a kept box that overlaps the candidate can suppress it, so kept
+      // boxes are indexed by their top edge: those that can reach the
+      // candidate start above its bottom and within the tallest kept height
+      // above its top (twice that, against rounding). A box of no height
+      // (or NaN) neither suppresses nor is suppressed. Exporters of per-class
+      // NMS shift each class's boxes apart and make one call with thousands.
+      std::multimap<double, int64_t> kept_by_top;
+      double tallest = 0;
+      int64_t kept = 0;
       for (int64_t i : order) {
-        if (int64_t(kept.size()) >= max_out) break;
-        bool keep = true;
-        for (int64_t j : kept) keep = keep && !suppresses(all[size_t(b * S + i)], all[size_t(b * S + j)], iou_threshold);
-        if (!keep) continue;
-        kept.push_back(i);
+        if (kept >= max_out) break;
+        const Box& box = all[size_t(b * S + i)];
+        if (box.y1 > box.y0) {
+          bool suppressed = false;
+          for (auto it = kept_by_top.upper_bound(box.y0 - 2 * tallest), end = kept_by_top.lower_bound(box.y1);
+               it != end && !suppressed; ++it)
+            suppressed = suppresses(box, all[size_t(b * S + it->second)], iou_threshold);
+          if (suppressed) continue;
+          kept_by_top.emplace(box.y0, i);
+          tallest = std::max(tallest, box.y1 - box.y0);
+        }
+        ++kept;
         selected.insert(selected.end(), {b, c, i});
       }
     }
