@@ -6,7 +6,11 @@ Needs Debian's python3-torch, python3-torchvision and python3-onnx; run with
 can be downloaded here): the zoo measures speed and agreement between
 backends, not accuracy.
 
-  /usr/bin/python3 bench/build_zoo.py [OUT_DIR] [--only NAME,NAME]
+  /usr/bin/python3 bench/build_zoo.py [OUT_DIR] [--only NAME,NAME] [--detectors]
+
+--detectors also writes torchvision's detection models to OUT_DIR/detectors/
+(one 3x320x320 image; their post-processing has data-dependent shapes, so
+they exercise the partitioner and the interpreter, see the README).
 """
 import argparse
 import os
@@ -62,10 +66,18 @@ def export(model, example, path, input_name, dynamic):
     print(f"wrote {path}")
 
 
+def export_detector(model, path):
+    model.eval()
+    torch.onnx.export(model, ([torch.rand(3, 320, 320)],), path, input_names=["image"],
+                      output_names=["boxes", "scores", "labels"], opset_version=13)
+    print(f"wrote {path}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out", nargs="?", default=os.path.join(os.path.dirname(__file__), "models"))
     parser.add_argument("--only", default="")
+    parser.add_argument("--detectors", action="store_true")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     only = set(filter(None, args.only.split(",")))
@@ -86,6 +98,15 @@ def main():
         # Exported with autograd on: under no_grad the transformer layers take a
         # fused fast path that has no ONNX export.
         export(model, example, os.path.join(args.out, name + ".onnx"), input_name, dynamic)
+    if args.detectors:
+        detection = torchvision.models.detection
+        os.makedirs(os.path.join(args.out, "detectors"), exist_ok=True)
+        for name, make in [("ssdlite320_mobilenet_v3_large", detection.ssdlite320_mobilenet_v3_large),
+                           ("fasterrcnn_mobilenet_v3_large_320_fpn", detection.fasterrcnn_mobilenet_v3_large_320_fpn),
+                           ("retinanet_resnet50_fpn", detection.retinanet_resnet50_fpn)]:
+            if not only or name in only:
+                export_detector(make(weights=None, weights_backbone=None),
+                                os.path.join(args.out, "detectors", name + ".onnx"))
 
 
 if __name__ == "__main__":

@@ -61,12 +61,15 @@ const sessionOptions = { intraOpNumThreads: threads, interOpNumThreads: 1, graph
 
 // The same shapes Kiln's --random-inputs builds from the same --dim values: the
 // leading symbolic dimension is the batch, named ones come from --dim, others 1.
+// A model with no symbolic dimension at all (a detector taking one image)
+// runs at its own shapes, once, as batch "fixed".
 function inputShapes(session, batch) {
+  const allFixed = session.inputMetadata.every((m) => m.isTensor && m.shape.every((d) => typeof d === 'number' && d >= 0));
   return session.inputMetadata.map((m) => {
     if (!m.isTensor) throw new Error(`input '${m.name}' is not a tensor`);
     const shape = m.shape.map((d, i) => {
       if (typeof d === 'number' && d >= 0) {
-        if (i === 0 && d !== batch) throw Object.assign(new Error(`the model's batch is fixed at ${d}`), { fixedBatch: true });
+        if (i === 0 && d !== batch && !allFixed) throw Object.assign(new Error(`the model's batch is fixed at ${d}`), { fixedBatch: true });
         return d;
       }
       if (i === 0) return batch;
@@ -210,8 +213,13 @@ for (const model of models) {
       }
     }
     if (row.ort && row.kiln) row.ratio = row.kiln.median_ms / row.ort.median_ms;
+    const fixed = row.ort?.batchSymbols.length === 0;
     if (row.ort) delete row.ort.batchSymbols;
     process.stderr.write(`${name} batch ${batch}: done\n`);
+    if (fixed) {
+      row.batch = 'fixed';
+      break;
+    }
   }
 }
 

@@ -146,13 +146,13 @@ const char* cache_outcome_name(CacheOutcome o);  // "hit", "miss", ...
 // for, what the compile cost and how often it ran.
 struct SpecializationStats {
   std::string key;  // "image:float32:1x1x8x8"
-  // What runs it: "cpu", or "cpu+reference" when nodes the chosen backend
-  // does not take (a shape that depends on data) run on the reference backend.
+  // What runs it: "cpu", or "cpu+interpreter" when nodes the cpu backend
+  // cannot compile (their shapes depend on the data) run on its interpreter.
   std::string backend;
   int64_t parts = 1;  // pieces of the graph that run one after another, each on one backend
   int64_t nodes = 0;  // nodes left after the graph passes (constants folded, BatchNormalization fused...)
   int64_t compiled_nodes = 0;   // of those, nodes the backend compiled (cpu: oneDNN primitives, generated loops)
-  int64_t fallback_nodes = 0;   // nodes run by their reference kernel, in a compiled part or by the reference backend
+  int64_t fallback_nodes = 0;   // nodes run by their reference kernel, in a compiled part or by the interpreter
   int64_t arena_bytes = 0;         // scratch memory per run in flight
   int64_t intermediate_bytes = 0;  // what the intermediates would take without reuse
   double compile_ms = 0;  // compiling, or loading from the cache on a hit

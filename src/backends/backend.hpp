@@ -83,6 +83,9 @@ class Backend {
     (void)spec;
     return supports(node);
   }
+  // The backend for the nodes this one does not take, sharing its threads;
+  // null: the reference backend.
+  virtual std::unique_ptr<Backend> fallback() const { return nullptr; }
   // `spec` holds the concrete shape of every value. Throws ir::Error.
   virtual std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
                                               const CompileOptions& options) const = 0;

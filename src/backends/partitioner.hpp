@@ -28,7 +28,7 @@ std::vector<Part> partition(const ir::Graph& graph, const ir::Specialization& sp
 
 struct PartitionedCompile {
   std::unique_ptr<Executable> executable;
-  std::string backends;  // "cpu", or "cpu+reference" when several parts run on several backends
+  std::string backends;  // "cpu", or "cpu+interpreter" when several parts run on several backends
   int64_t parts = 0;
 };
 

@@ -140,8 +140,8 @@ struct Runtime::Impl {
   RuntimeOptions options;
   int threads = 1;
   std::unique_ptr<backends::Backend> backend;
-  // The reference backend behind it, for nodes it does not take (none when
-  // the chosen backend is the reference).
+  // The backend behind it, for nodes it does not take: its own fallback, or
+  // the reference (none when the chosen backend is the reference).
   std::unique_ptr<backends::Backend> fallback;
   std::unique_ptr<cache::Store> store;  // null: no cache
   mutable std::atomic<bool> store_writable{true};
@@ -271,7 +271,8 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
     for (const auto& n : backends::backend_names()) names += (names.empty() ? "'" : ", '") + n + "'";
     throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::backend '" + options.backend + "' is unknown; available: " + names);
   }
-  if (options.backend != "reference") impl_->fallback = backends::make_backend("reference", impl_->threads);
+  impl_->fallback = impl_->backend->fallback();
+  if (!impl_->fallback && options.backend != "reference") impl_->fallback = backends::make_backend("reference", impl_->threads);
   if (options.kernels.empty())
     if (const char* env = std::getenv("KILN_KERNELS"); env && *env) options.kernels = env;
   if (options.kernels.empty()) options.kernels = "native";

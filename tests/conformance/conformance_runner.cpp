@@ -123,9 +123,9 @@ std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::
 }
 
 // A compiled backend under test, or null for the reference executor. As in
-// the runtime, nodes it does not take run on the reference backend.
+// the runtime, nodes it does not take run on its fallback.
 const kiln::backends::Backend* g_backend = nullptr;
-std::unique_ptr<kiln::backends::Backend> g_reference = kiln::backends::make_backend("reference", 1);
+std::unique_ptr<kiln::backends::Backend> g_fallback;
 kiln::backends::CompileOptions g_options;
 
 Result run_test(const fs::path& dir, const std::string& id, double rtol, double atol, bool check_shapes, bool passes) {
@@ -178,7 +178,7 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
         auto spec = kiln::ir::specialize(g, shapes, kiln::ref::constant_evaluator());
         kiln::passes::optimize_specialization(*optimized, spec, kiln::ref::constant_evaluator());
         if (g_backend) {
-          auto exe = kiln::backends::compile_partitioned(optimized, spec, {g_backend, g_reference.get()}, g_options).executable;
+          auto exe = kiln::backends::compile_partitioned(optimized, spec, {g_backend, g_fallback.get()}, g_options).executable;
           r.compiled_nodes += exe->stats().compiled_nodes;
           r.fallback_nodes += exe->stats().fallback_nodes;
           got = exe->run(inputs);
@@ -270,6 +270,8 @@ int main(int argc, char** argv) {
   if (backend != "reference") {
     compiled_backend = kiln::backends::make_backend(backend, 2);
     g_backend = compiled_backend.get();
+    g_fallback = g_backend->fallback();
+    if (!g_fallback) g_fallback = kiln::backends::make_backend("reference", 1);
   }
 
   std::map<std::string, std::string> expected;

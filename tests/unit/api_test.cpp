@@ -273,9 +273,9 @@ TEST(Api, SpecializationFoldsShapeArithmetic) {
 }
 
 // A shape that depends on data (NonZero) cannot be compiled statically: the
-// runtime runs those nodes on the reference backend and compiles the rest,
-// here in three parts (cpu, reference, cpu), handing values between them.
-TEST(Api, NodesWithDataDependentShapesRunOnTheReferenceBackendAndTheRestIsCompiled) {
+// runtime runs those nodes on the cpu backend's interpreter and compiles the
+// rest, here in three parts (cpu, interpreter, cpu), handing values on.
+TEST(Api, NodesWithDataDependentShapesAreInterpretedAndTheRestIsCompiled) {
   using B = kiln::test::ModelBuilder;
   B b;
   b.input("x", onnx::TensorProto::FLOAT, {"n", 3}).input("w", onnx::TensorProto::FLOAT, {3, 4});
@@ -310,7 +310,7 @@ TEST(Api, NodesWithDataDependentShapesRunOnTheReferenceBackendAndTheRestIsCompil
             (std::vector<float>{1, -2, 3, 2, 0, 5, -1, 4}));
   auto stats = model.specializations();
   ASSERT_EQ(stats.size(), 1u);
-  EXPECT_EQ(stats[0].backend, "cpu+reference");
+  EXPECT_EQ(stats[0].backend, "cpu+interpreter");
   EXPECT_EQ(stats[0].parts, 3);
   EXPECT_EQ(stats[0].nodes, 6);
   EXPECT_EQ(stats[0].compiled_nodes, 3);  // Relu, MatMul and Mul

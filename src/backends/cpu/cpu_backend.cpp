@@ -29,27 +29,16 @@
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/lowering.hpp"
 #include "backends/cpu/program_io.hpp"
+#include "backends/cpu/thread_budget.hpp"
+#include "backends/cpu/interpreter_backend.hpp"
 #include "backends/reference/reference_backend.hpp"
 
 namespace kiln::backends {
 
 namespace {
 
-class OmpThreads {
- public:
-  explicit OmpThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~OmpThreads() { omp_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
-struct ThreadBudget {
-  explicit ThreadBudget(int n) : threads(n), arena(n) {}
-  int threads;
-  tbb::task_arena arena;
-  std::mutex running;
-};
+using cpu::OmpThreads;
+using cpu::ThreadBudget;
 
 // Scratch arenas, one per run in flight, reused across runs.
 class ArenaPool {
@@ -246,6 +235,7 @@ class CpuBackend : public Backend {
   std::string version() const override { return "cpu-3"; }
   bool supports(const ir::Node& node) const override { return cpu::lowers_natively(node); }
   bool takes(const ir::Node& node, const ir::Specialization& spec) const override { return cpu::lowers(node, spec); }
+  std::unique_ptr<Backend> fallback() const override { return make_interpreter_backend(budget_); }
 
   std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
                                       const CompileOptions& options) const override {

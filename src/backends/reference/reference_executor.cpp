@@ -27,20 +27,20 @@ class Scope {
   std::map<std::string, Tensor> values_;
 };
 
-static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope);
+static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry);
 
-static std::vector<Tensor> run_subgraph(const ir::Graph& g, const std::vector<Tensor>& inputs, const Scope& parent) {
+static std::vector<Tensor> run_subgraph(const ir::Graph& g, const std::vector<Tensor>& inputs, const Scope& parent,
+                                        const KernelRegistry& registry) {
   if (inputs.size() != g.inputs.size())
     ir::fail(ErrorKind::InvalidModel, "subgraph '" + g.name + "' takes " + std::to_string(g.inputs.size()) +
                                           " inputs, was given " + std::to_string(inputs.size()));
   Scope scope(&parent);
   for (const auto& [name, t] : g.initializers) scope.set(name, t);
   for (size_t i = 0; i < inputs.size(); ++i) scope.set(g.inputs[i].name, inputs[i]);
-  return run_in_scope(g, scope);
+  return run_in_scope(g, scope, registry);
 }
 
-static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope) {
-  const auto& registry = KernelRegistry::instance();
+static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry) {
 
   // Last use of each value in this graph, so intermediates are freed early.
   std::map<std::string, size_t> last_use;
@@ -66,8 +66,8 @@ static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope) {
       if (!t) ir::fail(ErrorKind::InvalidModel, node.describe() + ": input '" + name + "' is not defined before use");
       ins.push_back(t);
     }
-    KernelContext ctx(node, std::move(ins), [&scope](const ir::Graph& g, const std::vector<Tensor>& inputs) {
-      return run_subgraph(g, inputs, scope);
+    KernelContext ctx(node, std::move(ins), [&scope, &registry](const ir::Graph& g, const std::vector<Tensor>& inputs) {
+      return run_subgraph(g, inputs, scope, registry);
     });
     fn(ctx);
     for (size_t i = 0; i < node.outputs.size(); ++i) {
@@ -93,11 +93,12 @@ static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope) {
   return outs;
 }
 
-std::vector<Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs) {
+std::vector<Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
+                              const KernelRegistry* kernels) {
   Scope scope(nullptr);
   for (const auto& [name, t] : graph.initializers) scope.set(name, t);
   for (const auto& [name, t] : inputs) scope.set(name, t);
-  return run_in_scope(graph, scope);
+  return run_in_scope(graph, scope, kernels ? *kernels : KernelRegistry::instance());
 }
 
 bool has_kernel(const std::string& domain, const std::string& op_type) {

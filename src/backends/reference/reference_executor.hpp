@@ -10,9 +10,14 @@
 
 namespace kiln::ref {
 
+class KernelRegistry;
+
 // Outputs in the order of graph.outputs. `inputs` may also override
-// initializers that are graph inputs. Throws ir::Error naming the node.
-std::vector<ir::Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, ir::Tensor>& inputs);
+// initializers that are graph inputs. `kernels` replaces the built-in table
+// (an interpreter with faster kernels for some operators). Throws ir::Error
+// naming the node.
+std::vector<ir::Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, ir::Tensor>& inputs,
+                                  const KernelRegistry* kernels = nullptr);
 
 // Op types of `graph` (and its subgraphs) with no reference kernel.
 std::vector<std::string> unsupported_ops(const ir::Graph& graph);
