@@ -103,7 +103,8 @@ class PartitionedExecutable : public Executable {
  public:
   struct Step {
     std::unique_ptr<Executable> executable;
-    std::vector<std::string> inputs, outputs;
+    std::vector<ir::ValueInfo> inputs;
+    std::vector<std::string> outputs;
   };
   PartitionedExecutable(std::shared_ptr<const ir::Graph> graph, std::vector<Step> steps, std::string backends)
       : graph_(std::move(graph)), steps_(std::move(steps)), backends_(std::move(backends)) {}
@@ -129,8 +130,17 @@ class PartitionedExecutable : public Executable {
       std::map<std::string, ir::Tensor> given;
       // An input missing here is an overridable weight the caller left
       // alone: the part's graph holds its default.
-      for (const auto& name : step.inputs)
-        if (auto it = values.find(name); it != values.end()) given.emplace(name, it->second);
+      for (const auto& in : step.inputs) {
+        auto it = values.find(in.name);
+        if (it == values.end()) continue;
+        // A compiled part trusts the shapes it was compiled for: a value an
+        // earlier part made otherwise (a shape inference mistake) stops here.
+        if (in.shape.is_concrete() && (it->second.dims() != in.shape.concrete() || it->second.dtype() != in.dtype))
+          ir::fail(ir::ErrorKind::Internal, "value '" + in.name + "' is " + ir::dtype_name(it->second.dtype()) + " " +
+                                                ir::dims_to_string(it->second.dims()) + ", the next part was compiled for " +
+                                                ir::dtype_name(in.dtype) + " " + in.shape.to_string());
+        given.emplace(in.name, it->second);
+      }
       std::vector<ir::Tensor> produced = step.executable->run(given);
       for (size_t i = 0; i < produced.size(); ++i) values[step.outputs[i]] = std::move(produced[i]);
     }
@@ -180,7 +190,7 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
     for (const auto& name : spec.dynamic)
       if (produced.count(name)) part_spec.dynamic.push_back(name);
     PartitionedExecutable::Step step;
-    for (const auto& v : part.graph->inputs) step.inputs.push_back(v.name);
+    step.inputs = part.graph->inputs;
     for (const auto& v : part.graph->outputs) step.outputs.push_back(v.name);
     used.insert(part.backend);
     step.executable = part.backend->compile(std::move(part.graph), part_spec, options);

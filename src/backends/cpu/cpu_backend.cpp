@@ -26,12 +26,11 @@
 #include <mutex>
 
 #include "backends/cpu/codegen.hpp"
+#include "backends/cpu/interpreter_backend.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/lowering.hpp"
 #include "backends/cpu/program_io.hpp"
 #include "backends/cpu/thread_budget.hpp"
-#include "backends/cpu/interpreter_backend.hpp"
-#include "backends/reference/reference_backend.hpp"
 
 namespace kiln::backends {
 
@@ -247,8 +246,8 @@ class CpuBackend : public Backend {
       if (e.kind() != ir::ErrorKind::Unsupported) throw;
       // Shapes that depend on data cannot be planned statically. The
       // runtime's partitioner never sends such nodes here; a caller that
-      // compiles a whole graph directly gets the reference executor.
-      return make_reference_backend()->compile(std::move(graph), spec, options);
+      // compiles a whole graph directly gets the interpreter.
+      return fallback()->compile(std::move(graph), spec, options);
     }
     std::vector<std::string> step_symbols;
     std::string object = cpu::compile_program(program, jit(), step_symbols);
