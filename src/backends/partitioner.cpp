@@ -184,16 +184,11 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
   std::vector<PartitionedExecutable::Step> steps;
   std::set<const Backend*> used;
   for (Part& part : make_parts(*graph, spec, backends, groups)) {
-    ir::Specialization part_spec{spec.result, {}};
-    std::set<std::string> produced;
-    for (const auto& node : part.graph->nodes) produced.insert(node.outputs.begin(), node.outputs.end());
-    for (const auto& name : spec.dynamic)
-      if (produced.count(name)) part_spec.dynamic.push_back(name);
     PartitionedExecutable::Step step;
     step.inputs = part.graph->inputs;
     for (const auto& v : part.graph->outputs) step.outputs.push_back(v.name);
     used.insert(part.backend);
-    step.executable = part.backend->compile(std::move(part.graph), part_spec, options);
+    step.executable = part.backend->compile(std::move(part.graph), spec, options);
     steps.push_back(std::move(step));
   }
   std::string names;

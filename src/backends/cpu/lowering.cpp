@@ -90,6 +90,14 @@ const std::set<std::string>& primitive_ops() {
   return ops;
 }
 
+// A value the lowering can plan: a concrete shape and a fixed-size dtype.
+// (A value whose shape depends on the data has no concrete shape.)
+bool is_static(const ir::Specialization& spec, const std::string& name) {
+  auto it = spec.result.values.find(name);
+  return it != spec.result.values.end() && it->second.shape.is_concrete() && ir::dtype_supported(it->second.dtype) &&
+         it->second.dtype != DType::String;
+}
+
 class Lowering {
  public:
   Lowering(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family)
@@ -98,8 +106,6 @@ class Lowering {
   }
 
   Program run() {
-    if (!spec_.dynamic.empty())
-      ir::fail(ir::ErrorKind::Unsupported, "the shape of '" + spec_.dynamic[0] + "' depends on the data");
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       for (const auto& name : ir::values_read(g_.nodes[i])) consumers_[name].push_back(i);
       for (const auto& out : g_.nodes[i].outputs)
@@ -157,9 +163,7 @@ class Lowering {
 
   // ---- values ---------------------------------------------------------------
   void check_static(const std::string& name) {
-    auto it = spec_.result.values.find(name);
-    if (it == spec_.result.values.end() || !it->second.shape.is_concrete() || !ir::dtype_supported(it->second.dtype) ||
-        it->second.dtype == DType::String)
+    if (!is_static(spec_, name))
       ir::fail(ir::ErrorKind::Unsupported, "value '" + name + "' has no static shape and fixed-size type");
   }
   const ir::ValueInfo& info(const std::string& name) const {
@@ -1668,15 +1672,10 @@ bool lowers_natively(const ir::Node& node) {
 }
 
 bool lowers(const ir::Node& node, const ir::Specialization& spec) {
-  auto fixed = [&](const std::string& name) {
-    auto it = spec.result.values.find(name);
-    return it != spec.result.values.end() && it->second.shape.is_concrete() && ir::dtype_supported(it->second.dtype) &&
-           it->second.dtype != DType::String;
-  };
   for (const auto& name : ir::values_read(node))
-    if (!fixed(name)) return false;
+    if (!is_static(spec, name)) return false;
   for (const auto& name : node.outputs)
-    if (!name.empty() && !fixed(name)) return false;
+    if (!name.empty() && !is_static(spec, name)) return false;
   return lowers_natively(node) || ref::has_kernel(node.domain, node.op_type);
 }
 
