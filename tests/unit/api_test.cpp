@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -170,6 +171,50 @@ TEST(Api, ConcurrentRunsOnOneModelAgree) {
         } catch (const kiln::Error&) {
           ++mismatches;
         }
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+// A grouped convolution that oneDNN runs as im2col + GEMM, which needs a
+// scratchpad. oneDNN's own scratchpad belongs to the thread that created the
+// primitive: a run from any other thread (a service's worker pool, or a
+// process that loaded the specialization from the cache) crashed before the
+// backend gave every primitive a scratchpad in the run's arena.
+TEST(Api, RunsFromOtherThreadsThanTheCompileAgree) {
+  kiln::test::ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 8, 6, 6}).output("y", onnx::TensorProto::FLOAT, {1, 6, 4, 4});
+  std::vector<float> w(6 * 4 * 3 * 3), bias(6);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 7) - 3) / 8;
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = float(i);
+  b.initializer(kiln::test::ModelBuilder::float_tensor("w", {6, 4, 3, 3}, w));
+  b.initializer(kiln::test::ModelBuilder::float_tensor("b", {6}, bias));
+  kiln::test::ModelBuilder::attr_int(b.node("Conv", {"x", "w", "b"}, {"y"}), "group", 2);
+  const std::string bytes = b.bytes();
+  std::vector<float> xs(8 * 6 * 6);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = float(int(i % 5) - 2);
+  const auto x = kiln::Tensor::from_vector<float>(kiln::DType::Float32, {1, 8, 6, 6}, xs);
+
+  kiln::RuntimeOptions ref_opts;
+  ref_opts.backend = "reference";
+  kiln::Runtime ref_rt(ref_opts);
+  const auto expected = kiln::Model::load_from_memory(ref_rt, bytes.data(), bytes.size()).run({{"x", x}})[0];
+
+  kiln::RuntimeOptions opts;
+  opts.threads = 2;
+  kiln::Runtime rt(opts);
+  auto model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
+  const auto first = model.run({{"x", x}})[0];  // compiled on this thread
+  ASSERT_EQ(first.nbytes(), expected.nbytes());
+  for (size_t i = 0; i < 6 * 4 * 4; ++i) EXPECT_NEAR(first.data_as<float>()[i], expected.data_as<float>()[i], 1e-4) << i;
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 3; ++i) {
+        const auto out = model.run({{"x", x}})[0];
+        if (std::memcmp(out.data(), first.data(), first.nbytes()) != 0) ++mismatches;
       }
     });
   for (auto& t : threads) t.join();

@@ -8,6 +8,9 @@
 // - runs of one Runtime execute one at a time (each with the whole budget):
 //   concurrent calls are safe and keep separate arenas, but two runs never
 //   add up to 2N busy threads.
+// - a compile runs on the calling thread; it borrows the arena's other
+//   threads (for oneDNN's code generation and weight reorders, beside LLVM's)
+//   only while no run holds the budget.
 // Primitives are created with the same OpenMP thread count they run with
 // (oneDNN keys its choices by thread count).
 #include "backends/cpu/cpu_backend.hpp"
@@ -15,7 +18,9 @@
 #include <llvm/Config/llvm-config.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
+#include <tbb/task_group.h>
 
 #include <algorithm>
 #include <array>
@@ -23,6 +28,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 
 #include "backends/cpu/codegen.hpp"
@@ -231,7 +237,7 @@ class CpuBackend : public Backend {
   explicit CpuBackend(int threads) : budget_(std::make_shared<ThreadBudget>(threads)) {}
 
   std::string name() const override { return "cpu"; }
-  std::string version() const override { return "cpu-3"; }
+  std::string version() const override { return "cpu-4"; }
   bool supports(const ir::Node& node) const override { return cpu::lowers_natively(node); }
   bool takes(const ir::Node& node, const ir::Specialization& spec) const override { return cpu::lowers(node, spec); }
   std::unique_ptr<Backend> fallback() const override { return make_interpreter_backend(budget_); }
@@ -240,8 +246,10 @@ class CpuBackend : public Backend {
                                       const CompileOptions& options) const override {
     OmpThreads omp(budget_->threads);
     cpu::Program program;
+    cpu::DeferredWork deferred;
     try {
-      program = cpu::lower(*graph, spec, options.kernels == "portable" ? cpu::KernelFamily::Portable : cpu::KernelFamily::Native);
+      program = cpu::lower(*graph, spec, options.kernels == "portable" ? cpu::KernelFamily::Portable : cpu::KernelFamily::Native,
+                           &deferred);
     } catch (const ir::Error& e) {
       if (e.kind() != ir::ErrorKind::Unsupported) throw;
       // Shapes that depend on data cannot be planned statically. The
@@ -250,7 +258,8 @@ class CpuBackend : public Backend {
       return fallback()->compile(std::move(graph), spec, options);
     }
     std::vector<std::string> step_symbols;
-    std::string object = cpu::compile_program(program, jit(), step_symbols);
+    std::string object;
+    generate_code(program, deferred, object, step_symbols);
     return std::make_unique<CpuExecutable>(std::move(program), std::move(object), std::move(step_symbols), jit_shared(), budget_);
   }
 
@@ -279,6 +288,32 @@ class CpuBackend : public Backend {
   int64_t codegen_runs() const override { return jit().codegen_runs(); }
 
  private:
+  // LLVM code generation, and beside it the deferred work (oneDNN's own
+  // code generation, weight reorders), about as long as each other. The
+  // other threads of the budget help only when no run is using them, so a
+  // compile never adds to a run's N busy threads.
+  void generate_code(const cpu::Program& program, cpu::DeferredWork& deferred, std::string& object,
+                     std::vector<std::string>& step_symbols) const {
+    std::unique_lock<std::mutex> idle(budget_->running, std::try_to_lock);
+    if (!idle.owns_lock() || budget_->threads == 1 || deferred.empty()) {
+      for (auto& task : deferred) task();
+      object = cpu::compile_program(program, jit(), step_symbols);
+      return;
+    }
+    budget_->arena.execute([&] {
+      tbb::task_group helpers;
+      helpers.run([&] { tbb::parallel_for(size_t(0), deferred.size(), [&](size_t i) { deferred[i](); }); });
+      std::exception_ptr failed;
+      try {
+        object = cpu::compile_program(program, jit(), step_symbols);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      helpers.wait();  // rethrows what a task threw
+      if (failed) std::rethrow_exception(failed);
+    });
+  }
+
   cpu::Jit& jit() const { return *jit_shared(); }
   const std::shared_ptr<cpu::Jit>& jit_shared() const {
     std::call_once(jit_once_, [this] { jit_ = std::make_shared<cpu::Jit>(cpu::codegen_host_symbols()); });

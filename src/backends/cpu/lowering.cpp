@@ -10,6 +10,7 @@
 #include "backends/cpu/host_kernels.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/cpu/portable/kernels.h"
+#include "backends/cpu/thread_budget.hpp"
 #include "backends/reference/kernel_context.hpp"
 #include "backends/reference/ops/op_util.hpp"
 #include "backends/reference/reference_executor.hpp"
@@ -43,13 +44,6 @@ md plain_md(const Dims& dims) {
 }
 
 bool is_plain(const md& m, const Dims& dims) { return m == plain_md(dims); }
-
-// A step copying a buffer of layout `from` into one of layout `to`. args: source, destination.
-std::unique_ptr<Kernel> reorder_kernel(const md& from, const md& to) {
-  dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to);
-  return std::make_unique<OneDnnKernel>(dnnl::reorder(pd), std::vector<std::pair<int, md>>{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}},
-                                        std::unordered_map<int, dnnl::memory>{});
-}
 
 // A eltwise post-op: oneDNN algorithm and its two parameters.
 struct PostOp {
@@ -100,8 +94,12 @@ bool is_static(const ir::Specialization& spec, const std::string& name) {
 
 class Lowering {
  public:
-  Lowering(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family)
-      : g_(graph), spec_(spec), portable_(family == KernelFamily::Portable), host_kernels_(family == KernelFamily::Native) {
+  Lowering(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork& deferred)
+      : g_(graph),
+        spec_(spec),
+        portable_(family == KernelFamily::Portable),
+        host_kernels_(family == KernelFamily::Native),
+        deferred_(deferred) {
     p_.family = family;
   }
 
@@ -261,7 +259,7 @@ class Lowering {
     for (const auto& [layout, buffer] : v.copies)
       if (layout == want) return buffer;
     const int buffer = add_buffer(Buffer::Kind::Arena, 0, int64_t(want.get_size()), name + "#layout");
-    add_kernel("reorder " + name, {v.buffer, buffer}, {0, 1}, reorder_kernel(v.layout, want));
+    add_reorder("reorder " + name, v.buffer, buffer, v.layout, want);
     vals_[name].copies.emplace_back(want, buffer);
     return buffer;
   }
@@ -279,6 +277,53 @@ class Lowering {
     s.writes = std::move(writes);
     s.kernel = std::move(kernel);
     p_.steps.push_back(std::move(s));
+  }
+  // A step running a oneDNN primitive: `args` are the step's buffers, each
+  // bound to the DNNL_ARG_* of `rt_args` at the same position. A scratchpad
+  // the primitive needs is one more buffer, live for this step only. The
+  // primitive's own code is compiled later (see DeferredWork), with the
+  // OpenMP thread count of now, the one its descriptor was made with.
+  void add_primitive(const std::string& label, const dnnl::primitive_desc_base& pd, std::vector<int> args,
+                     std::vector<char> writes, std::vector<std::pair<int, md>> rt_args,
+                     std::unordered_map<int, dnnl::memory> constants, int sum_from = -1) {
+    const md scratch = pd.query_md(dnnl::query::scratchpad_md);
+    if (scratch.get_size() > 0) {
+      args.push_back(add_buffer(Buffer::Kind::Arena, 0, int64_t(scratch.get_size()), label + "#scratchpad"));
+      writes.push_back(1);
+      rt_args.push_back({DNNL_ARG_SCRATCHPAD, scratch});
+    }
+    auto kernel = std::make_unique<OneDnnKernel>(pd, std::move(rt_args), std::move(constants), sum_from);
+    OneDnnKernel* k = kernel.get();
+    deferred_.push_back([k, label, threads = omp_get_max_threads()] {
+      OmpThreads scope(threads);
+      try {
+        k->create_primitive();
+      } catch (const dnnl::error& e) {
+        ir::fail(ir::ErrorKind::Internal, label + ": oneDNN could not create the primitive it described: " + e.what());
+      }
+    });
+    add_kernel(label, std::move(args), std::move(writes), std::move(kernel));
+  }
+
+  // A step copying buffer `src` of layout `from` into `dst` of layout `to`.
+  void add_reorder(const std::string& label, int src, int dst, const md& from, const md& to) {
+    const dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to, user_scratchpad());
+    add_primitive(label, pd, {src, dst}, {0, 1}, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}, {});
+  }
+
+  // A weight in the layout `want`: the memory now, its bytes once the
+  // deferred work has run. `data` must live until then: a tensor of the
+  // graph or the specialization does; `keep` holds anything else.
+  dnnl::memory constant_memory(const md& user, const void* data, const md& want, std::shared_ptr<const void> keep = nullptr) {
+    dnnl::memory dst(want, cpu_engine());
+    deferred_.push_back([user, data, dst, keep = std::move(keep)] {
+      try {
+        reorder_constant(user, data, dst);
+      } catch (const dnnl::error& e) {
+        ir::fail(ir::ErrorKind::Internal, std::string("reordering a weight for oneDNN failed: ") + e.what());
+      }
+    });
+    return dst;
   }
 
   // ---- dispatch ---------------------------------------------------------------
@@ -535,7 +580,7 @@ class Lowering {
       if (int(i) == f.sum_position) ops.append_sum(1.0f);
       if (i < f.eltwise.size()) ops.append_eltwise(1.0f, f.eltwise[i].alg, f.eltwise[i].alpha, f.eltwise[i].beta);
     }
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = user_scratchpad();
     attr.set_post_ops(ops);
     return attr;
   }
@@ -547,7 +592,7 @@ class Lowering {
 
   // Emits a primitive whose destination is the fused chain's final value.
   // `dst_plain`: dst_md is row-major (possibly with other dims than the value).
-  void emit_with_dst(const std::string& label, dnnl::primitive prim, std::vector<std::pair<int, md>> rt_args,
+  void emit_with_dst(const std::string& label, const dnnl::primitive_desc_base& pd, std::vector<std::pair<int, md>> rt_args,
                      std::vector<int> buffers, std::unordered_map<int, dnnl::memory> constants, const Fused& f,
                      const md& dst_md, bool dst_plain) {
     int sum_from = -1;
@@ -562,8 +607,7 @@ class Lowering {
     if (sum_from >= 0) sum_steps_.push_back({p_.steps.size(), size_t(sum_from), buffers.size() - 1});
     std::vector<char> writes(buffers.size(), 0);
     writes.back() = 1;
-    add_kernel(label, std::move(buffers), std::move(writes),
-               std::make_unique<OneDnnKernel>(std::move(prim), std::move(rt_args), std::move(constants), sum_from));
+    add_primitive(label, pd, std::move(buffers), std::move(writes), std::move(rt_args), std::move(constants), sum_from);
     absorb(f);
   }
 
@@ -602,11 +646,11 @@ class Lowering {
 
     md user_wei = group > 1 ? md(wei, dt::f32, rank == 3 ? dnnl::memory::format_tag::goiw : rank == 4 ? dnnl::memory::format_tag::goihw : dnnl::memory::format_tag::goidhw)
                             : plain_md(wdims);
-    std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, reorder_constant(user_wei, w->raw(), pd.weights_desc())}};
-    if (b) constants[DNNL_ARG_BIAS] = reorder_constant(bias_md, b->raw(), bias_md);
+    std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, constant_memory(user_wei, w->raw(), pd.weights_desc())}};
+    if (b) constants[DNNL_ARG_BIAS] = constant_memory(bias_md, b->raw(), bias_md);
     const int src = as_layout(n.inputs[0], pd.src_desc());
     compiled();
-    emit_with_dst(n.describe(), dnnl::convolution_forward(pd), {{DNNL_ARG_SRC, pd.src_desc()}}, {src}, std::move(constants), f,
+    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, pd.src_desc()}}, {src}, std::move(constants), f,
                   pd.dst_desc(), is_plain(pd.dst_desc(), dims(f.value)));
     return true;
   }
@@ -638,12 +682,16 @@ class Lowering {
         return false;
       }
     }
-    std::vector<float> wscaled(bw->data<float>(), bw->data<float>() + bw->numel());
-    if (alpha != 1.0f)
-      for (float& x : wscaled) x *= alpha;
+    const float* weights = bw->data<float>();
+    std::shared_ptr<std::vector<float>> scaled;
+    if (alpha != 1.0f) {
+      scaled = std::make_shared<std::vector<float>>(weights, weights + bw->numel());
+      for (float& x : *scaled) x *= alpha;
+      weights = scaled->data();
+    }
     md src_md(to_dnnl({m, k}), dt::f32, ta ? dnnl::memory::dims{1, m} : dnnl::memory::dims{k, 1});
     md user_wei(to_dnnl({k, nn}), dt::f32, tb ? dnnl::memory::dims{1, k} : dnnl::memory::dims{nn, 1});
-    return emit_matmul(n, n.inputs[0], src_md, user_wei, wscaled.data(), bias, residual, out);
+    return emit_matmul(n, n.inputs[0], src_md, user_wei, weights, scaled, bias, residual, out);
   }
 
   bool lower_matmul(const ir::Node& n) {
@@ -656,7 +704,7 @@ class Lowering {
       int64_t rows = 1;
       for (size_t i = 0; i + 1 < a.size(); ++i) rows *= a[i];
       const int64_t k = a.back(), nn = b[1];
-      return emit_matmul(n, n.inputs[0], plain_md({rows, k}), plain_md({k, nn}), bw->data<float>(), {}, "", out);
+      return emit_matmul(n, n.inputs[0], plain_md({rows, k}), plain_md({k, nn}), bw->data<float>(), nullptr, {}, "", out);
     }
     // Batched: both operands at runtime (or batched weights), batch dims broadcast.
     const size_t rank = std::max(a.size(), b.size());
@@ -675,20 +723,21 @@ class Lowering {
     std::unordered_map<int, dnnl::memory> constants;
     std::vector<int> bufs{plain(n.inputs[0])};
     if (bw) {
-      constants[DNNL_ARG_WEIGHTS] = reorder_constant(b_md, bw->raw(), b_md);
+      constants[DNNL_ARG_WEIGHTS] = constant_memory(b_md, bw->raw(), b_md);
     } else {
       rt.push_back({DNNL_ARG_WEIGHTS, b_md});
       bufs.push_back(plain(n.inputs[1]));
     }
     compiled();
-    emit_with_dst(n.describe(), dnnl::matmul(pd), std::move(rt), std::move(bufs), std::move(constants), f, o_md, true);
+    emit_with_dst(n.describe(), pd, std::move(rt), std::move(bufs), std::move(constants), f, o_md, true);
     return true;
   }
 
   // [rows, k] x constant [k, n] (+ bias) with fused post-ops; the bias may
   // also come from an Add of a constant row vector that follows.
+  // `keep` holds `weights` if the graph does not.
   bool emit_matmul(const ir::Node& n, const std::string& a, const md& src_md, const md& user_wei, const float* weights,
-                   std::vector<float> bias, const std::string& residual, const Dims& out) {
+                   std::shared_ptr<const void> keep, std::vector<float> bias, const std::string& residual, const Dims& out) {
     const int64_t rows = src_md.dims()[0], k = src_md.dims()[1], nn = user_wei.dims()[1];
     std::string value = n.outputs[0];
     std::vector<size_t> bias_nodes;
@@ -719,12 +768,16 @@ class Lowering {
     md bias_md = bias.empty() ? md() : plain_md({1, nn});
     dnnl::matmul::desc desc(src_md, md({k, nn}, dt::f32, dnnl::memory::format_tag::any), bias_md, dst_md);
     dnnl::matmul::primitive_desc pd(desc, post_op_attr(f), cpu_engine());
-    std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, reorder_constant(user_wei, weights, pd.weights_desc())}};
-    if (!bias.empty()) constants[DNNL_ARG_BIAS] = reorder_constant(bias_md, bias.data(), bias_md);
+    std::unordered_map<int, dnnl::memory> constants{
+        {DNNL_ARG_WEIGHTS, constant_memory(user_wei, weights, pd.weights_desc(), std::move(keep))}};
+    if (!bias.empty()) {
+      auto held = std::make_shared<const std::vector<float>>(std::move(bias));
+      constants[DNNL_ARG_BIAS] = constant_memory(bias_md, held->data(), bias_md, held);
+    }
     const int src = plain(a);
     compiled();
     // The destination is [rows, n]: the same bytes as the value's own shape.
-    emit_with_dst(n.describe(), dnnl::matmul(pd), {{DNNL_ARG_SRC, src_md}}, {src}, std::move(constants), f, dst_md, true);
+    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, src_md}}, {src}, std::move(constants), f, dst_md, true);
     return true;
   }
 
@@ -766,11 +819,11 @@ class Lowering {
     dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src_md,
                                         md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any), to_dnnl(geo.strides),
                                         to_dnnl(geo.kernel), dil, to_dnnl(geo.pad_begin), to_dnnl(geo.pad_end));
-    dnnl::pooling_v2_forward::primitive_desc pd(desc, cpu_engine());
+    dnnl::pooling_v2_forward::primitive_desc pd(desc, user_scratchpad(), cpu_engine());
     Fused f;
     f.value = n.outputs[0];
     compiled();
-    emit_with_dst(n.describe(), dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src_md}}, {val(n.inputs[0]).buffer}, {}, f,
+    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, src_md}}, {val(n.inputs[0]).buffer}, {}, f,
                   pd.dst_desc(), is_plain(pd.dst_desc(), out));
     return true;
   }
@@ -794,12 +847,12 @@ class Lowering {
     dnnl::softmax_v2_forward::desc desc(dnnl::prop_kind::forward_inference,
                                         n.op_type == "Softmax" ? dnnl::algorithm::softmax_accurate : dnnl::algorithm::softmax_log,
                                         m, m, int(axis));
-    dnnl::softmax_v2_forward::primitive_desc pd(desc, cpu_engine());
+    dnnl::softmax_v2_forward::primitive_desc pd(desc, user_scratchpad(), cpu_engine());
     Fused f;
     f.value = n.outputs[0];
     const int src = plain(n.inputs[0]);
     compiled();
-    emit_with_dst(n.describe(), dnnl::softmax_v2_forward(pd), {{DNNL_ARG_SRC, m}}, {src}, {}, f, m, true);
+    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, m}}, {src}, {}, f, m, true);
     return true;
   }
 
@@ -823,15 +876,15 @@ class Lowering {
     auto flags = dnnl::normalization_flags::use_scale;
     if (shift) flags = flags | dnnl::normalization_flags::use_shift;
     dnnl::layer_normalization_forward::desc desc(dnnl::prop_kind::forward_inference, m, ctx.attr_float("epsilon", 1e-5f), flags);
-    dnnl::layer_normalization_forward::primitive_desc pd(desc, cpu_engine());
+    dnnl::layer_normalization_forward::primitive_desc pd(desc, user_scratchpad(), cpu_engine());
     const md vec = plain_md({inner});
-    std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_SCALE, reorder_constant(vec, scale->raw(), vec)}};
-    if (shift) constants[DNNL_ARG_SHIFT] = reorder_constant(vec, shift->raw(), vec);
+    std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_SCALE, constant_memory(vec, scale->raw(), vec)}};
+    if (shift) constants[DNNL_ARG_SHIFT] = constant_memory(vec, shift->raw(), vec);
     Fused f;
     f.value = n.outputs[0];
     const int src = plain(n.inputs[0]);
     compiled();
-    emit_with_dst(n.describe(), dnnl::layer_normalization_forward(pd), {{DNNL_ARG_SRC, m}}, {src}, std::move(constants), f, m,
+    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, m}}, {src}, std::move(constants), f, m,
                   true);
     return true;
   }
@@ -855,7 +908,7 @@ class Lowering {
     const md src_md(to_dnnl(out), dt::f32, strides), dst_md = plain_md(out);
     const int src = plain(n.inputs[0]);
     const int dst = define_plain(n.outputs[0]);
-    add_kernel(n.describe(), {src, dst}, {0, 1}, reorder_kernel(src_md, dst_md));
+    add_reorder(n.describe(), src, dst, src_md, dst_md);
     compiled();
     return true;
   }
@@ -946,7 +999,7 @@ class Lowering {
     if (any_blocked) {
       std::vector<md> srcs;
       for (const auto& in : ins) srcs.push_back(val(in).layout);
-      dnnl::concat::primitive_desc pd(md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any), int(axis), srcs, cpu_engine());
+      dnnl::concat::primitive_desc pd(md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any), int(axis), srcs, cpu_engine(), user_scratchpad());
       std::vector<std::pair<int, md>> rt;
       std::vector<int> bufs;
       for (size_t i = 0; i < ins.size(); ++i) {
@@ -956,7 +1009,7 @@ class Lowering {
       Fused f;
       f.value = n.outputs[0];
       compiled();
-      emit_with_dst(n.describe(), dnnl::concat(pd), std::move(rt), std::move(bufs), {}, f, pd.dst_desc(),
+      emit_with_dst(n.describe(), pd, std::move(rt), std::move(bufs), {}, f, pd.dst_desc(),
                     is_plain(pd.dst_desc(), out));
       return true;
     }
@@ -1015,13 +1068,13 @@ class Lowering {
     // The second operand as it is when it already has the first's layout, else plain.
     md src1 = dims(other) == out ? src0 : plain_md(od);
     dnnl::binary::desc desc(*binary_algorithm(n.op_type), src0, src1, md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any));
-    dnnl::binary::primitive_desc pd(desc, cpu_engine());
+    dnnl::binary::primitive_desc pd(desc, user_scratchpad(), cpu_engine());
     const int b0 = val(full).buffer;
     const int b1 = src1 == src0 ? as_layout(other, src0) : plain(other);
     Fused f;
     f.value = n.outputs[0];
     compiled();
-    emit_with_dst(n.describe(), dnnl::binary(pd), {{DNNL_ARG_SRC_0, src0}, {DNNL_ARG_SRC_1, src1}}, {b0, b1}, {}, f,
+    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC_0, src0}, {DNNL_ARG_SRC_1, src1}}, {b0, b1}, {}, f,
                   pd.dst_desc(), is_plain(pd.dst_desc(), out));
     return true;
   }
@@ -1592,7 +1645,7 @@ class Lowering {
     Val& v = val(name);
     if (v.buffer == target) return;
     if (v.blocked) {
-      add_kernel("output " + name, {v.buffer, target}, {0, 1}, reorder_kernel(v.layout, plain_md(dims(name))));
+      add_reorder("output " + name, v.buffer, target, v.layout, plain_md(dims(name)));
     } else if (!host_kernels_) {
       add_call("output " + name, {v.buffer, target}, {0, 1},
                {"kiln_pk_copy_rows", {Call::i64(1), Call::i64(bytes_of(name)), Call::buffer(0), Call::i64(0), Call::buffer(1), Call::i64(0)}});
@@ -1650,6 +1703,7 @@ class Lowering {
   const bool portable_;
   const bool host_kernels_;  // false: a portable call wherever Native would run a host kernel
   Program p_;
+  DeferredWork& deferred_;
   std::map<std::string, Val> vals_;
   std::map<std::string, std::vector<size_t>> consumers_;
   std::map<std::string, size_t> producer_;
@@ -1679,9 +1733,11 @@ bool lowers(const ir::Node& node, const ir::Specialization& spec) {
   return lowers_natively(node) || ref::has_kernel(node.domain, node.op_type);
 }
 
-Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family) {
-  Program p = Lowering(graph, spec, family).run();
+Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork* deferred) {
+  DeferredWork work;
+  Program p = Lowering(graph, spec, family, deferred ? *deferred : work).run();
   p.graph_nodes = int(graph.nodes.size());
+  for (auto& task : work) task();
   return p;
 }
 

@@ -16,7 +16,10 @@ namespace kiln::cpu {
 // size); the backend then runs it with the reference executor.
 // `family` picks the kernels of convolutions, products, pooling,
 // normalisations and copies; what neither compiles runs its reference kernel.
-Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family = KernelFamily::Native);
+// With `deferred`, the work that only has to be done before the program
+// first runs (see DeferredWork) is appended there instead of done.
+Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family = KernelFamily::Native,
+              DeferredWork* deferred = nullptr);
 
 // Whether the cpu backend compiles a node of this kind itself (for the other
 // kinds, it calls the reference kernel). Shapes and dtypes can still send a

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "backends/cpu/thread_budget.hpp"
 #include "runtime/ir/error.hpp"
 #include "runtime/ir/serialize.hpp"
 
@@ -14,18 +15,22 @@ const dnnl::engine& cpu_engine() {
   return engine;
 }
 
-dnnl::memory reorder_constant(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& want) {
+void reorder_constant(const dnnl::memory::desc& user, const void* data, const dnnl::memory& dst) {
+  OmpThreads one(1);
   dnnl::memory src(user, cpu_engine(), const_cast<void*>(data));
-  dnnl::memory dst(want, cpu_engine());
   dnnl::stream stream(cpu_engine());
-  dnnl::reorder(src, dst).execute(stream, src, dst);
+  dnnl::reorder(src, dst).execute(stream, src, const_cast<dnnl::memory&>(dst));
   stream.wait();
-  return dst;
 }
 
-OneDnnKernel::OneDnnKernel(dnnl::primitive primitive, std::vector<std::pair<int, dnnl::memory::desc>> runtime_args,
+dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr) {
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+OneDnnKernel::OneDnnKernel(dnnl::primitive_desc_base pd, std::vector<std::pair<int, dnnl::memory::desc>> runtime_args,
                            std::unordered_map<int, dnnl::memory> constant_args, int sum_from)
-    : primitive_(std::move(primitive)),
+    : pd_(std::move(pd)),
       runtime_args_(std::move(runtime_args)),
       constant_args_(std::move(constant_args)),
       sum_from_(sum_from) {
@@ -40,7 +45,12 @@ OneDnnKernel::OneDnnKernel(dnnl::primitive primitive, std::vector<std::pair<int,
   }
 }
 
+void OneDnnKernel::create_primitive() {
+  if (!primitive_) primitive_ = dnnl::primitive(pd_.get());
+}
+
 void OneDnnKernel::run(void* const* args) const {
+  if (!primitive_) ir::fail(ir::ErrorKind::Internal, "oneDNN kernel run before its primitive was created");
   try {
     // The sum post-op adds what the destination holds: put the residual there.
     if (sum_from_ >= 0 && args[sum_from_] != args[dst_index_])
@@ -110,7 +120,7 @@ const dnnl_memory_desc_t* query_md(const_dnnl_primitive_desc_t pd, dnnl_query_t 
 }  // namespace
 
 void OneDnnKernel::save(json& out, WeightsWriter& weights) const {
-  const_dnnl_primitive_desc_t pd = primitive_.get_primitive_desc();
+  const_dnnl_primitive_desc_t pd = pd_.get();
   dnnl_primitive_kind_t kind;
   dnnl::error::wrap_c_api(dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind), "query primitive kind");
   json prim = {{"kind", int(kind)}};
@@ -180,7 +190,7 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
       ops.append_eltwise(ir::json_field<float>(op, "scale", what), dnnl::algorithm(ir::json_field<int>(op, "eltwise", what)),
                          ir::json_field<float>(op, "alpha", what), ir::json_field<float>(op, "beta", what));
   }
-  dnnl::primitive_attr attr;
+  dnnl::primitive_attr attr = user_scratchpad();
   attr.set_post_ops(ops);
   const auto kind = dnnl_primitive_kind_t(ir::json_field<int>(prim, "kind", what));
   const dnnl_engine_t engine = cpu_engine().get();
@@ -209,8 +219,7 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
   if (status != dnnl_success)
     ir::fail(ir::ErrorKind::InvalidModel, what + ": oneDNN cannot create the saved primitive again (status " +
                                               std::to_string(int(status)) + ")");
-  std::unique_ptr<dnnl_primitive_desc, dnnl_status_t (*)(dnnl_primitive_desc_t)> owned(pd, dnnl_primitive_desc_destroy);
-  dnnl::primitive primitive(pd);
+  dnnl::primitive_desc_base owned(pd);
 
   std::unordered_map<int, dnnl::memory> constants;
   for (const json& c : ir::json_field<json>(j, "constants", what)) {
@@ -233,8 +242,10 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
     if (!r.is_array() || r.size() != 2) ir::fail(ir::ErrorKind::InvalidModel, what + ": a runtime argument must be [id, desc]");
     runtime.push_back({r[0].get<int>(), dnnl::memory::desc(md_from_json(r[1], what))});
   }
-  return std::make_unique<OneDnnKernel>(std::move(primitive), std::move(runtime), std::move(constants),
-                                        ir::json_field<int>(j, "sum_from", what));
+  auto kernel = std::make_unique<OneDnnKernel>(std::move(owned), std::move(runtime), std::move(constants),
+                                               ir::json_field<int>(j, "sum_from", what));
+  kernel->create_primitive();
+  return kernel;
 }
 
 }  // namespace kiln::cpu

@@ -21,8 +21,14 @@ class OneDnnKernel : public Kernel {
   // layout of the buffer bound there. If `sum_from` >= 0, that argument (a
   // residual of the destination's layout) is copied into DNNL_ARG_DST first,
   // for a Sum post-op.
-  OneDnnKernel(dnnl::primitive primitive, std::vector<std::pair<int, dnnl::memory::desc>> runtime_args,
+  OneDnnKernel(dnnl::primitive_desc_base pd, std::vector<std::pair<int, dnnl::memory::desc>> runtime_args,
                std::unordered_map<int, dnnl::memory> constant_args, int sum_from = -1);
+  // Makes the primitive (oneDNN compiles its code here), once, before the
+  // first run. Kept apart from construction so that the lowering can leave it
+  // to run beside LLVM code generation. The calling thread's OpenMP thread
+  // count must be the one the descriptor was made with: oneDNN keys its
+  // primitive cache by it.
+  void create_primitive();
   // Not reentrant: the memory handles are rebound on every call, which
   // allocates nothing. Runs of one Runtime are serialised (cpu_backend.cpp).
   void run(void* const* args) const override;
@@ -32,6 +38,7 @@ class OneDnnKernel : public Kernel {
   static std::unique_ptr<Kernel> load(const nlohmann::json& j, const WeightsReader& weights, const std::string& what);
 
  private:
+  dnnl::primitive_desc_base pd_;
   dnnl::primitive primitive_;
   std::vector<std::pair<int, dnnl::memory::desc>> runtime_args_;
   std::unordered_map<int, dnnl::memory> constant_args_;
@@ -48,7 +55,13 @@ bool is_onednn_kernel(const Kernel& kernel);
 // The engine every kernel of the cpu backend uses.
 const dnnl::engine& cpu_engine();
 
-// `data` (plain, of `user` layout) copied into a new memory of layout `want`.
-dnnl::memory reorder_constant(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& want);
+// Every primitive of the cpu backend takes its scratchpad as an argument (a
+// step buffer in the run's arena), never oneDNN's own: that one belongs to
+// the thread that created the primitive, and a run may come from any thread.
+dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = {});
+
+// `data` (of `user` layout) copied into `dst`, on the calling thread alone
+// (this runs beside other compile work, never with a run's threads).
+void reorder_constant(const dnnl::memory::desc& user, const void* data, const dnnl::memory& dst);
 
 }  // namespace kiln::cpu

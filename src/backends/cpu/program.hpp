@@ -4,6 +4,7 @@
 // lowering builds it, the code generator turns it into one straight-line
 // entry function, and the executable binds buffers and calls that function.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -149,5 +150,12 @@ struct Program {
   int compiled_nodes = 0;   // graph nodes lowered to oneDNN primitives or generated loops
   int fallback_nodes = 0;   // graph nodes run by the reference kernels
 };
+
+// Compile work that nothing else in the compile waits for: each oneDNN
+// primitive's own code generation and each weight's reorder into the layout
+// its primitive chose. It must all have run before the program first runs;
+// the tasks are independent (any order, any thread), so the backend runs them
+// beside LLVM code generation. A task throws ir::Error.
+using DeferredWork = std::vector<std::function<void()>>;
 
 }  // namespace kiln::cpu

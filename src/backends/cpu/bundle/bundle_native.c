@@ -65,7 +65,11 @@ static dnnl_primitive_attr_t make_attr(const kiln_bundle_native_primitive* p) {
     if (op->kind == KILN_BUNDLE_NATIVE_POST_SUM) ok = dnnl_post_ops_append_sum(ops, op->scale) == dnnl_success;
     else ok = dnnl_post_ops_append_eltwise(ops, op->scale, (dnnl_alg_kind_t)op->alg, op->alpha, op->beta) == dnnl_success;
   }
-  if (ok && dnnl_primitive_attr_create(&attr) == dnnl_success && dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success) {
+  /* The scratchpad is a step buffer in the caller's arena: oneDNN's own
+     belongs to the thread that created the primitive. */
+  if (ok && dnnl_primitive_attr_create(&attr) == dnnl_success &&
+      (dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success ||
+       dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success)) {
     dnnl_primitive_attr_destroy(attr);
     attr = NULL;
   }
