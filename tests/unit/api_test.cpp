@@ -182,7 +182,7 @@ TEST(Api, ConcurrentRunsOnOneModelAgree) {
 // primitive: a run from any other thread (a service's worker pool, or a
 // process that loaded the specialization from the cache) crashed before the
 // backend gave every primitive a scratchpad in the run's arena.
-TEST(Api, RunsFromOtherThreadsThanTheCompileAgree) {
+TEST(Api, RunsFromOtherThreadsThanTheCompileOrTheCacheLoadAgree) {
   kiln::test::ModelBuilder b;
   b.input("x", onnx::TensorProto::FLOAT, {1, 8, 6, 6}).output("y", onnx::TensorProto::FLOAT, {1, 6, 4, 4});
   std::vector<float> w(6 * 4 * 3 * 3), bias(6);
@@ -201,24 +201,39 @@ TEST(Api, RunsFromOtherThreadsThanTheCompileAgree) {
   kiln::Runtime ref_rt(ref_opts);
   const auto expected = kiln::Model::load_from_memory(ref_rt, bytes.data(), bytes.size()).run({{"x", x}})[0];
 
+  // Compiled on this thread, then loaded from the cache on this thread by a
+  // second Runtime; both run on other threads. ctest turns the cache off for
+  // this suite: here it must be on.
   kiln::RuntimeOptions opts;
   opts.threads = 2;
-  kiln::Runtime rt(opts);
-  auto model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
-  const auto first = model.run({{"x", x}})[0];  // compiled on this thread
+  opts.cache_dir = ::testing::TempDir() + "kiln_scratchpad_cache_" + std::to_string(::getpid());
+  const char* cache_env = std::getenv("KILN_CACHE");
+  const std::string saved = cache_env ? cache_env : "";
+  ::unsetenv("KILN_CACHE");
+  kiln::Runtime compiling(opts), loading(opts);
+  if (cache_env) ::setenv("KILN_CACHE", saved.c_str(), 1);
+  auto compiled = kiln::Model::load_from_memory(compiling, bytes.data(), bytes.size());
+  const auto first = compiled.run({{"x", x}})[0];
+  compiling.wait_for_cache();
+  auto loaded = kiln::Model::load_from_memory(loading, bytes.data(), bytes.size());
+  const auto again = loaded.run({{"x", x}})[0];
+  ASSERT_EQ(loaded.specializations().at(0).cache, kiln::CacheOutcome::Hit);
   ASSERT_EQ(first.nbytes(), expected.nbytes());
   for (size_t i = 0; i < 6 * 4 * 4; ++i) EXPECT_NEAR(first.data_as<float>()[i], expected.data_as<float>()[i], 1e-4) << i;
+  EXPECT_EQ(std::memcmp(again.data(), first.data(), first.nbytes()), 0);
   std::atomic<int> mismatches{0};
   std::vector<std::thread> threads;
-  for (int t = 0; t < 3; ++t)
-    threads.emplace_back([&] {
-      for (int i = 0; i < 3; ++i) {
-        const auto out = model.run({{"x", x}})[0];
-        if (std::memcmp(out.data(), first.data(), first.nbytes()) != 0) ++mismatches;
-      }
-    });
+  for (auto* model : {&compiled, &loaded})
+    for (int t = 0; t < 2; ++t)
+      threads.emplace_back([&, model] {
+        for (int i = 0; i < 3; ++i) {
+          const auto out = model->run({{"x", x}})[0];
+          if (std::memcmp(out.data(), first.data(), first.nbytes()) != 0) ++mismatches;
+        }
+      });
   for (auto& t : threads) t.join();
   EXPECT_EQ(mismatches.load(), 0);
+  std::filesystem::remove_all(opts.cache_dir);
 }
 
 TEST(Api, OutputsNeverAliasInputsOrWeights) {
