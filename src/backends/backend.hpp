@@ -112,4 +112,8 @@ void check_output_buffers(const std::vector<ir::Tensor>& outputs, const std::vec
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads);
 std::vector<std::string> backend_names();
 
+// What runs the nodes `backend` does not take: its fallback(), else the
+// reference backend (none for the reference backend itself).
+std::unique_ptr<Backend> make_fallback(const Backend& backend);
+
 }  // namespace kiln::backends

@@ -41,6 +41,11 @@ void Executable::run_into(const std::map<std::string, ir::Tensor>& inputs, std::
 
 std::vector<std::string> backend_names() { return {"cpu", "reference"}; }
 
+std::unique_ptr<Backend> make_fallback(const Backend& backend) {
+  if (auto own = backend.fallback()) return own;
+  return backend.name() == "reference" ? nullptr : make_reference_backend();
+}
+
 
 Artifact Executable::save() const {
   ir::fail(ir::ErrorKind::Unsupported, "this specialization runs on the reference executor, which keeps no compiled code");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace kiln::backends {
@@ -101,9 +102,13 @@ std::vector<Part> make_parts(const ir::Graph& graph, const ir::Specialization& s
 // so concurrent runs share nothing but the parts' executables.
 class PartitionedExecutable : public Executable {
  public:
+  struct Input {
+    ir::ValueInfo info;
+    std::optional<ir::Dims> dims;  // what the part was compiled for, if concrete
+  };
   struct Step {
     std::unique_ptr<Executable> executable;
-    std::vector<ir::ValueInfo> inputs;
+    std::vector<Input> inputs;
     std::vector<std::string> outputs;
   };
   PartitionedExecutable(std::shared_ptr<const ir::Graph> graph, std::vector<Step> steps, std::string backends)
@@ -130,12 +135,12 @@ class PartitionedExecutable : public Executable {
       std::map<std::string, ir::Tensor> given;
       // An input missing here is an overridable weight the caller left
       // alone: the part's graph holds its default.
-      for (const auto& in : step.inputs) {
+      for (const auto& [in, dims] : step.inputs) {
         auto it = values.find(in.name);
         if (it == values.end()) continue;
         // A compiled part trusts the shapes it was compiled for: a value an
         // earlier part made otherwise (a shape inference mistake) stops here.
-        if (in.shape.is_concrete() && (it->second.dims() != in.shape.concrete() || it->second.dtype() != in.dtype))
+        if (dims && (it->second.dims() != *dims || it->second.dtype() != in.dtype))
           ir::fail(ir::ErrorKind::Internal, "value '" + in.name + "' is " + ir::dtype_name(it->second.dtype()) + " " +
                                                 ir::dims_to_string(it->second.dims()) + ", the next part was compiled for " +
                                                 ir::dtype_name(in.dtype) + " " + in.shape.to_string());
@@ -185,7 +190,8 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
   std::set<const Backend*> used;
   for (Part& part : make_parts(*graph, spec, backends, groups)) {
     PartitionedExecutable::Step step;
-    step.inputs = part.graph->inputs;
+    for (const auto& in : part.graph->inputs)
+      step.inputs.push_back({in, in.shape.is_concrete() ? std::optional<ir::Dims>(in.shape.concrete()) : std::nullopt});
     for (const auto& v : part.graph->outputs) step.outputs.push_back(v.name);
     used.insert(part.backend);
     step.executable = part.backend->compile(std::move(part.graph), spec, options);

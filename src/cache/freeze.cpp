@@ -67,17 +67,17 @@ class Freezer {
       ir::fail(ir::ErrorKind::InvalidArgument, "bundle name '" + r.name + "' is not a C identifier (letters, digits, '_')");
     choose_inputs();
     r.batch_sizes = batch_sizes();
+    cpu::Target target = req_.target;
+    const cpu::HostInfo host = cpu::detect_host();
+    if (req_.native_kernels && !target.triple.empty() && target.triple != host.triple)
+      ir::fail(ir::ErrorKind::InvalidArgument, "--kernels native bundles are for this machine (" + host.triple +
+                                                   "), not '" + target.triple + "': oneDNN chose their layouts here");
     for (size_t i = 0; i < r.batch_sizes.size(); ++i) {
       progress("specializing and lowering batch " + std::to_string(r.batch_sizes[i]) + " (" + std::to_string(i + 1) + "/" +
                std::to_string(r.batch_sizes.size()) + ")");
       frozen_.push_back(specialize(r.batch_sizes[i]));
     }
 
-    cpu::Target target = req_.target;
-    const cpu::HostInfo host = cpu::detect_host();
-    if (req_.native_kernels && !target.triple.empty() && target.triple != host.triple)
-      ir::fail(ir::ErrorKind::InvalidArgument, "--kernels native bundles are for this machine (" + host.triple +
-                                                   "), not '" + target.triple + "': oneDNN chose their layouts here");
     if (target.triple.empty()) {
       target.triple = host.triple;
       if (target.cpu.empty()) {
@@ -355,7 +355,10 @@ class Freezer {
       auto& candidates = reordered_[{XXH3_64bits(data, bytes), bytes}];
       int64_t at = -1;
       for (int64_t c : candidates)
-        if (std::memcmp(weights_.data() + c, data, bytes) == 0) at = c;
+        if (std::memcmp(weights_.data() + c, data, bytes) == 0) {
+          at = c;
+          break;
+        }
       if (at < 0) candidates.push_back(at = place(data, bytes));
       moved[offset] = at;
     }

@@ -271,8 +271,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
     for (const auto& n : backends::backend_names()) names += (names.empty() ? "'" : ", '") + n + "'";
     throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::backend '" + options.backend + "' is unknown; available: " + names);
   }
-  impl_->fallback = impl_->backend->fallback();
-  if (!impl_->fallback && options.backend != "reference") impl_->fallback = backends::make_backend("reference", impl_->threads);
+  impl_->fallback = backends::make_fallback(*impl_->backend);
   if (options.kernels.empty())
     if (const char* env = std::getenv("KILN_KERNELS"); env && *env) options.kernels = env;
   if (options.kernels.empty()) options.kernels = "native";
@@ -363,7 +362,7 @@ struct Model::Impl {
     for (const auto* v : g.required_inputs()) inputs.push_back(to_info(*v, false));
     for (const auto& v : g.inputs)
       if (g.initializers.count(v.name)) inputs.push_back(to_info(v, true));
-    if (inputs.size() > g.required_inputs().size()) own_weights();
+    if (std::any_of(inputs.begin(), inputs.end(), [](const auto& in) { return in.has_default; })) own_weights();
     // Outputs declared without a (full) shape get the inferred one; most
     // models declare them all, and then loading infers nothing.
     auto declared_full = [](const ir::ValueInfo& v) {

@@ -270,8 +270,7 @@ int main(int argc, char** argv) {
   if (backend != "reference") {
     compiled_backend = kiln::backends::make_backend(backend, 2);
     g_backend = compiled_backend.get();
-    g_fallback = g_backend->fallback();
-    if (!g_fallback) g_fallback = kiln::backends::make_backend("reference", 1);
+    g_fallback = kiln::backends::make_fallback(*g_backend);
   }
 
   std::map<std::string, std::string> expected;

@@ -374,10 +374,6 @@ TEST_F(BundleTest, RustProgramMatchesTheJit) {
   }
 }
 
-// A small convolutional network (the zoo's models need torch to build): Conv
-// with a fused Relu, MaxPool, a depthwise Conv with a residual Add, a 1x1
-// Conv with Clip, GlobalAveragePool, Gemm, Softmax; batch sizes 1, 3, 8 and
-// 13 from compiled sizes 1 and 8, serial and on 3 host threads.
 // A small convolutional network: convolution, pooling, depthwise with a
 // residual Add, Clip, global pooling, Gemm, Softmax; batch axis "batch".
 std::string conv_net() {

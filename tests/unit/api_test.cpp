@@ -27,6 +27,17 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// ctest turns the cache off for this suite (KILN_CACHE=off); tests of the
+// cache need a Runtime with it on.
+kiln::Runtime runtime_with_cache(const kiln::RuntimeOptions& opts) {
+  const char* env = std::getenv("KILN_CACHE");
+  const std::string saved = env ? env : "";
+  ::unsetenv("KILN_CACHE");
+  kiln::Runtime rt(opts);
+  if (env) ::setenv("KILN_CACHE", saved.c_str(), 1);
+  return rt;
+}
+
 }  // namespace
 
 TEST(Api, DescribesInputsAndOutputs) {
@@ -202,16 +213,11 @@ TEST(Api, RunsFromOtherThreadsThanTheCompileOrTheCacheLoadAgree) {
   const auto expected = kiln::Model::load_from_memory(ref_rt, bytes.data(), bytes.size()).run({{"x", x}})[0];
 
   // Compiled on this thread, then loaded from the cache on this thread by a
-  // second Runtime; both run on other threads. ctest turns the cache off for
-  // this suite: here it must be on.
+  // second Runtime; both run on other threads.
   kiln::RuntimeOptions opts;
   opts.threads = 2;
   opts.cache_dir = ::testing::TempDir() + "kiln_scratchpad_cache_" + std::to_string(::getpid());
-  const char* cache_env = std::getenv("KILN_CACHE");
-  const std::string saved = cache_env ? cache_env : "";
-  ::unsetenv("KILN_CACHE");
-  kiln::Runtime compiling(opts), loading(opts);
-  if (cache_env) ::setenv("KILN_CACHE", saved.c_str(), 1);
+  kiln::Runtime compiling = runtime_with_cache(opts), loading = runtime_with_cache(opts);
   auto compiled = kiln::Model::load_from_memory(compiling, bytes.data(), bytes.size());
   const auto first = compiled.run({{"x", x}})[0];
   compiling.wait_for_cache();
@@ -352,13 +358,8 @@ TEST(Api, NodesWithDataDependentShapesAreInterpretedAndTheRestIsCompiled) {
   const std::string dir = ::testing::TempDir() + "kiln_partition_cache_" + std::to_string(::getpid());
   kiln::RuntimeOptions opts;
   opts.cache_dir = dir;
-  // ctest turns the cache off for this suite; here it must be on, to show
-  // that such a specialization is not stored.
-  const char* cache_env = std::getenv("KILN_CACHE");
-  const std::string saved = cache_env ? cache_env : "";
-  ::unsetenv("KILN_CACHE");
-  kiln::Runtime rt(opts);
-  if (cache_env) ::setenv("KILN_CACHE", saved.c_str(), 1);
+  // The cache is on, to show that such a specialization is not stored.
+  kiln::Runtime rt = runtime_with_cache(opts);
   auto model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
   const auto x = kiln::Tensor::from_vector<float>(kiln::DType::Float32, {2, 3}, {1, -2, 3, 0, 5, -1});
 

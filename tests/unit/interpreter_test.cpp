@@ -4,11 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
 #include "backends/backend.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "imported_model.hpp"
+#include "random_data.hpp"
 
 namespace {
 
@@ -17,11 +17,7 @@ using kiln::ir::Tensor;
 using kiln::test::ModelBuilder;
 
 Tensor random(const Dims& dims, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1, 1);
-  std::vector<float> v(size_t(kiln::ir::checked_numel(dims)));
-  for (float& x : v) x = d(rng);
-  return Tensor::from_vector<float>(dims, v);
+  return Tensor::from_vector<float>(dims, kiln::test::random_values(size_t(kiln::ir::checked_numel(dims)), seed));
 }
 
 // One node over named inputs, run by the interpreter and by the reference.

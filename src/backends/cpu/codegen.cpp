@@ -163,6 +163,7 @@ class Emitter {
     auto* task_type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), {ptr_, i64_, i64_}, false);
     auto* parallel_type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), {ptr_, i64_, ptr_, ptr_}, false);
     const int64_t num_inputs = int64_t(p.inputs.size());
+    uint32_t native_steps = 0;  // a bundle's oneDNN steps so far: their index in its native table
     for (size_t s = 0; s < p.steps.size(); ++s) {
       const Step& step = p.steps[s];
       auto* args = arg_arrays[s];
@@ -186,7 +187,7 @@ class Emitter {
         if (bundle) {
           if (!is_onednn_kernel(*step.kernel))
             ir::fail(ir::ErrorKind::Unsupported, "step '" + step.label + "' needs a host kernel, which a bundle cannot call");
-          result = b_.CreateCall(run_kernel_fn, {native, b_.getInt32(uint32_t(native_steps++)), args});
+          result = b_.CreateCall(run_kernel_fn, {native, b_.getInt32(native_steps++), args});
         } else {
           result = b_.CreateCall(run_kernel_fn, {load_ptr(kernels, int64_t(s)), args, status});
         }
@@ -242,7 +243,6 @@ class Emitter {
   }
 
   std::vector<std::string> step_names;  // per step: its loop or call function, or ""
-  int32_t native_steps = 0;              // a bundle's oneDNN steps so far: their index in its native table
 
  private:
   static std::string loop_key(const Loop& loop) {

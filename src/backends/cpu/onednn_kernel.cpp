@@ -15,11 +15,11 @@ const dnnl::engine& cpu_engine() {
   return engine;
 }
 
-void reorder_constant(const dnnl::memory::desc& user, const void* data, const dnnl::memory& dst) {
+void reorder_constant(const dnnl::memory::desc& user, const void* data, dnnl::memory dst) {
   OmpThreads one(1);
   dnnl::memory src(user, cpu_engine(), const_cast<void*>(data));
   dnnl::stream stream(cpu_engine());
-  dnnl::reorder(src, dst).execute(stream, src, const_cast<dnnl::memory&>(dst));
+  dnnl::reorder(src, dst).execute(stream, src, dst);
   stream.wait();
 }
 

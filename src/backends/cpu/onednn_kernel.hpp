@@ -62,6 +62,6 @@ dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = {});
 
 // `data` (of `user` layout) copied into `dst`, on the calling thread alone
 // (this runs beside other compile work, never with a run's threads).
-void reorder_constant(const dnnl::memory::desc& user, const void* data, const dnnl::memory& dst);
+void reorder_constant(const dnnl::memory::desc& user, const void* data, dnnl::memory dst);
 
 }  // namespace kiln::cpu

@@ -313,14 +313,16 @@ ValueInfo infer_resize(const NodeView& n) {
     if (const Tensor* z = n.value(3); z && z->numel() > 0) sizes = z->to_int64_vector();
   const Attribute* policy = n.node.attr("keep_aspect_ratio_policy");
   const bool stretch = !policy || policy->s == "stretch";
+  const bool by_sizes = stretch && !sizes.empty() && sizes.size() == axes.size();
+  const bool by_scales = sizes.empty() && scales.size() == axes.size();
   Shape out = x->shape;
   for (size_t i = 0; i < axes.size(); ++i) {
     Dim& d = out.dims[size_t(axes[i])];
-    if (!sizes.empty() && stretch && sizes.size() == axes.size() && sizes[i] >= 0) {
+    if (by_sizes && sizes[i] >= 0) {
       d = Dim::known(sizes[i]);
-    } else if (sizes.empty() && scales.size() == axes.size() && scales[i] > 0 && d.is_known()) {
+    } else if (by_scales && scales[i] > 0 && d.is_known()) {
       d = Dim::known(int64_t(std::floor(double(*d.value) * scales[i])));
-    } else if (!(sizes.empty() && scales.size() == axes.size() && scales[i] == 1)) {
+    } else if (!(by_scales && scales[i] == 1)) {
       d = Dim::unknown();
     }
   }

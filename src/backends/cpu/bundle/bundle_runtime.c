@@ -115,6 +115,13 @@ static int32_t read_file(kiln_bundle* b, const char* path) {
   return rc;
 }
 
+/* The native specializations' oneDNN state, made by create. */
+static void destroy_native(kiln_bundle* b) {
+  for (int32_t s = 0; s < b->desc->num_specs; ++s)
+    if (b->native[s]) b->desc->native_destroy(b->native[s]);
+  memset(b->native, 0, sizeof b->native);
+}
+
 int32_t kiln_bundle_create(const kiln_bundle_desc* d, const char* weights_path, const void* weights, uint64_t weights_size,
                            kiln_bundle** out) {
   if (!out || !d) return KILN_BUNDLE_ERROR_ARGUMENT;
@@ -162,9 +169,7 @@ int32_t kiln_bundle_create(const kiln_bundle_desc* d, const char* weights_path, 
   if (rc != KILN_BUNDLE_OK) {
     /* The message stays readable through a handle that can only be destroyed. */
     *out = b;
-    for (int32_t s = 0; s < d->num_specs; ++s)
-      if (b->native[s]) d->native_destroy(b->native[s]);
-    memset(b->native, 0, sizeof b->native);
+    destroy_native(b);
     free(b->image);
     b->image = NULL;
     b->weights = NULL;
@@ -177,8 +182,7 @@ int32_t kiln_bundle_create(const kiln_bundle_desc* d, const char* weights_path, 
 
 void kiln_bundle_destroy(kiln_bundle* b) {
   if (!b) return;
-  for (int32_t s = 0; s < b->desc->num_specs; ++s)
-    if (b->native[s]) b->desc->native_destroy(b->native[s]);
+  destroy_native(b);
   free(b->image);
   free(b->arena);
   free(b->staging);

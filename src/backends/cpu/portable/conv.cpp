@@ -239,6 +239,8 @@ struct FlatPlane {
   // Rows of each plane a band of `rows` output rows reads.
   int64_t plane_rows(int64_t rows) const { return rows + floor_div(kh() - 1 - pt(), S) - qr_lo(); }
   int64_t lead() const { return -qc_lo(); }
+  // Output rows per band (see kFlatBand).
+  int64_t band_rows() const { return max64(1, kFlatBand / S / s.ow); }
   int64_t plane_floats(int64_t rows) const { return lead() + plane_rows(rows) * s.ow + kFlatMargin; }
 
   // Outputs j .. j + count (count <= NB * W) of the band; base[a * S + b] is
@@ -340,7 +342,7 @@ struct FlatPlane {
   }
 
   void plane(const float* xp, const DepthwiseOp& op) const {
-    const int64_t band_rows = max64(1, kFlatBand / S / s.ow);
+    const int64_t band_rows = this->band_rows();
     for (int64_t oy0 = 0; oy0 < s.oh; oy0 += band_rows) {
       const int64_t rows = min64(band_rows, s.oh - oy0), outputs = rows * s.ow;
       const float* base[S * S];
@@ -383,7 +385,7 @@ void flat_depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_
     const FlatPlane<W, S, KH, KW, P> engine{s, masks, buf, x + n * c * in_plane};
     // As many outputs as a band of this plane holds: on small planes (7x7)
     // filling whole tables cost more than the convolution.
-    const int64_t band = min64(max64(1, kFlatBand / S / s.ow), s.oh) * s.ow;
+    const int64_t band = min64(engine.band_rows(), s.oh) * s.ow;
     for (int64_t qc = engine.qc_lo(); qc <= engine.qc_hi(); ++qc) {
       if (qc == 0) continue;
       int8_t* m = masks + engine.mask_slot(qc) * kFlatMaskLength;
