@@ -4,10 +4,17 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/ir/serialize.hpp"
 
 namespace kiln::backends {
 
 namespace {
+
+using nlohmann::json;
 
 // Which nodes go together: groups keyed by (level, backend). A node's level
 // is the number of backend changes on the longest path that reaches it, so
@@ -103,16 +110,21 @@ std::vector<Part> make_parts(const ir::Graph& graph, const ir::Specialization& s
 class PartitionedExecutable : public Executable {
  public:
   struct Input {
-    ir::ValueInfo info;
+    std::string name;
+    ir::DType dtype = ir::DType::Undefined;
     std::optional<ir::Dims> dims;  // what the part was compiled for, if concrete
   };
   struct Step {
+    std::string backend;
     std::unique_ptr<Executable> executable;
     std::vector<Input> inputs;
     std::vector<std::string> outputs;
   };
-  PartitionedExecutable(std::shared_ptr<const ir::Graph> graph, std::vector<Step> steps, std::string backends)
-      : graph_(std::move(graph)), steps_(std::move(steps)), backends_(std::move(backends)) {}
+  struct Output {
+    std::string name;
+    ir::Tensor constant;  // defined if no part computes it (folded at compile time)
+  };
+  PartitionedExecutable(std::vector<Step> steps, std::vector<Output> outputs) : steps_(std::move(steps)), outputs_(std::move(outputs)) {}
 
   ExecutableStats stats() const override {
     ExecutableStats total;
@@ -134,44 +146,187 @@ class PartitionedExecutable : public Executable {
     for (const auto& step : steps_) {
       std::map<std::string, ir::Tensor> given;
       // An input missing here is an overridable weight the caller left
-      // alone: the part's graph holds its default.
-      for (const auto& [in, dims] : step.inputs) {
+      // alone: the part holds its default.
+      for (const auto& in : step.inputs) {
         auto it = values.find(in.name);
         if (it == values.end()) continue;
         // A compiled part trusts the shapes it was compiled for: a value an
         // earlier part made otherwise (a shape inference mistake) stops here.
-        if (dims && (it->second.dims() != *dims || it->second.dtype() != in.dtype))
+        if (in.dims && (it->second.dims() != *in.dims || it->second.dtype() != in.dtype))
           ir::fail(ir::ErrorKind::Internal, "value '" + in.name + "' is " + ir::dtype_name(it->second.dtype()) + " " +
                                                 ir::dims_to_string(it->second.dims()) + ", the next part was compiled for " +
-                                                ir::dtype_name(in.dtype) + " " + in.shape.to_string());
+                                                ir::dtype_name(in.dtype) + " " + ir::dims_to_string(*in.dims));
         given.emplace(in.name, it->second);
       }
       std::vector<ir::Tensor> produced = step.executable->run(given);
+      if (produced.size() != step.outputs.size())
+        ir::fail(ir::ErrorKind::Internal, "a part on " + step.backend + " made " + std::to_string(produced.size()) + " values, not " +
+                                              std::to_string(step.outputs.size()));
       for (size_t i = 0; i < produced.size(); ++i) values[step.outputs[i]] = std::move(produced[i]);
     }
     std::vector<ir::Tensor> out;
-    for (const auto& o : graph_->outputs) {
-      if (auto it = values.find(o.name); it != values.end()) {
-        out.push_back(it->second);
-      } else if (auto init = graph_->initializers.find(o.name); init != graph_->initializers.end()) {
-        out.push_back(init->second);
-      } else {
-        ir::fail(ir::ErrorKind::Internal, "partitioned run: no part produced output '" + o.name + "'");
-      }
+    for (const auto& o : outputs_) {
+      auto it = values.find(o.name);
+      out.push_back(it != values.end() ? it->second : o.constant);
     }
     return out;
   }
 
-  Artifact save() const override {
-    ir::fail(ir::ErrorKind::Unsupported, "this specialization runs in " + std::to_string(steps_.size()) + " parts on " +
-                                             backends_ + "; only a specialization that one backend runs whole is cached");
+  Artifact save() const override;
+  int64_t parts() const { return int64_t(steps_.size()); }
+  std::set<std::string> backends() const {
+    std::set<std::string> names;
+    for (const auto& step : steps_) names.insert(step.backend);
+    return names;
   }
+  static std::unique_ptr<PartitionedExecutable> load(const LoadedArtifact& artifact, const std::shared_ptr<const ir::Graph>& graph,
+                                                     const std::vector<const Backend*>& backends, const CompileOptions& options);
 
  private:
-  std::shared_ptr<const ir::Graph> graph_;
   std::vector<Step> steps_;
-  std::string backends_;
+  std::vector<Output> outputs_;
 };
+
+// A partitioned artifact is the parts' own artifacts side by side: the
+// objects one after another, each part's weights at a 64-byte aligned base
+// of one weights file, and a program that starts with kMagic (which no
+// backend's own program starts with) followed by CBOR listing the parts.
+constexpr std::string_view kMagic = "KILN-PARTS\n";
+constexpr int kFormat = 1;
+
+json dims_or_null(const std::optional<ir::Dims>& dims) { return dims ? json(*dims) : json(); }
+
+Artifact PartitionedExecutable::save() const {
+  Artifact a;
+  json parts = json::array(), summaries = json::array();
+  // Each part's weights chunks, moved to the part's base.
+  auto append_weights = [&](const Artifact& part) {
+    const int64_t base = (a.weights_bytes + 63) / 64 * 64;
+    for (size_t i = 0; i < part.weights.size(); ++i) {
+      a.weights.push_back(part.weights[i]);
+      a.weight_offsets.push_back(base + part.weight_offsets[i]);
+    }
+    a.weights_bytes = base + part.weights_bytes;
+    return base;
+  };
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    const Step& step = steps_[k];
+    Artifact part;
+    try {
+      part = step.executable->save();
+    } catch (const ir::Error& e) {
+      ir::fail(e.kind(), "part " + std::to_string(k + 1) + " of " + std::to_string(steps_.size()) + " (" + step.backend +
+                             ") cannot be saved: " + e.what());
+    }
+    json inputs = json::array();
+    for (const auto& in : step.inputs) inputs.push_back({in.name, int(in.dtype), dims_or_null(in.dims)});
+    const int64_t object_offset = int64_t(a.object.size());
+    a.object += part.object;
+    const int64_t weights_base = append_weights(part);
+    parts.push_back({{"backend", step.backend},
+                     {"inputs", inputs},
+                     {"outputs", step.outputs},
+                     {"object", {object_offset, part.object.size()}},
+                     {"program", json::binary(std::vector<uint8_t>(part.program.begin(), part.program.end()))},
+                     {"weights", {weights_base, part.weights_bytes}}});
+    summaries.push_back({{"backend", step.backend}, {"part", json::parse(part.summary.empty() ? "null" : part.summary)}});
+  }
+  json outputs = json::array();
+  for (const auto& o : outputs_) {
+    json out = {{"name", o.name}};
+    if (o.constant.defined()) {
+      Artifact bytes;
+      bytes.weights = {{o.constant.raw(), o.constant.nbytes()}};
+      bytes.weight_offsets = {0};
+      bytes.weights_bytes = int64_t(o.constant.nbytes());
+      out["constant"] = {int(o.constant.dtype()), o.constant.dims(), append_weights(bytes)};
+    }
+    outputs.push_back(std::move(out));
+  }
+  const std::vector<uint8_t> cbor = json::to_cbor({{"format", kFormat}, {"parts", parts}, {"outputs", outputs}});
+  a.program = std::string(kMagic) + std::string(cbor.begin(), cbor.end());
+  a.summary = json({{"parts", summaries}}).dump();
+  return a;
+}
+
+std::unique_ptr<PartitionedExecutable> PartitionedExecutable::load(const LoadedArtifact& artifact,
+                                                                   const std::shared_ptr<const ir::Graph>& graph,
+                                                                   const std::vector<const Backend*>& backends,
+                                                                   const CompileOptions& options) {
+  const std::string what = "cached partitioned specialization";
+  const std::string_view cbor = artifact.program.substr(kMagic.size());
+  // A range of the artifact's object or weights, checked against its size.
+  auto range = [&](const json& j, size_t size, const std::string& of) {
+    const auto r = j.get<std::pair<int64_t, int64_t>>();
+    if (r.first < 0 || r.second < 0 || uint64_t(r.first) > size || uint64_t(r.second) > size - uint64_t(r.first))
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": " + of + " lies outside its file");
+    return r;
+  };
+  try {
+    const json j = json::from_cbor(cbor.begin(), cbor.end());
+    if (ir::json_field<int>(j, "format", what) != kFormat) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown format");
+    std::vector<Step> steps;
+    for (const json& p : ir::json_field<json>(j, "parts", what)) {
+      Step step;
+      step.backend = ir::json_field<std::string>(p, "backend", what);
+      const std::string where = what + " part " + std::to_string(steps.size() + 1) + " (" + step.backend + ")";
+      auto backend = std::find_if(backends.begin(), backends.end(), [&](const Backend* b) { return b->name() == step.backend; });
+      if (backend == backends.end()) ir::fail(ir::ErrorKind::InvalidModel, where + ": this runtime has no such backend");
+      for (const json& in : ir::json_field<json>(p, "inputs", where)) {
+        const json& dims = in.at(2);
+        step.inputs.push_back({in.at(0).get<std::string>(), ir::DType(in.at(1).get<int>()),
+                               dims.is_null() ? std::nullopt : std::optional<ir::Dims>(dims.get<ir::Dims>())});
+      }
+      step.outputs = ir::json_field<std::vector<std::string>>(p, "outputs", where);
+      const auto object = range(ir::json_field<json>(p, "object", where), artifact.object.size(), where + " object");
+      const auto weights = range(ir::json_field<json>(p, "weights", where), artifact.weights_bytes, where + " weights");
+      if (weights.first % 64) ir::fail(ir::ErrorKind::InvalidModel, where + ": weights are not 64-byte aligned");
+      const json& program = ir::json_field<json>(p, "program", where);
+      if (!program.is_binary()) ir::fail(ir::ErrorKind::InvalidModel, where + ": the program is not bytes");
+      LoadedArtifact part;
+      part.object = artifact.object.substr(size_t(object.first), size_t(object.second));
+      part.program = std::string_view(reinterpret_cast<const char*>(program.get_binary().data()), program.get_binary().size());
+      part.weights = artifact.weights + weights.first;
+      part.weights_bytes = size_t(weights.second);
+      part.keep_alive = artifact.keep_alive;
+      try {
+        step.executable = (*backend)->load(part, graph, options);
+      } catch (const ir::Error& e) {
+        ir::fail(e.kind(), where + ": " + e.what());
+      }
+      steps.push_back(std::move(step));
+    }
+    std::vector<Output> outputs;
+    for (const json& o : ir::json_field<json>(j, "outputs", what)) {
+      Output out{ir::json_field<std::string>(o, "name", what), {}};
+      if (o.contains("constant")) {
+        const json& c = o["constant"];
+        const auto dtype = ir::DType(c.at(0).get<int>());
+        if (!ir::dtype_supported(dtype)) ir::fail(ir::ErrorKind::InvalidModel, what + ": output '" + out.name + "' has an unsupported dtype");
+        const auto dims = c.at(1).get<ir::Dims>();
+        const int64_t offset = c.at(2).get<int64_t>();
+        range(json::array({offset, ir::checked_numel(dims) * int64_t(ir::dtype_size(dtype))}), artifact.weights_bytes,
+              "output '" + out.name + "'");
+        out.constant = ir::Tensor::view(dtype, dims, const_cast<char*>(artifact.weights + offset), artifact.keep_alive);
+      }
+      outputs.push_back(std::move(out));
+    }
+    if (outputs.size() != graph->outputs.size()) ir::fail(ir::ErrorKind::InvalidModel, what + ": not the model's outputs");
+    return std::make_unique<PartitionedExecutable>(std::move(steps), std::move(outputs));
+  } catch (const json::exception& e) {
+    ir::fail(ir::ErrorKind::InvalidModel, what + " is malformed: " + e.what());
+  }
+}
+
+std::string backend_names(const std::vector<const Backend*>& backends, const std::set<std::string>& used) {
+  std::string names;
+  for (const auto* backend : backends) {
+    if (!used.count(backend->name())) continue;
+    if (!names.empty()) names += '+';
+    names += backend->name();
+  }
+  return names;
+}
 
 }  // namespace
 
@@ -182,29 +337,48 @@ std::vector<Part> partition(const ir::Graph& graph, const ir::Specialization& sp
 PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
                                        const std::vector<const Backend*>& backends, const CompileOptions& options) {
   const Groups groups = group_nodes(*graph, spec, backends);
-  if (groups.size() <= 1) {
-    const Backend* backend = backends.at(groups.empty() ? 0 : groups.begin()->first.second);
-    return {backend->compile(std::move(graph), spec, options), backend->name(), 1};
-  }
+  // The first backend's whole-graph executable is its own (its entries are
+  // its own artifacts); anything else goes through the parts' format.
+  if (groups.empty() || (groups.size() == 1 && groups.begin()->first.second == 0))
+    return {backends.at(0)->compile(std::move(graph), spec, options), backends.at(0)->name(), 1};
   std::vector<PartitionedExecutable::Step> steps;
-  std::set<const Backend*> used;
+  std::set<std::string> used;  // backend names
   for (Part& part : make_parts(*graph, spec, backends, groups)) {
     PartitionedExecutable::Step step;
+    step.backend = part.backend->name();
     for (const auto& in : part.graph->inputs)
-      step.inputs.push_back({in, in.shape.is_concrete() ? std::optional<ir::Dims>(in.shape.concrete()) : std::nullopt});
+      step.inputs.push_back({in.name, in.dtype, in.shape.is_concrete() ? std::optional<ir::Dims>(in.shape.concrete()) : std::nullopt});
     for (const auto& v : part.graph->outputs) step.outputs.push_back(v.name);
-    used.insert(part.backend);
+    used.insert(step.backend);
     step.executable = part.backend->compile(std::move(part.graph), spec, options);
     steps.push_back(std::move(step));
   }
-  std::string names;
-  for (const auto* backend : backends) {
-    if (!used.count(backend)) continue;
-    if (!names.empty()) names += '+';
-    names += backend->name();
+  std::set<std::string> produced;
+  for (const auto& step : steps) produced.insert(step.outputs.begin(), step.outputs.end());
+  std::vector<PartitionedExecutable::Output> outputs;
+  for (const auto& o : graph->outputs) {
+    PartitionedExecutable::Output out{o.name, {}};
+    // Not made by a part: a graph input (given, or else its default) or a
+    // value folded at compile time.
+    if (!produced.count(o.name)) {
+      auto init = graph->initializers.find(o.name);
+      if (init != graph->initializers.end()) out.constant = init->second;
+      else if (!graph->find_input(o.name)) ir::fail(ir::ErrorKind::Internal, "partition: no part produces output '" + o.name + "'");
+    }
+    outputs.push_back(std::move(out));
   }
   const int64_t parts = int64_t(steps.size());
-  return {std::make_unique<PartitionedExecutable>(std::move(graph), std::move(steps), names), names, parts};
+  return {std::make_unique<PartitionedExecutable>(std::move(steps), std::move(outputs)), backend_names(backends, used), parts};
+}
+
+PartitionedCompile load_partitioned(const LoadedArtifact& artifact, std::shared_ptr<const ir::Graph> graph,
+                                    const std::vector<const Backend*>& backends, const CompileOptions& options) {
+  if (artifact.program.substr(0, kMagic.size()) != kMagic)
+    return {backends.at(0)->load(artifact, std::move(graph), options), backends.at(0)->name(), 1};
+  auto executable = PartitionedExecutable::load(artifact, graph, backends, options);
+  const int64_t parts = executable->parts();
+  std::string names = backend_names(backends, executable->backends());
+  return {std::move(executable), std::move(names), parts};
 }
 
 }  // namespace kiln::backends

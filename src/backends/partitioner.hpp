@@ -32,10 +32,18 @@ struct PartitionedCompile {
   int64_t parts = 0;
 };
 
-// Partitions and compiles `graph`. Several parts run one after another in an
-// executable that hands values from part to part; it cannot be saved for
-// the cache (save() says so).
+// Partitions and compiles `graph`. When the first backend takes the whole
+// graph, the executable is its own. Otherwise the parts run one after
+// another in an executable that hands values from part to part; it saves
+// every part's artifact in one, and fails to save if a part cannot.
 PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
                                        const std::vector<const Backend*>& backends, const CompileOptions& options);
+
+// An executable from an artifact that compile_partitioned's executable saved
+// with the same `backends` (the cache key covers them): the first backend's
+// own, or the parts, each loaded by its backend. `graph` is the model's.
+// Throws ir::Error(InvalidModel) naming what is inconsistent.
+PartitionedCompile load_partitioned(const LoadedArtifact& artifact, std::shared_ptr<const ir::Graph> graph,
+                                    const std::vector<const Backend*>& backends, const CompileOptions& options);
 
 }  // namespace kiln::backends

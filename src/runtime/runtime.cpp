@@ -523,6 +523,8 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
   std::call_once(entry->once, [&] {
     const auto start = std::chrono::steady_clock::now();
     const auto& backend = *runtime.impl_->backend;
+    std::vector<const backends::Backend*> order = {&backend};
+    if (runtime.impl_->fallback) order.push_back(runtime.impl_->fallback.get());
     backends::CompileOptions options;
     options.threads = runtime.threads();
     options.kernels = runtime.options().kernels;
@@ -530,7 +532,13 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
     const cache::Store* store = runtime.impl_->store.get();
     cache::Key cache_key;
     if (store) {
-      cache_key = cache::make_key({model.content_hash, model.source_path, key, backend.identity(options)});
+      // An entry may hold parts of every backend in the order.
+      std::string identity;
+      for (const auto* b : order) {
+        if (!identity.empty()) identity += "; ";
+        identity += b->identity(options);
+      }
+      cache_key = cache::make_key({model.content_hash, model.source_path, key, identity});
       stats.cache_key = cache_key.hex;
       std::string problem;
       // With a second thread in the budget, the weights' checksum (8 ms of
@@ -546,7 +554,10 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
           }
         }
         try {
-          entry->executable = backend.load(*artifact, model.graph, options);
+          backends::PartitionedCompile loaded = backends::load_partitioned(*artifact, model.graph, order, options);
+          entry->executable = std::move(loaded.executable);
+          stats.backend = loaded.backends;
+          stats.parts = loaded.parts;
         } catch (const ir::Error& e) {
           problem = e.what();
         }
@@ -574,8 +585,6 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
       // The specialized graph shares the model's weights; passes only add new tensors.
       auto graph = std::make_shared<ir::Graph>(*model.graph);
       passes::optimize_specialization(*graph, spec, ref::constant_evaluator());
-      std::vector<const backends::Backend*> order = {&backend};
-      if (runtime.impl_->fallback) order.push_back(runtime.impl_->fallback.get());
       backends::PartitionedCompile compiled = backends::compile_partitioned(graph, spec, order, options);
       entry->executable = std::move(compiled.executable);
       stats.backend = compiled.backends;

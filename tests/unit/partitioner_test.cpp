@@ -2,6 +2,11 @@
 // part reads and hands on, and the error when no backend takes a node.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
 #include "backends/backend.hpp"
 #include "backends/partitioner.hpp"
 #include "backends/reference/reference_executor.hpp"
@@ -96,7 +101,7 @@ TEST(Partitioner, ANodeNoBackendTakesIsNamed) {
   }
 }
 
-TEST(Partitioner, SeveralPartsRunInOrderAndCannotBeCached) {
+TEST(Partitioner, SeveralPartsRunInOrderAndAReferencePartCannotBeCached) {
   auto cpu = kiln::backends::make_backend("cpu", 1), ref = kiln::backends::make_backend("reference", 1);
   const auto model = data_dependent_model();
   auto compiled = kiln::backends::compile_partitioned(model.graph, specialize(model), {cpu.get(), ref.get()}, {});
@@ -119,6 +124,138 @@ TEST(Partitioner, SeveralPartsRunInOrderAndCannotBeCached) {
     FAIL() << "saved";
   } catch (const kiln::ir::Error& e) {
     EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("part 2 of 3 (reference)"), std::string::npos) << e.what();
+  }
+}
+
+// An artifact as the cache hands it back: every file in memory, the weights
+// 64-byte aligned.
+struct Stored {
+  explicit Stored(const kiln::backends::Artifact& a)
+      : object(a.object), program(a.program),
+        weights(static_cast<char*>(std::aligned_alloc(64, size_t(a.weights_bytes + 64) / 64 * 64)), &std::free) {
+    for (size_t i = 0; i < a.weights.size(); ++i)
+      std::memcpy(weights.get() + a.weight_offsets[i], a.weights[i].first, a.weights[i].second);
+    bytes = size_t(a.weights_bytes);
+  }
+  kiln::backends::LoadedArtifact view() const { return {object, program, weights.get(), bytes, weights}; }
+  std::string object, program;
+  std::shared_ptr<char> weights;
+  size_t bytes = 0;
+};
+
+void expect_same_outputs(const kiln::backends::Executable& got, const kiln::ir::Model& model, const kiln::ir::Tensor& x) {
+  const auto out = got.run({{"x", x}});
+  const auto want = kiln::ref::run_graph(*model.graph, {{"x", x}});
+  ASSERT_EQ(out.size(), want.size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    ASSERT_EQ(out[k].dims(), want[k].dims());
+    EXPECT_EQ(out[k].to_float_vector(), want[k].to_float_vector()) << "output " << k;
+  }
+}
+
+// The cpu backend's parts and its interpreter's are stored as one artifact
+// and loaded again, each by its own backend, with nothing compiled.
+TEST(Partitioner, PartsOfSeveralBackendsAreSavedAndLoadedAsOne) {
+  auto cpu = kiln::backends::make_backend("cpu", 2);
+  auto interpreter = kiln::backends::make_fallback(*cpu);
+  const auto model = data_dependent_model();
+  auto compiled = kiln::backends::compile_partitioned(model.graph, specialize(model), {cpu.get(), interpreter.get()}, {2});
+  EXPECT_EQ(compiled.backends, "cpu+interpreter");
+  const Stored stored(compiled.executable->save());
+  const auto summary = nlohmann::json::parse(compiled.executable->save().summary);
+  ASSERT_EQ(summary["parts"].size(), 3u);
+  EXPECT_EQ(summary["parts"][1]["backend"], "interpreter");
+
+  // Other backend objects, as in another process.
+  auto cpu2 = kiln::backends::make_backend("cpu", 2);
+  auto interpreter2 = kiln::backends::make_fallback(*cpu2);
+  const int64_t codegen = cpu2->codegen_runs();
+  auto loaded = kiln::backends::load_partitioned(stored.view(), model.graph, {cpu2.get(), interpreter2.get()}, {2});
+  EXPECT_EQ(cpu2->codegen_runs(), codegen);
+  EXPECT_EQ(loaded.backends, "cpu+interpreter");
+  EXPECT_EQ(loaded.parts, 3);
+  EXPECT_EQ(loaded.executable->stats().compiled_nodes, 3);
+  expect_same_outputs(*loaded.executable, model, kiln::ir::Tensor::from_vector<float>({2, 3}, {1, -2, 3, 0, 5, -1}));
+  expect_same_outputs(*loaded.executable, model, kiln::ir::Tensor::from_vector<float>({2, 3}, {0, 0, 0, 0, 0, 7}));
+
+  // A runtime without the interpreter cannot load it, and says which part needs what.
+  try {
+    kiln::backends::load_partitioned(stored.view(), model.graph, {cpu2.get()}, {2});
+    FAIL() << "loaded";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::InvalidModel);
+    EXPECT_NE(std::string(e.what()).find("part 2 (interpreter)"), std::string::npos) << e.what();
+  }
+  // A value handed on with another shape than the next part was compiled
+  // for (which only a shape inference mistake could cause) stops the run.
+  Stored wrong_shape = stored;
+  const std::string magic = "KILN-PARTS\n";
+  ASSERT_EQ(stored.program.substr(0, magic.size()), magic);
+  auto list = nlohmann::json::from_cbor(stored.program.substr(magic.size()));
+  auto& mul_input = list["parts"][2]["inputs"][0];
+  ASSERT_EQ(mul_input[0], "a");
+  mul_input[2] = std::vector<int64_t>{3, 2};
+  const auto cbor = nlohmann::json::to_cbor(list);
+  wrong_shape.program = magic + std::string(cbor.begin(), cbor.end());
+  auto wrong = kiln::backends::load_partitioned(wrong_shape.view(), model.graph, {cpu2.get(), interpreter2.get()}, {2});
+  try {
+    wrong.executable->run({{"x", kiln::ir::Tensor::from_vector<float>({2, 3}, {1, -2, 3, 0, 5, -1})}});
+    FAIL() << "ran";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::Internal);
+    EXPECT_NE(std::string(e.what()).find("value 'a' is float32 2x3, the next part was compiled for float32 3x2"), std::string::npos)
+        << e.what();
+  }
+
+  // Cut short anywhere, the list of parts is an error, never a crash.
+  for (size_t cut = 0; cut < stored.program.size(); cut += 7) {
+    Stored cut_short = stored;
+    cut_short.program.resize(cut);
+    EXPECT_THROW(kiln::backends::load_partitioned(cut_short.view(), model.graph, {cpu2.get(), interpreter2.get()}, {2}),
+                 kiln::ir::Error)
+        << "cut at " << cut;
+  }
+}
+
+// A graph the first backend takes none of is one part of another backend:
+// it goes through the parts' format too, so that the cache never hands it
+// to the first backend's loader.
+TEST(Partitioner, AGraphWhollyOnTheFallbackIsStoredAsOnePart) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2, 3}).output("y", onnx::TensorProto::FLOAT, {2, "k"});
+  b.initializer(ModelBuilder::float_tensor("half", {1}, {0.5f}));
+  b.node("NonZero", {"x"}, {"where"});
+  ModelBuilder::attr_int(b.node("Cast", {"where"}, {"where_f"}), "to", onnx::TensorProto::FLOAT);
+  b.node("Mul", {"where_f", "half"}, {"y"});
+  const auto model = kiln::test::import(b);
+  auto cpu = kiln::backends::make_backend("cpu", 1);
+  auto interpreter = kiln::backends::make_fallback(*cpu);
+  auto compiled = kiln::backends::compile_partitioned(model.graph, specialize(model), {cpu.get(), interpreter.get()}, {});
+  EXPECT_EQ(compiled.backends, "interpreter");
+  EXPECT_EQ(compiled.parts, 1);
+  // Compiled whole by the cpu backend, which interprets what it cannot
+  // lower, the same graph is not the cpu backend's to store.
+  try {
+    cpu->compile(model.graph, specialize(model), {})->save();
+    FAIL() << "saved";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("interprets it"), std::string::npos) << e.what();
+  }
+  const Stored stored(compiled.executable->save());
+  auto loaded = kiln::backends::load_partitioned(stored.view(), model.graph, {cpu.get(), interpreter.get()}, {});
+  EXPECT_EQ(loaded.backends, "interpreter");
+  expect_same_outputs(*loaded.executable, model, kiln::ir::Tensor::from_vector<float>({2, 3}, {1, 0, 3, 0, 5, 0}));
+  // The initializer is in the weights file, which must hold it.
+  Stored no_weights = stored;
+  no_weights.bytes = 0;
+  try {
+    kiln::backends::load_partitioned(no_weights.view(), model.graph, {cpu.get(), interpreter.get()}, {});
+    FAIL() << "loaded";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::InvalidModel);
+    EXPECT_NE(std::string(e.what()).find("outside"), std::string::npos) << e.what();
   }
 }
 

@@ -254,8 +254,10 @@ class CpuBackend : public Backend {
       if (e.kind() != ir::ErrorKind::Unsupported) throw;
       // Shapes that depend on data cannot be planned statically. The
       // runtime's partitioner never sends such nodes here; a caller that
-      // compiles a whole graph directly gets the interpreter.
-      return fallback()->compile(std::move(graph), spec, options);
+      // compiles a whole graph directly gets the interpreter, which an
+      // entry under the cpu backend's key could not hold.
+      return interpret_uncached(std::move(graph), budget_,
+                                std::string("the cpu backend could not compile this graph (") + e.what() + ") and interprets it");
     }
     std::vector<std::string> step_symbols;
     std::string object;

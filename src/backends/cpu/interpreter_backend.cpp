@@ -8,14 +8,17 @@
 #include <unordered_map>
 
 #include "backends/cpu/onednn_kernel.hpp"
+#include "backends/cpu/program.hpp"
 #include "backends/reference/kernel_registry.hpp"
 #include "backends/reference/reference_executor.hpp"
+#include "runtime/ir/serialize.hpp"
 
 namespace kiln::backends {
 
 namespace {
 
 using dnnl::memory;
+using nlohmann::json;
 using ir::Dims;
 using ir::DType;
 using ir::Tensor;
@@ -142,19 +145,70 @@ const ref::KernelRegistry& interpreter_kernels() {
   return kernels;
 }
 
+constexpr int kFormat = 1;
+
+// An executable's artifact is its graph: the nodes as CBOR, the
+// initializers in the weights file, where a warm load leaves them.
 class InterpreterExecutable : public Executable {
  public:
-  InterpreterExecutable(std::shared_ptr<const ir::Graph> graph, std::shared_ptr<cpu::ThreadBudget> budget)
-      : graph_(std::move(graph)), budget_(std::move(budget)) {}
+  // `unsaved`: why save() must refuse, if it must.
+  InterpreterExecutable(std::shared_ptr<const ir::Graph> graph, std::shared_ptr<cpu::ThreadBudget> budget, std::string unsaved = {})
+      : graph_(std::move(graph)), budget_(std::move(budget)), unsaved_(std::move(unsaved)) {}
   ExecutableStats stats() const override { return {int64_t(graph_->nodes.size())}; }
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const override {
     BudgetScope scope(budget_.get());
     return ref::run_graph(*graph_, inputs, &interpreter_kernels());
   }
 
+  Artifact save() const override {
+    if (!unsaved_.empty()) ir::fail(ir::ErrorKind::Unsupported, unsaved_);
+    ir::Graph nodes = *graph_;
+    nodes.initializers.clear();
+    cpu::WeightsWriter weights;
+    json initializers = json::array();
+    for (const auto& [name, t] : graph_->initializers)
+      initializers.push_back({{"name", name}, {"dtype", int(t.dtype())}, {"dims", t.dims()}, {"offset", weights.add(t.raw(), t.nbytes())}});
+    const std::vector<uint8_t> cbor =
+        json::to_cbor({{"format", kFormat}, {"graph", ir::graph_to_json(nodes)}, {"initializers", initializers}});
+    Artifact a;
+    a.program.assign(cbor.begin(), cbor.end());
+    for (const auto& [offset, chunk] : weights.chunks()) {
+      a.weight_offsets.push_back(offset);
+      a.weights.push_back(chunk);
+    }
+    a.weights_bytes = weights.size();
+    a.summary = json({{"interpreted_nodes", graph_->nodes.size()}, {"initializers", graph_->initializers.size()}}).dump();
+    return a;
+  }
+
+  static std::unique_ptr<Executable> load(const LoadedArtifact& artifact, std::shared_ptr<cpu::ThreadBudget> budget) {
+    const std::string what = "cached interpreter graph";
+    try {
+      const json j = json::from_cbor(artifact.program.begin(), artifact.program.end());
+      if (ir::json_field<int>(j, "format", what) != kFormat) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown format");
+      auto graph = std::make_shared<ir::Graph>(ir::graph_from_json(ir::json_field<json>(j, "graph", what)));
+      const cpu::WeightsReader weights(artifact.weights, artifact.weights_bytes);
+      for (const json& init : ir::json_field<json>(j, "initializers", what)) {
+        const auto name = ir::json_field<std::string>(init, "name", what);
+        const auto dtype = DType(ir::json_field<int>(init, "dtype", what));
+        if (!ir::dtype_supported(dtype)) ir::fail(ir::ErrorKind::InvalidModel, what + ": initializer '" + name + "' has an unsupported dtype");
+        const auto dims = ir::json_field<Dims>(init, "dims", what);
+        const void* data = weights.at(ir::json_field<int64_t>(init, "offset", what),
+                                      ir::checked_numel(dims) * int64_t(ir::dtype_size(dtype)), what + " initializer '" + name + "'");
+        // Read only: kernels never write their inputs, and the runtime
+        // copies an output that is not the caller's own.
+        graph->initializers[name] = Tensor::view(dtype, dims, const_cast<void*>(data), artifact.keep_alive);
+      }
+      return std::make_unique<InterpreterExecutable>(std::move(graph), std::move(budget));
+    } catch (const json::exception& e) {
+      ir::fail(ir::ErrorKind::InvalidModel, what + " is malformed: " + e.what());
+    }
+  }
+
  private:
   std::shared_ptr<const ir::Graph> graph_;
   std::shared_ptr<cpu::ThreadBudget> budget_;
+  std::string unsaved_;
 };
 
 class InterpreterBackend : public Backend {
@@ -167,6 +221,10 @@ class InterpreterBackend : public Backend {
                                       const CompileOptions&) const override {
     return std::make_unique<InterpreterExecutable>(std::move(graph), budget_);
   }
+  std::unique_ptr<Executable> load(const LoadedArtifact& artifact, std::shared_ptr<const ir::Graph>,
+                                   const CompileOptions&) const override {
+    return InterpreterExecutable::load(artifact, budget_);
+  }
 
  private:
   std::shared_ptr<cpu::ThreadBudget> budget_;
@@ -176,6 +234,11 @@ class InterpreterBackend : public Backend {
 
 std::unique_ptr<Backend> make_interpreter_backend(std::shared_ptr<cpu::ThreadBudget> budget) {
   return std::make_unique<InterpreterBackend>(std::move(budget));
+}
+
+std::unique_ptr<Executable> interpret_uncached(std::shared_ptr<const ir::Graph> graph, std::shared_ptr<cpu::ThreadBudget> budget,
+                                               std::string why) {
+  return std::make_unique<InterpreterExecutable>(std::move(graph), std::move(budget), std::move(why));
 }
 
 }  // namespace kiln::backends
