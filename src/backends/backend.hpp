@@ -43,6 +43,11 @@ struct LoadedArtifact {
   std::shared_ptr<void> keep_alive;
 };
 
+// `artifact` as the cache would hand it back, but from memory: its files
+// copied into one 64-byte aligned block that the result keeps alive. For a
+// save-then-load round trip without a cache directory.
+LoadedArtifact copy_to_memory(const Artifact& artifact);
+
 // One compiled specialization. run() must be safe to call from several
 // threads at once.
 class Executable {

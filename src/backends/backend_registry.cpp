@@ -1,7 +1,9 @@
 // The backends built into libkiln. Plugins (a later issue) join here.
 #include "backends/backend.hpp"
 
+#include <cstdlib>
 #include <cstring>
+
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/reference/reference_backend.hpp"
 
@@ -37,6 +39,25 @@ void Executable::run_into(const std::map<std::string, ir::Tensor>& inputs, std::
                                                  std::to_string(produced.size()) + " outputs");
   check_output_buffers(outputs, dtypes, dims, names);
   for (size_t i = 0; i < produced.size(); ++i) std::memcpy(outputs[i].raw(), produced[i].raw(), produced[i].nbytes());
+}
+
+LoadedArtifact copy_to_memory(const Artifact& artifact) {
+  const size_t weights_at = (artifact.object.size() + artifact.program.size() + 63) / 64 * 64;
+  const size_t bytes = weights_at + size_t(artifact.weights_bytes);
+  std::shared_ptr<char> block(static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), &std::free);
+  if (!block) ir::fail(ir::ErrorKind::Internal, "cannot allocate " + std::to_string(bytes) + " bytes for an artifact");
+  char* p = block.get();
+  std::memcpy(p, artifact.object.data(), artifact.object.size());
+  std::memcpy(p + artifact.object.size(), artifact.program.data(), artifact.program.size());
+  for (size_t i = 0; i < artifact.weights.size(); ++i)
+    if (artifact.weights[i].second) std::memcpy(p + weights_at + artifact.weight_offsets[i], artifact.weights[i].first, artifact.weights[i].second);
+  LoadedArtifact loaded;
+  loaded.object = std::string_view(p, artifact.object.size());
+  loaded.program = std::string_view(p + artifact.object.size(), artifact.program.size());
+  loaded.weights = p + weights_at;
+  loaded.weights_bytes = size_t(artifact.weights_bytes);
+  loaded.keep_alive = std::move(block);
+  return loaded;
 }
 
 std::vector<std::string> backend_names() { return {"cpu", "reference"}; }

@@ -127,6 +127,7 @@ std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::
 const kiln::backends::Backend* g_backend = nullptr;
 std::unique_ptr<kiln::backends::Backend> g_fallback;
 kiln::backends::CompileOptions g_options;
+bool g_through_cache = false;
 
 Result run_test(const fs::path& dir, const std::string& id, double rtol, double atol, bool check_shapes, bool passes) {
   Result r;
@@ -178,7 +179,18 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
         auto spec = kiln::ir::specialize(g, shapes, kiln::ref::constant_evaluator());
         kiln::passes::optimize_specialization(*optimized, spec, kiln::ref::constant_evaluator());
         if (g_backend) {
-          auto exe = kiln::backends::compile_partitioned(optimized, spec, {g_backend, g_fallback.get()}, g_options).executable;
+          const std::vector<const kiln::backends::Backend*> order = {g_backend, g_fallback.get()};
+          auto exe = kiln::backends::compile_partitioned(optimized, spec, order, g_options).executable;
+          // What a warm start would run: saved, then loaded again from memory.
+          if (g_through_cache) {
+            kiln::backends::Artifact saved;
+            try {
+              saved = exe->save();
+            } catch (const kiln::ir::Error& e) {  // a failure here, never a skip
+              throw kiln::ir::Error(kiln::ir::ErrorKind::Internal, std::string("cannot be saved: ") + e.what());
+            }
+            exe = kiln::backends::load_partitioned(kiln::backends::copy_to_memory(saved), model.graph, order, g_options).executable;
+          }
           r.compiled_nodes += exe->stats().compiled_nodes;
           r.fallback_nodes += exe->stats().fallback_nodes;
           got = exe->run(inputs);
@@ -263,6 +275,8 @@ int main(int argc, char** argv) {
   app.add_option("--kernels", g_options.kernels, "the cpu backend's kernels")->check(CLI::IsMember({"native", "portable"}));
   app.add_flag("-v,--verbose", verbose, "print every failure");
   app.add_flag("--check-shapes", check_shapes, "also hold shape inference against the shapes each run produced");
+  app.add_flag("--through-cache", g_through_cache,
+               "run what the backend saves for the cache, loaded again (a specialization that cannot be saved fails)");
   app.add_flag("--passes", passes, "run the graph passes (constant folding, BatchNormalization folding, dead nodes) first");
   CLI11_PARSE(app, argc, argv);
 

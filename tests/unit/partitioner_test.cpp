@@ -2,9 +2,6 @@
 // part reads and hands on, and the error when no backend takes a node.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "backends/backend.hpp"
@@ -128,22 +125,6 @@ TEST(Partitioner, SeveralPartsRunInOrderAndAReferencePartCannotBeCached) {
   }
 }
 
-// An artifact as the cache hands it back: every file in memory, the weights
-// 64-byte aligned.
-struct Stored {
-  explicit Stored(const kiln::backends::Artifact& a)
-      : object(a.object), program(a.program),
-        weights(static_cast<char*>(std::aligned_alloc(64, size_t(a.weights_bytes + 64) / 64 * 64)), &std::free) {
-    for (size_t i = 0; i < a.weights.size(); ++i)
-      std::memcpy(weights.get() + a.weight_offsets[i], a.weights[i].first, a.weights[i].second);
-    bytes = size_t(a.weights_bytes);
-  }
-  kiln::backends::LoadedArtifact view() const { return {object, program, weights.get(), bytes, weights}; }
-  std::string object, program;
-  std::shared_ptr<char> weights;
-  size_t bytes = 0;
-};
-
 void expect_same_outputs(const kiln::backends::Executable& got, const kiln::ir::Model& model, const kiln::ir::Tensor& x) {
   const auto out = got.run({{"x", x}});
   const auto want = kiln::ref::run_graph(*model.graph, {{"x", x}});
@@ -162,8 +143,8 @@ TEST(Partitioner, PartsOfSeveralBackendsAreSavedAndLoadedAsOne) {
   const auto model = data_dependent_model();
   auto compiled = kiln::backends::compile_partitioned(model.graph, specialize(model), {cpu.get(), interpreter.get()}, {2});
   EXPECT_EQ(compiled.backends, "cpu+interpreter");
-  const Stored stored(compiled.executable->save());
-  const auto summary = nlohmann::json::parse(compiled.executable->save().summary);
+  const kiln::backends::Artifact stored = compiled.executable->save();
+  const auto summary = nlohmann::json::parse(stored.summary);
   ASSERT_EQ(summary["parts"].size(), 3u);
   EXPECT_EQ(summary["parts"][1]["backend"], "interpreter");
 
@@ -171,7 +152,7 @@ TEST(Partitioner, PartsOfSeveralBackendsAreSavedAndLoadedAsOne) {
   auto cpu2 = kiln::backends::make_backend("cpu", 2);
   auto interpreter2 = kiln::backends::make_fallback(*cpu2);
   const int64_t codegen = cpu2->codegen_runs();
-  auto loaded = kiln::backends::load_partitioned(stored.view(), model.graph, {cpu2.get(), interpreter2.get()}, {2});
+  auto loaded = kiln::backends::load_partitioned(copy_to_memory(stored), model.graph, {cpu2.get(), interpreter2.get()}, {2});
   EXPECT_EQ(cpu2->codegen_runs(), codegen);
   EXPECT_EQ(loaded.backends, "cpu+interpreter");
   EXPECT_EQ(loaded.parts, 3);
@@ -181,7 +162,7 @@ TEST(Partitioner, PartsOfSeveralBackendsAreSavedAndLoadedAsOne) {
 
   // A runtime without the interpreter cannot load it, and says which part needs what.
   try {
-    kiln::backends::load_partitioned(stored.view(), model.graph, {cpu2.get()}, {2});
+    kiln::backends::load_partitioned(copy_to_memory(stored), model.graph, {cpu2.get()}, {2});
     FAIL() << "loaded";
   } catch (const kiln::ir::Error& e) {
     EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::InvalidModel);
@@ -189,7 +170,7 @@ TEST(Partitioner, PartsOfSeveralBackendsAreSavedAndLoadedAsOne) {
   }
   // A value handed on with another shape than the next part was compiled
   // for (which only a shape inference mistake could cause) stops the run.
-  Stored wrong_shape = stored;
+  kiln::backends::Artifact wrong_shape = stored;
   const std::string magic = "KILN-PARTS\n";
   ASSERT_EQ(stored.program.substr(0, magic.size()), magic);
   auto list = nlohmann::json::from_cbor(stored.program.substr(magic.size()));
@@ -198,7 +179,7 @@ TEST(Partitioner, PartsOfSeveralBackendsAreSavedAndLoadedAsOne) {
   mul_input[2] = std::vector<int64_t>{3, 2};
   const auto cbor = nlohmann::json::to_cbor(list);
   wrong_shape.program = magic + std::string(cbor.begin(), cbor.end());
-  auto wrong = kiln::backends::load_partitioned(wrong_shape.view(), model.graph, {cpu2.get(), interpreter2.get()}, {2});
+  auto wrong = kiln::backends::load_partitioned(copy_to_memory(wrong_shape), model.graph, {cpu2.get(), interpreter2.get()}, {2});
   try {
     wrong.executable->run({{"x", kiln::ir::Tensor::from_vector<float>({2, 3}, {1, -2, 3, 0, 5, -1})}});
     FAIL() << "ran";
@@ -210,9 +191,9 @@ TEST(Partitioner, PartsOfSeveralBackendsAreSavedAndLoadedAsOne) {
 
   // Cut short anywhere, the list of parts is an error, never a crash.
   for (size_t cut = 0; cut < stored.program.size(); cut += 7) {
-    Stored cut_short = stored;
+    kiln::backends::Artifact cut_short = stored;
     cut_short.program.resize(cut);
-    EXPECT_THROW(kiln::backends::load_partitioned(cut_short.view(), model.graph, {cpu2.get(), interpreter2.get()}, {2}),
+    EXPECT_THROW(kiln::backends::load_partitioned(copy_to_memory(cut_short), model.graph, {cpu2.get(), interpreter2.get()}, {2}),
                  kiln::ir::Error)
         << "cut at " << cut;
   }
@@ -243,15 +224,17 @@ TEST(Partitioner, AGraphWhollyOnTheFallbackIsStoredAsOnePart) {
     EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::Unsupported);
     EXPECT_NE(std::string(e.what()).find("interprets it"), std::string::npos) << e.what();
   }
-  const Stored stored(compiled.executable->save());
-  auto loaded = kiln::backends::load_partitioned(stored.view(), model.graph, {cpu.get(), interpreter.get()}, {});
+  const kiln::backends::Artifact stored = compiled.executable->save();
+  auto loaded = kiln::backends::load_partitioned(copy_to_memory(stored), model.graph, {cpu.get(), interpreter.get()}, {});
   EXPECT_EQ(loaded.backends, "interpreter");
   expect_same_outputs(*loaded.executable, model, kiln::ir::Tensor::from_vector<float>({2, 3}, {1, 0, 3, 0, 5, 0}));
   // The initializer is in the weights file, which must hold it.
-  Stored no_weights = stored;
-  no_weights.bytes = 0;
+  kiln::backends::Artifact no_weights = stored;
+  no_weights.weights.clear();
+  no_weights.weight_offsets.clear();
+  no_weights.weights_bytes = 0;
   try {
-    kiln::backends::load_partitioned(no_weights.view(), model.graph, {cpu.get(), interpreter.get()}, {});
+    kiln::backends::load_partitioned(copy_to_memory(no_weights), model.graph, {cpu.get(), interpreter.get()}, {});
     FAIL() << "loaded";
   } catch (const kiln::ir::Error& e) {
     EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::InvalidModel);
