@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "backends/backend.hpp"
 #include "backends/reference/reference_executor.hpp"
@@ -22,8 +23,9 @@ Tensor random(const Dims& dims, unsigned seed) {
 
 // One node over named inputs, run by the interpreter and by the reference.
 void expect_same(const std::string& op, const std::vector<std::pair<std::string, Tensor>>& inputs,
-                 const std::vector<std::pair<std::string, int64_t>>& int_attrs = {}, float alpha = 1, float beta = 1) {
-  ModelBuilder b;
+                 const std::vector<std::pair<std::string, int64_t>>& int_attrs = {}, float alpha = 1, float beta = 1,
+                 const std::function<void(onnx::NodeProto&)>& more_attrs = {}, int64_t opset = 13) {
+  ModelBuilder b(opset);
   std::vector<std::string> names;
   std::map<std::string, Tensor> feeds;
   for (const auto& [name, t] : inputs) {
@@ -41,6 +43,7 @@ void expect_same(const std::string& op, const std::vector<std::pair<std::string,
     a->set_type(onnx::AttributeProto::FLOAT);
     a->set_f(v);
   }
+  if (more_attrs) more_attrs(node);
   const auto model = kiln::test::import(b);
   auto cpu = kiln::backends::make_backend("cpu", 2);
   auto interpreter = cpu->fallback();
@@ -73,6 +76,87 @@ TEST(Interpreter, MatMulStacksBatchesAndWhatItLeavesToTheReference) {
   expect_same("MatMul", {{"a", random({5, 4}, 1)}, {"b", random({2, 4, 6}, 2)}});  // broadcast A
   expect_same("MatMul", {{"a", random({4}, 1)}, {"b", random({4, 6}, 2)}});        // a vector
   expect_same("MatMul", {{"a", random({0, 4}, 1)}, {"b", random({4, 6}, 2)}});     // no rows
+}
+
+// Boxes inside, across and outside the map (and degenerate ones), over
+// two images, in both modes and both coordinate rules, with a fixed and an
+// adaptive number of samples per cell.
+TEST(Interpreter, RoiAlignMatchesTheReferenceInEveryMode) {
+  const Tensor x = random({2, 5, 13, 17}, 4);
+  const Tensor rois = Tensor::from_vector<float>({6, 4}, {0, 0, 16, 12,  3.5f, 2.25f, 9, 7,  -4, -3, 6, 5,
+                                                          10, 8, 30, 25, 5, 5, 5, 5,  15, 11, 2, 1});
+  const Tensor batch = Tensor::from_vector<int64_t>({6}, {0, 1, 1, 0, 1, 0});
+  for (const char* mode : {"avg", "max"})
+    for (const char* coord : {"half_pixel", "output_half_pixel"})
+      for (int64_t sampling : {0, 2})
+        for (float scale : {1.0f, 0.5f}) {
+          SCOPED_TRACE(std::string(mode) + " " + coord + " sampling " + std::to_string(sampling) + " scale " + std::to_string(scale));
+          expect_same("RoiAlign", {{"x", x}, {"rois", rois}, {"batch", batch}},
+                      {{"output_height", 3}, {"output_width", 4}, {"sampling_ratio", sampling}}, 1, 1,
+                      [&](onnx::NodeProto& n) {
+                        auto* s = n.add_attribute();
+                        s->set_name("spatial_scale");
+                        s->set_type(onnx::AttributeProto::FLOAT);
+                        s->set_f(scale);
+                        for (const auto& [k, v] : {std::pair<const char*, const char*>{"mode", mode}, {"coordinate_transformation_mode", coord}}) {
+                          auto* a = n.add_attribute();
+                          a->set_name(k);
+                          a->set_type(onnx::AttributeProto::STRING);
+                          a->set_s(v);
+                        }
+                      },
+                      16);
+        }
+}
+
+Tensor ints(const Dims& dims, int64_t lo, int64_t hi, unsigned seed) {
+  std::vector<int64_t> v(size_t(kiln::ir::checked_numel(dims)));
+  uint64_t state = seed * 2654435761u + 1;
+  for (auto& x : v) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    x = lo + int64_t((state >> 33) % uint64_t(hi - lo));
+  }
+  return Tensor::from_vector<int64_t>(dims, v);
+}
+Tensor shape(const Dims& dims) { return Tensor::from_vector<int64_t>({int64_t(dims.size())}, dims); }
+
+TEST(Interpreter, ExpandBroadcastsEveryWayTheReferenceDoes) {
+  expect_same("Expand", {{"x", random({3, 1, 1, 1}, 1)}, {"s", shape({3, 4, 5, 6})}});  // a detector's level indices
+  expect_same("Expand", {{"x", random({1, 5}, 1)}, {"s", shape({2, 3, 5})}});
+  expect_same("Expand", {{"x", random({4, 1, 6}, 1)}, {"s", shape({4, 3, 6})}});
+  expect_same("Expand", {{"x", random({2, 3, 4}, 1)}, {"s", shape({3, 1})}});  // a shorter shape keeps x's
+  expect_same("Expand", {{"x", random({}, 1)}, {"s", shape({2, 3})}});
+  expect_same("Expand", {{"x", random({0, 1}, 1)}, {"s", shape({0, 4})}});
+  expect_same("Expand", {{"x", ints({2, 1}, -9, 9, 2)}, {"s", shape({2, 2, 3})}});
+  EXPECT_THROW(expect_same("Expand", {{"x", random({2, 3}, 1)}, {"s", shape({4, 3})}}), kiln::ir::Error);
+}
+
+TEST(Interpreter, ConstantOfShapeFillsWithItsValue) {
+  expect_same("ConstantOfShape", {{"s", shape({3, 4})}});
+  expect_same("ConstantOfShape", {{"s", shape({0, 5})}});
+  for (const auto& value : {ModelBuilder::float_tensor("value", {1}, {2.5f}), ModelBuilder::float_tensor("value", {1}, {0.0f})})
+    expect_same("ConstantOfShape", {{"s", shape({5, 7})}}, {}, 1, 1, [&](onnx::NodeProto& n) { ModelBuilder::attr_tensor(n, "value", value); });
+  onnx::TensorProto seven;
+  seven.set_data_type(onnx::TensorProto::INT64);
+  seven.add_dims(1);
+  seven.add_int64_data(7);
+  expect_same("ConstantOfShape", {{"s", shape({2, 3, 4})}}, {}, 1, 1, [&](onnx::NodeProto& n) { ModelBuilder::attr_tensor(n, "value", seven); });
+}
+
+// Indices of every sign, on every axis, with index shapes smaller than the
+// data's, in both index types and for data of another element size.
+TEST(Interpreter, ScatterElementsPutsEachUpdateWhereTheReferenceDoes) {
+  const Tensor data = random({5, 4, 3, 3}, 1);
+  expect_same("ScatterElements", {{"x", data}, {"i", ints({2, 4, 3, 3}, -5, 5, 2)}, {"u", random({2, 4, 3, 3}, 3)}});
+  expect_same("ScatterElements", {{"x", data}, {"i", ints({5, 2, 3, 2}, -4, 4, 2)}, {"u", random({5, 2, 3, 2}, 3)}}, {{"axis", 1}});
+  expect_same("ScatterElements", {{"x", data}, {"i", ints({3, 4, 2, 2}, -3, 3, 2)}, {"u", random({3, 4, 2, 2}, 3)}}, {{"axis", -1}});
+  expect_same("ScatterElements", {{"x", data}, {"i", ints({5, 4, 3, 3}, 0, 3, 2).cast(kiln::ir::DType::Int32)}, {"u", random({5, 4, 3, 3}, 3)}},
+              {{"axis", 2}});
+  expect_same("ScatterElements", {{"x", ints({6, 3}, -100, 100, 4)}, {"i", ints({2, 3}, 0, 6, 5)}, {"u", ints({2, 3}, -100, 100, 6)}});
+  expect_same("ScatterElements", {{"x", random({4}, 1)}, {"i", ints({0}, 0, 4, 2)}, {"u", random({0}, 3)}});
+  // Out of range: the reference's error, and nothing else.
+  EXPECT_THROW(expect_same("ScatterElements", {{"x", data}, {"i", ints({1, 1, 1, 1}, 5, 6, 2)}, {"u", random({1, 1, 1, 1}, 3)}}),
+               kiln::ir::Error);
 }
 
 }  // namespace

@@ -25,6 +25,9 @@ class Tensor {
   Tensor(DType dtype, Dims dims);
   // Non-owning view of `data`; `owner` (may be null) keeps that memory alive.
   static Tensor view(DType dtype, Dims dims, void* data, std::shared_ptr<void> owner = nullptr);
+  // New storage left as it is, for code that writes every element (the
+  // constructor zeroes it).
+  static Tensor uninitialized(DType dtype, Dims dims) { return Tensor(dtype, std::move(dims), false); }
 
   template <typename T>
   static Tensor from_vector(Dims dims, const std::vector<T>& values);

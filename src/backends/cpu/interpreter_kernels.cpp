@@ -1,0 +1,414 @@
+// The interpreter's own kernels: where a reference kernel would be slow on
+// a detector's post-processing, the same operator done faster. Each one
+// handles its common case and hands everything else (other dtypes, odd
+// attributes, bad inputs) to the reference kernel, which also names what is
+// wrong. tests/unit/interpreter_test.cpp holds each against the reference.
+#include "backends/cpu/interpreter_kernels.hpp"
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <unordered_map>
+
+#include "backends/cpu/onednn_kernel.hpp"
+
+namespace kiln::cpu {
+
+thread_local ThreadBudget* t_budget = nullptr;
+
+namespace {
+
+using dnnl::memory;
+using ir::Dims;
+using ir::DType;
+using ir::Tensor;
+
+void run_reference(const char* op, ref::KernelContext& ctx) { ref::KernelRegistry::instance().find(op)(ctx); }
+
+// dst = alpha * src x weights (+ addend), every operand described with its
+// own strides (transposes are strides), run on the budget's threads. The
+// addend is a post-op, not a bias: oneDNN scales the bias with alpha.
+void matmul(const memory::desc& src, const void* a, const memory::desc& weights, const void* b, const memory::desc* addend,
+            const void* c, const memory::desc& dst, void* out, float alpha) {
+  const dnnl::engine& engine = cpu_engine();
+  std::unique_lock<std::mutex> lock;
+  std::optional<OmpThreads> omp;
+  if (t_budget) {
+    lock = std::unique_lock<std::mutex>(t_budget->running);
+    omp.emplace(t_budget->threads);
+  }
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (addend) {
+    dnnl::post_ops ops;
+    ops.append_binary(dnnl::algorithm::binary_add, *addend);
+    attr.set_post_ops(ops);
+  }
+  // oneDNN keeps made primitives in its own cache, keyed by shapes and
+  // attributes: a product seen before costs a look-up.
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), attr, engine);
+  dnnl::stream stream(engine);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src, engine, const_cast<void*>(a))},
+                                       {DNNL_ARG_WEIGHTS, memory(weights, engine, const_cast<void*>(b))},
+                                       {DNNL_ARG_DST, memory(dst, engine, out)}};
+  if (addend) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(*addend, engine, const_cast<void*>(c)));
+  dnnl::matmul(pd).execute(stream, args);
+  stream.wait();
+}
+
+memory::desc desc(const Dims& dims, const Dims& strides) {
+  return memory::desc(memory::dims(dims.begin(), dims.end()), memory::data_type::f32,
+                      memory::dims(strides.begin(), strides.end()));
+}
+
+bool all_f32(const ref::KernelContext& ctx) {
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i) && ctx.input(i).dtype() != DType::Float32) return false;
+  return true;
+}
+
+// Y = alpha * A' B' + C, with C broadcast along rows, columns or both. Other
+// cases (beta other than 1, other dtypes, empty products) are the
+// reference kernel's.
+void gemm_kernel(ref::KernelContext& ctx) {
+  const bool has_c = ctx.has_input(2);
+  if (!all_f32(ctx) || ctx.input(0).rank() != 2 || ctx.input(1).rank() != 2 ||
+      (has_c && (ctx.attr_float("beta", 1.0f) != 1.0f || ctx.input(2).rank() > 2)))
+    return run_reference("Gemm", ctx);
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  const bool ta = ctx.attr_int("transA", 0) != 0, tb = ctx.attr_int("transB", 0) != 0;
+  const int64_t m = a.dim(ta ? 1 : 0), k = a.dim(ta ? 0 : 1), n = b.dim(tb ? 0 : 1);
+  if (b.dim(tb ? 1 : 0) != k || m == 0 || n == 0 || k == 0) return run_reference("Gemm", ctx);
+  Dims c_dims;
+  if (has_c) {
+    const Tensor& c = ctx.input(2);
+    const int64_t cm = c.rank() == 2 ? c.dim(0) : 1, cn = c.rank() >= 1 ? c.dim(-1) : 1;
+    if ((cm != 1 && cm != m) || (cn != 1 && cn != n)) return run_reference("Gemm", ctx);  // names the mismatch
+    c_dims = {cm, cn};
+  }
+  Tensor out(DType::Float32, {m, n});
+  const memory::desc src = desc({m, k}, ta ? Dims{1, m} : Dims{k, 1});
+  const memory::desc weights = desc({k, n}, tb ? Dims{1, k} : Dims{n, 1});
+  const memory::desc addend = has_c ? desc(c_dims, {c_dims[1], 1}) : memory::desc();
+  matmul(src, a.raw(), weights, b.raw(), has_c ? &addend : nullptr, has_c ? ctx.input(2).raw() : nullptr,
+         desc({m, n}, {n, 1}), out.raw(), ctx.attr_float("alpha", 1.0f));
+  ctx.set_output(0, std::move(out));
+}
+
+// [..., m, k] x [k, n], and stacks of equal batch shape. Broadcasting
+// batches and vectors are the reference kernel's.
+void matmul_kernel(ref::KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  if (!all_f32(ctx) || a.rank() < 2 || b.rank() < 2 || a.dim(-1) != b.dim(-2)) return run_reference("MatMul", ctx);
+  const int64_t m = a.dim(-2), k = a.dim(-1), n = b.dim(-1);
+  const Dims batch_a(a.dims().begin(), a.dims().end() - 2), batch_b(b.dims().begin(), b.dims().end() - 2);
+  if (!batch_b.empty() && batch_b != batch_a) return run_reference("MatMul", ctx);
+  const int64_t batch = std::accumulate(batch_a.begin(), batch_a.end(), int64_t(1), std::multiplies<>());
+  if (m == 0 || n == 0 || k == 0 || batch == 0) return run_reference("MatMul", ctx);
+  Dims out_dims = batch_a;
+  out_dims.insert(out_dims.end(), {m, n});
+  Tensor out(DType::Float32, out_dims);
+  if (batch_b.empty()) {  // one weight matrix: the stack is one taller product
+    matmul(desc({batch * m, k}, {k, 1}), a.raw(), desc({k, n}, {n, 1}), b.raw(), nullptr, nullptr,
+           desc({batch * m, n}, {n, 1}), out.raw(), 1.0f);
+  } else {
+    matmul(desc({batch, m, k}, {m * k, k, 1}), a.raw(), desc({batch, k, n}, {k * n, n, 1}), b.raw(), nullptr, nullptr,
+           desc({batch, m, n}, {m * n, n, 1}), out.raw(), 1.0f);
+  }
+  ctx.set_output(0, std::move(out));
+}
+
+// Where RoiAlign samples along one axis of one roi: for each output cell and
+// each of its `grid` samples, the two neighbours and their bilinear weights.
+// A sample outside the map contributes nothing (valid false).
+struct AxisSample {
+  int64_t lo, hi;
+  float w_lo, w_hi;
+  bool valid;
+};
+
+std::vector<AxisSample> axis_samples(double start, double bin, int64_t cells, int64_t grid, int64_t size) {
+  std::vector<AxisSample> out;
+  if (grid <= 0) return out;  // a flipped box: no samples, the cells are 0
+  out.reserve(size_t(cells * grid));
+  for (int64_t p = 0; p < cells; ++p)
+    for (int64_t i = 0; i < grid; ++i) {
+      double v = start + double(p) * bin + (double(i) + 0.5) * bin / double(grid);
+      if (v < -1.0 || v > double(size)) {
+        out.push_back({0, 0, 0, 0, false});
+        continue;
+      }
+      v = std::max(v, 0.0);
+      int64_t lo = int64_t(v), hi = lo + 1;
+      if (lo >= size - 1) hi = lo = size - 1, v = double(lo);
+      const double l = v - double(lo);
+      out.push_back({lo, hi, float(1 - l), float(l), true});
+    }
+  return out;
+}
+
+// RoiAlign over float NCHW maps, as the reference kernel computes it (ONNX
+// Runtime's rules, max mode included) but in float: the sampling positions
+// and weights depend on the roi only, so they are worked out once per roi
+// and the channels run in parallel on the budget's threads. Other dtypes and
+// malformed inputs are the reference kernel's (which names what is wrong).
+void roi_align_kernel(ref::KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& rois = ctx.input(1);
+  const Tensor& batch = ctx.input(2);
+  const std::string mode = ctx.attr_string("mode", "avg");
+  const std::string coord =
+      ctx.attr_string("coordinate_transformation_mode", ctx.opset() >= 16 ? "half_pixel" : "output_half_pixel");
+  const int64_t oh = ctx.attr_int("output_height", 1), ow = ctx.attr_int("output_width", 1);
+  const int64_t sampling_ratio = ctx.attr_int("sampling_ratio", 0);
+  if (x.dtype() != DType::Float32 || rois.dtype() != DType::Float32 || x.rank() != 4 || rois.rank() != 2 || rois.dim(1) != 4 ||
+      batch.dims() != Dims{rois.dim(0)} || (mode != "avg" && mode != "max") ||
+      (coord != "half_pixel" && coord != "output_half_pixel") || oh <= 0 || ow <= 0)
+    return run_reference("RoiAlign", ctx);
+  const int64_t R = rois.dim(0), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  std::vector<int64_t> image(static_cast<size_t>(R));
+  for (int64_t n = 0; n < R; ++n) {
+    image[size_t(n)] = batch.as_int64(n);
+    if (image[size_t(n)] < 0 || image[size_t(n)] >= N) return run_reference("RoiAlign", ctx);
+  }
+  const bool half_pixel = coord == "half_pixel", avg = mode == "avg";
+  const double spatial_scale = ctx.attr_float("spatial_scale", 1.0f);
+  struct Roi {
+    std::vector<AxisSample> ys, xs;
+    int64_t grid_h, grid_w;
+    float scale;  // 1 / samples per cell, for avg
+  };
+  std::vector<Roi> plan(static_cast<size_t>(R));
+  const float* r = rois.data<float>();
+  for (int64_t n = 0; n < R; ++n) {
+    const double offset = half_pixel ? 0.5 : 0;
+    const double x0 = r[n * 4] * spatial_scale - offset, y0 = r[n * 4 + 1] * spatial_scale - offset;
+    double rw = r[n * 4 + 2] * spatial_scale - offset - x0, rh = r[n * 4 + 3] * spatial_scale - offset - y0;
+    if (!half_pixel) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+    Roi& roi = plan[size_t(n)];
+    roi.grid_h = sampling_ratio > 0 ? sampling_ratio : int64_t(std::ceil(rh / double(oh)));
+    roi.grid_w = sampling_ratio > 0 ? sampling_ratio : int64_t(std::ceil(rw / double(ow)));
+    roi.scale = float(1.0 / double(std::max<int64_t>(roi.grid_h * roi.grid_w, 1)));
+    roi.ys = axis_samples(y0, rh / double(oh), oh, roi.grid_h, H);
+    roi.xs = axis_samples(x0, rw / double(ow), ow, roi.grid_w, W);
+  }
+  Tensor out(DType::Float32, {R, C, oh, ow});
+  const float* in = x.data<float>();
+  float* dst = out.data<float>();
+  auto cell = [&](const Roi& roi, const float* plane, int64_t ph, int64_t pw) {
+    float acc = 0;
+    for (int64_t iy = 0; iy < roi.grid_h; ++iy) {
+      const AxisSample& y = roi.ys[size_t(ph * roi.grid_h + iy)];
+      for (int64_t ix = 0; ix < roi.grid_w; ++ix) {
+        const AxisSample& xs = roi.xs[size_t(pw * roi.grid_w + ix)];
+        if (!y.valid || !xs.valid) {
+          if (!avg) acc = (iy | ix) ? std::max(acc, 0.0f) : 0.0f;
+          continue;
+        }
+        const float* lo = plane + y.lo * W;
+        const float* hi = plane + y.hi * W;
+        const float v00 = y.w_lo * xs.w_lo * lo[xs.lo], v01 = y.w_lo * xs.w_hi * lo[xs.hi];
+        const float v10 = y.w_hi * xs.w_lo * hi[xs.lo], v11 = y.w_hi * xs.w_hi * hi[xs.hi];
+        if (avg) {
+          acc += v00 + v01 + v10 + v11;
+        } else {
+          const float m = std::max(std::max(v00, v01), std::max(v10, v11));
+          acc = (iy | ix) ? std::max(acc, m) : m;
+        }
+      }
+    }
+    return avg ? acc * roi.scale : acc;
+  };
+  auto channels = [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t n = k / C, c = k % C;
+      const Roi& roi = plan[size_t(n)];
+      const float* plane = in + (image[size_t(n)] * C + c) * H * W;
+      float* o = dst + k * oh * ow;
+      for (int64_t ph = 0; ph < oh; ++ph)
+        for (int64_t pw = 0; pw < ow; ++pw) o[ph * ow + pw] = cell(roi, plane, ph, pw);
+    }
+  };
+  if (!t_budget || t_budget->threads == 1) {
+    channels(0, R * C);
+  } else {
+    std::lock_guard<std::mutex> lock(t_budget->running);
+    t_budget->arena.execute([&] {
+      tbb::parallel_for(tbb::blocked_range<int64_t>(0, R * C), [&](const tbb::blocked_range<int64_t>& range) {
+        channels(range.begin(), range.end());
+      });
+    });
+  }
+  ctx.set_output(0, std::move(out));
+}
+
+// Fills n blocks from the first one, doubling what is copied each time.
+void replicate(char* dst, size_t block, int64_t n) {
+  for (size_t done = 1; done < size_t(n);) {
+    const size_t k = std::min(done, size_t(n) - done);
+    std::memcpy(dst + done * block, dst, k * block);
+    done += k;
+  }
+}
+
+// Expand as whole-block copies: the trailing axes where the input is not
+// broadcast are one memcpy, each broadcast axis a replication of the block
+// already written.
+void expand_kernel(ref::KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& shape = ctx.input(1);
+  if (shape.dtype() != DType::Int64 || shape.rank() != 1) return run_reference("Expand", ctx);
+  const std::vector<int64_t> want = shape.to_int64_vector();
+  const size_t rank = std::max(size_t(x.rank()), want.size());
+  Dims in(rank, 1), out(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    if (d + x.rank() >= rank) in[d] = x.dim(int(d + x.rank() - rank));
+    const int64_t w = d + want.size() >= rank ? want[d + want.size() - rank] : 1;
+    if (w < 0 || (in[d] != w && in[d] != 1 && w != 1)) return run_reference("Expand", ctx);  // names the mismatch
+    out[d] = in[d] == 1 ? w : in[d];
+  }
+  Tensor result = Tensor::uninitialized(x.dtype(), out);
+  const size_t esize = ir::dtype_size(x.dtype());
+  if (result.numel() == 0) return ctx.set_output(0, std::move(result));
+  // Strides in bytes; `whole`: the first axis from which the input is copied as is.
+  std::vector<size_t> in_stride(rank + 1, esize), out_stride(rank + 1, esize);
+  size_t whole = rank;
+  for (size_t d = rank; d-- > 0;) {
+    in_stride[d] = in_stride[d + 1] * size_t(in[d]);
+    out_stride[d] = out_stride[d + 1] * size_t(out[d]);
+  }
+  while (whole > 0 && in[whole - 1] == out[whole - 1]) --whole;
+  std::function<void(size_t, const char*, char*)> fill = [&](size_t d, const char* src, char* dst) {
+    if (d == whole) return void(std::memcpy(dst, src, out_stride[d]));
+    if (in[d] == out[d]) {
+      for (int64_t i = 0; i < out[d]; ++i) fill(d + 1, src + size_t(i) * in_stride[d + 1], dst + size_t(i) * out_stride[d + 1]);
+    } else {
+      fill(d + 1, src, dst);
+      replicate(dst, out_stride[d + 1], out[d]);
+    }
+  };
+  fill(0, static_cast<const char*>(x.raw()), static_cast<char*>(result.raw()));
+  ctx.set_output(0, std::move(result));
+}
+
+// ConstantOfShape without a loop over elements: zeros are a memset, any
+// other value a replication.
+void constant_of_shape_kernel(ref::KernelContext& ctx) {
+  const Tensor& shape = ctx.input(0);
+  const Tensor* value = ctx.attr_tensor("value");
+  if (shape.dtype() != DType::Int64 || (value && value->numel() != 1)) return run_reference("ConstantOfShape", ctx);
+  const Dims dims = shape.to_int64_vector();
+  if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) return run_reference("ConstantOfShape", ctx);
+  const DType dtype = value ? value->dtype() : DType::Float32;
+  const size_t esize = ir::dtype_size(dtype);
+  const char* v = value ? static_cast<const char*>(value->raw()) : nullptr;
+  const bool zero = !v || std::all_of(v, v + esize, [](char c) { return c == 0; });
+  Tensor out = zero ? Tensor(dtype, dims) : Tensor::uninitialized(dtype, dims);
+  if (!zero && out.numel() > 0) {
+    std::memcpy(out.raw(), v, esize);
+    replicate(static_cast<char*>(out.raw()), esize, out.numel());
+  }
+  ctx.set_output(0, std::move(out));
+}
+
+template <typename T>
+void scatter_rows(const int64_t* index, const T* upd, T* out, int64_t rows, int64_t len, const std::vector<int64_t>& row_base,
+                  int64_t axis_stride, bool last_axis) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = row_base[size_t(r)];
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t u = r * len + j;
+      out[base + (last_axis ? index[u] : j + index[u] * axis_stride)] = upd[u];
+    }
+  }
+}
+
+// ScatterElements that replaces (no reduction): the output starts as a copy
+// of the data, then each row of updates goes to the place its indices say,
+// in order, as the reference does.
+void scatter_elements_kernel(ref::KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& ind = ctx.input(1);
+  const Tensor& upd = ctx.input(2);
+  const int64_t rank = x.rank();
+  int64_t axis = ctx.attr_int("axis", 0);
+  if (axis < 0) axis += rank;
+  if (ctx.attr_string("reduction", "none") != "none" || rank == 0 || axis < 0 || axis >= rank || ind.rank() != rank ||
+      upd.dims() != ind.dims() || upd.dtype() != x.dtype() || (ind.dtype() != DType::Int64 && ind.dtype() != DType::Int32))
+    return run_reference("ScatterElements", ctx);
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && ind.dim(int(d)) > x.dim(int(d))) return run_reference("ScatterElements", ctx);
+  // Indices checked before anything is written; read in place unless some
+  // must be converted or made non-negative.
+  const int64_t extent = x.dim(int(axis));
+  std::vector<int64_t> converted;
+  const int64_t* index = ind.dtype() == DType::Int64 ? ind.data<int64_t>() : nullptr;
+  bool negative = false;
+  for (int64_t u = 0; u < ind.numel() && index; ++u) {
+    if (index[u] < -extent || index[u] >= extent) return run_reference("ScatterElements", ctx);  // names the index
+    negative |= index[u] < 0;
+  }
+  if (!index || negative) {
+    converted = ind.to_int64_vector();
+    for (int64_t& i : converted) {
+      if (i < 0) i += extent;
+      if (i < 0 || i >= extent) return run_reference("ScatterElements", ctx);
+    }
+    index = converted.data();
+  }
+  Tensor out = x.clone();
+  const int64_t len = ind.dim(-1), rows = len ? ind.numel() / len : 0;
+  std::vector<int64_t> stride(static_cast<size_t>(rank), 1);
+  for (int64_t d = rank - 1; d > 0; --d) stride[size_t(d - 1)] = stride[size_t(d)] * x.dim(int(d));
+  // Where each row of updates starts in the output, but for the axis.
+  std::vector<int64_t> row_base(static_cast<size_t>(rows)), at(static_cast<size_t>(rank), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t base = 0;
+    for (int64_t d = 0; d + 1 < rank; ++d)
+      if (d != axis) base += at[size_t(d)] * stride[size_t(d)];
+    row_base[size_t(r)] = base;
+    for (int64_t d = rank - 2; d >= 0; --d) {
+      if (++at[size_t(d)] < ind.dim(int(d))) break;
+      at[size_t(d)] = 0;
+    }
+  }
+  const bool last = axis == rank - 1;
+  const int64_t axis_stride = stride[size_t(axis)];
+  switch (ir::dtype_size(x.dtype())) {
+    case 1: scatter_rows(index, static_cast<const uint8_t*>(upd.raw()), static_cast<uint8_t*>(out.raw()), rows, len, row_base, axis_stride, last); break;
+    case 2: scatter_rows(index, static_cast<const uint16_t*>(upd.raw()), static_cast<uint16_t*>(out.raw()), rows, len, row_base, axis_stride, last); break;
+    case 4: scatter_rows(index, static_cast<const uint32_t*>(upd.raw()), static_cast<uint32_t*>(out.raw()), rows, len, row_base, axis_stride, last); break;
+    case 8: scatter_rows(index, static_cast<const uint64_t*>(upd.raw()), static_cast<uint64_t*>(out.raw()), rows, len, row_base, axis_stride, last); break;
+    default: return run_reference("ScatterElements", ctx);
+  }
+  ctx.set_output(0, std::move(out));
+}
+
+}  // namespace
+
+const ref::KernelRegistry& interpreter_kernels() {
+  static const ref::KernelRegistry kernels = [] {
+    ref::KernelRegistry r = ref::KernelRegistry::instance();
+    r.add("Gemm", &gemm_kernel);
+    r.add("MatMul", &matmul_kernel);
+    r.add("RoiAlign", &roi_align_kernel);
+    r.add("Expand", &expand_kernel);
+    r.add("ConstantOfShape", &constant_of_shape_kernel);
+    r.add("ScatterElements", &scatter_elements_kernel);
+    return r;
+  }();
+  return kernels;
+}
+
+
+}  // namespace kiln::cpu
