@@ -1,6 +1,8 @@
 /* Runs any one-input, one-output bundle on raw float32 files, for the tests:
  *   cc -DPREFIX=net -DUPREFIX=NET -include net.h bundle_driver.c net.o -lm
  *   ./driver WEIGHTS BATCH INPUT.f32 OUTPUT.f32 [THREADS]
+ * The run happens on another thread than the create, as in a service whose
+ * workers share one model.
  * (examples/bundle-c is the readable version, for one model.) */
 #include <pthread.h>
 #include <stdio.h>
@@ -35,6 +37,20 @@ static void parallel_for(void* host, int64_t n, FN(_task_fn) fn, void* task) {
   for (int64_t t = 1; t < threads; ++t) pthread_join(ids[t], NULL);
 }
 
+typedef struct run_args {
+  FN() * model;
+  long batch;
+  const void* inputs[1];
+  void* outputs[1];
+  int32_t status;
+} run_args;
+
+static void* run_model(void* p) {
+  run_args* a = (run_args*)p;
+  a->status = FN(_run)(a->model, a->batch, a->inputs, a->outputs);
+  return NULL;
+}
+
 int main(int argc, char** argv) {
   if (argc < 5) return 2;
   const long batch = strtol(argv[2], NULL, 10);
@@ -51,9 +67,10 @@ int main(int argc, char** argv) {
   FILE* f = fopen(argv[3], "rb");
   if (!in || !out || !f || fread(in, K(_INPUT_0_ITEM_BYTES), (size_t)batch, f) != (size_t)batch) return 3;
   fclose(f);
-  const void* inputs[1] = {in};
-  void* outputs[1] = {out};
-  if (FN(_run)(model, batch, inputs, outputs) != K(_OK)) {
+  run_args args = {model, batch, {in}, {out}, K(_OK)};
+  pthread_t worker;
+  if (pthread_create(&worker, NULL, run_model, &args) != 0 || pthread_join(worker, NULL) != 0) return 5;
+  if (args.status != K(_OK)) {
     fprintf(stderr, "run: %s\n", FN(_last_error)(model));
     return 1;
   }

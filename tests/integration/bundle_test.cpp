@@ -390,8 +390,8 @@ std::string conv_net() {
   ModelBuilder b;
   b.input("x", 1, {"batch", 3, 16, 16}).output("y", 1, {"batch", 10});
   b.initializer(weights("w1", {8, 3, 3, 3})).initializer(weights("b1", {8}));
-  b.initializer(weights("w2", {8, 1, 3, 3})).initializer(weights("w3", {16, 8, 1, 1})).initializer(weights("b3", {16}));
-  b.initializer(weights("wf", {10, 16})).initializer(weights("bf", {10}));
+  b.initializer(weights("w2", {8, 1, 3, 3})).initializer(weights("w3", {6, 4, 3, 3})).initializer(weights("b3", {6}));
+  b.initializer(weights("wf", {10, 6})).initializer(weights("bf", {10}));
   ModelBuilder::attr_ints(b.node("Conv", {"x", "w1", "b1"}, {"c1"}), "pads", {1, 1, 1, 1});
   b.node("Relu", {"c1"}, {"r1"});
   auto& pool = b.node("MaxPool", {"r1"}, {"p1"});
@@ -401,7 +401,10 @@ std::string conv_net() {
   ModelBuilder::attr_int(dw, "group", 8);
   ModelBuilder::attr_ints(dw, "pads", {1, 1, 1, 1});
   b.node("Add", {"c2", "p1"}, {"s2"});
-  b.node("Conv", {"s2", "w3", "b3"}, {"c3"});
+  // Grouped, not depthwise: oneDNN runs it as im2col + GEMM, with a scratchpad.
+  auto& grouped = b.node("Conv", {"s2", "w3", "b3"}, {"c3"});
+  ModelBuilder::attr_int(grouped, "group", 2);
+  ModelBuilder::attr_ints(grouped, "pads", {1, 1, 1, 1});
   b.initializer(ModelBuilder::float_tensor("lo", {}, {0})).initializer(ModelBuilder::float_tensor("hi", {}, {6}));
   b.node("Clip", {"c3", "lo", "hi"}, {"r3"});
   b.node("GlobalAveragePool", {"r3"}, {"g"});
