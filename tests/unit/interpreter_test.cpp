@@ -159,4 +159,52 @@ TEST(Interpreter, ScatterElementsPutsEachUpdateWhereTheReferenceDoes) {
                kiln::ir::Error);
 }
 
+std::function<void(onnx::NodeProto&)> string_attrs(std::vector<std::pair<std::string, std::string>> attrs) {
+  return [attrs](onnx::NodeProto& n) {
+    for (const auto& [k, v] : attrs) {
+      auto* a = n.add_attribute();
+      a->set_name(k);
+      a->set_type(onnx::AttributeProto::STRING);
+      a->set_s(v);
+    }
+  };
+}
+
+// The image and feature-map cases in every mode the fast path takes, by
+// scales and by sizes; the cases it leaves to the reference (cubic, a crop
+// with extrapolation, a resized channel axis) give the same results too.
+TEST(Interpreter, ResizeMatchesTheReference) {
+  const Tensor x = random({2, 3, 7, 9}, 1), none = Tensor::from_vector<float>({0}, {});
+  const Tensor up = Tensor::from_vector<float>({4}, {1, 1, 2, 2}), mixed = Tensor::from_vector<float>({4}, {1, 1, 1.5f, 0.5f});
+  for (const char* coord : {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"})
+    for (const char* mode : {"nearest", "linear", "cubic"}) {
+      SCOPED_TRACE(std::string(coord) + " " + mode);
+      for (const Tensor& scales : {up, mixed})
+        expect_same("Resize", {{"x", x}, {"roi", none}, {"scales", scales}}, {}, 1, 1,
+                    string_attrs({{"mode", mode}, {"coordinate_transformation_mode", coord}}));
+      expect_same("Resize", {{"x", x}, {"roi", none}, {"scales", none}, {"sizes", shape({2, 3, 4, 20})}}, {}, 1, 1,
+                  string_attrs({{"mode", mode}, {"coordinate_transformation_mode", coord}}));
+    }
+  for (const char* nearest : {"round_prefer_ceil", "floor", "ceil"})
+    expect_same("Resize", {{"x", x}, {"roi", none}, {"scales", mixed}}, {}, 1, 1, string_attrs({{"nearest_mode", nearest}}));
+  expect_same("Resize", {{"x", x}, {"roi", none}, {"scales", Tensor::from_vector<float>({4}, {1, 2, 2, 1})}});  // channels too
+  expect_same("Resize", {{"x", x}, {"roi", Tensor::from_vector<float>({8}, {0, 0, 0.2f, 0.1f, 1, 1, 0.9f, 1.2f})}, {"scales", up}}, {},
+              1, 1, string_attrs({{"mode", "linear"}, {"coordinate_transformation_mode", "tf_crop_and_resize"}}));
+  expect_same("Upsample", {{"x", x}, {"scales", up}}, {}, 1, 1, string_attrs({{"mode", "linear"}}), 9);
+}
+
+// Growing and cropping pads on every axis, with and without a value, and
+// other element sizes; the modes it leaves to the reference agree too.
+TEST(Interpreter, PadMatchesTheReference) {
+  const Tensor x = random({2, 3, 5, 4}, 1);
+  const Tensor pads = Tensor::from_vector<int64_t>({8}, {0, 1, 2, 0, 1, 0, 3, 2}), crop = Tensor::from_vector<int64_t>({8}, {0, -1, 2, -1, 0, 0, -3, 1});
+  for (const Tensor& p : {pads, crop}) {
+    expect_same("Pad", {{"x", x}, {"pads", p}});
+    expect_same("Pad", {{"x", x}, {"pads", p}, {"value", Tensor::from_vector<float>({}, {1.5f})}});
+    expect_same("Pad", {{"x", ints({2, 3, 5, 4}, -9, 9, 3)}, {"pads", p}, {"value", Tensor::from_vector<int64_t>({}, {7})}});
+    expect_same("Pad", {{"x", x}, {"pads", p}}, {}, 1, 1, string_attrs({{"mode", "edge"}}));
+  }
+  expect_same("Pad", {{"x", x}, {"pads", Tensor::from_vector<int64_t>({8}, {0, 0, -5, 0, 0, 0, 0, 0})}});  // nothing left of x
+}
+
 }  // namespace

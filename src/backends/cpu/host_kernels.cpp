@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "backends/cpu/interpreter_kernels.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/error.hpp"
 #include "runtime/ir/serialize.hpp"
@@ -97,7 +98,7 @@ void ReferenceKernel::run(void* const* args) const {
   std::map<std::string, ir::Tensor> inputs;
   for (size_t i = 0; i < reads_.size(); ++i)
     inputs[reads_[i].name] = ir::Tensor::view(reads_[i].dtype, reads_[i].dims, args[i]);
-  std::vector<ir::Tensor> outs = ref::run_graph(graph_, inputs);
+  std::vector<ir::Tensor> outs = ref::run_graph(graph_, inputs, &interpreter_kernels());
   for (size_t i = 0; i < writes_.size(); ++i) {
     const Value& w = writes_[i];
     if (outs[i].dtype() != w.dtype || outs[i].dims() != w.dims)

@@ -72,7 +72,8 @@ class GatherKernel : public Kernel {
   ir::DType index_type_;
 };
 
-// One node run by its reference kernel. args: the values the node reads
+// One node run by its reference kernel, or by the faster one the
+// interpreter has for it (interpreter_kernels.hpp). args: the values the node reads
 // (ir::values_read order), then its outputs. Its outputs must have the shapes
 // the specialization inferred.
 class ReferenceKernel : public Kernel {

@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "backends/cpu/onednn_kernel.hpp"
+#include "backends/reference/resize_plan.hpp"
 
 namespace kiln::cpu {
 
@@ -261,6 +262,15 @@ void replicate(char* dst, size_t block, int64_t n) {
   }
 }
 
+// Fills `out` with copies of the `esize`-byte value (zero: a memset).
+void fill_with(Tensor& out, const void* value, size_t esize) {
+  const char* v = static_cast<const char*>(value);
+  if (out.numel() == 0) return;
+  if (std::all_of(v, v + esize, [](char c) { return c == 0; })) return void(std::memset(out.raw(), 0, out.nbytes()));
+  std::memcpy(out.raw(), v, esize);
+  replicate(static_cast<char*>(out.raw()), esize, out.numel());
+}
+
 // Expand as whole-block copies: the trailing axes where the input is not
 // broadcast are one memcpy, each broadcast axis a replication of the block
 // already written.
@@ -301,8 +311,7 @@ void expand_kernel(ref::KernelContext& ctx) {
   ctx.set_output(0, std::move(result));
 }
 
-// ConstantOfShape without a loop over elements: zeros are a memset, any
-// other value a replication.
+// ConstantOfShape without a loop over elements.
 void constant_of_shape_kernel(ref::KernelContext& ctx) {
   const Tensor& shape = ctx.input(0);
   const Tensor* value = ctx.attr_tensor("value");
@@ -310,14 +319,56 @@ void constant_of_shape_kernel(ref::KernelContext& ctx) {
   const Dims dims = shape.to_int64_vector();
   if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) return run_reference("ConstantOfShape", ctx);
   const DType dtype = value ? value->dtype() : DType::Float32;
-  const size_t esize = ir::dtype_size(dtype);
-  const char* v = value ? static_cast<const char*>(value->raw()) : nullptr;
-  const bool zero = !v || std::all_of(v, v + esize, [](char c) { return c == 0; });
-  Tensor out = zero ? Tensor(dtype, dims) : Tensor::uninitialized(dtype, dims);
-  if (!zero && out.numel() > 0) {
-    std::memcpy(out.raw(), v, esize);
-    replicate(static_cast<char*>(out.raw()), esize, out.numel());
+  const float zero = 0;
+  Tensor out = Tensor::uninitialized(dtype, dims);
+  fill_with(out, value ? value->raw() : &zero, ir::dtype_size(dtype));
+  ctx.set_output(0, std::move(out));
+}
+
+// Pad with a constant (opset 11 on, pads for every axis): the output is
+// filled with the value, then the input's overlap with it is copied in
+// rows. Cropping pads are handled the same way.
+void pad_kernel(ref::KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int64_t rank = x.rank();
+  if (ctx.opset() < 11 || ctx.attr_string("mode", "constant") != "constant" || rank == 0 || ctx.has_input(3) ||
+      ctx.input(1).dtype() != DType::Int64 || ctx.input(1).numel() != 2 * rank)
+    return run_reference("Pad", ctx);
+  const bool has_value = ctx.has_input(2) && ctx.input(2).numel() > 0;
+  if (has_value && ctx.input(2).dtype() != x.dtype()) return run_reference("Pad", ctx);  // names the type
+  const int64_t* pads = ctx.input(1).data<int64_t>();
+  Dims out_dims(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) {
+    out_dims[size_t(d)] = x.dim(int(d)) + pads[d] + pads[d + rank];
+    if (out_dims[size_t(d)] < 0) return run_reference("Pad", ctx);
   }
+  const size_t esize = ir::dtype_size(x.dtype());
+  Tensor out = Tensor::uninitialized(x.dtype(), out_dims);
+  const uint64_t zero = 0;
+  fill_with(out, has_value ? ctx.input(2).raw() : &zero, esize);
+  // Per axis, the input coordinates that land in the output.
+  std::vector<int64_t> lo(static_cast<size_t>(rank)), hi(static_cast<size_t>(rank)), in_stride(static_cast<size_t>(rank), 1),
+      out_stride(static_cast<size_t>(rank), 1);
+  for (int64_t d = rank; d-- > 0;) {
+    lo[size_t(d)] = std::max<int64_t>(0, -pads[d]);
+    hi[size_t(d)] = std::min(x.dim(int(d)), out_dims[size_t(d)] - pads[d]);
+    if (lo[size_t(d)] >= hi[size_t(d)]) return ctx.set_output(0, std::move(out));  // nothing of the input is kept
+    if (d + 1 < rank) {
+      in_stride[size_t(d)] = in_stride[size_t(d + 1)] * x.dim(int(d + 1));
+      out_stride[size_t(d)] = out_stride[size_t(d + 1)] * out_dims[size_t(d + 1)];
+    }
+  }
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(out.raw());
+  std::function<void(int64_t, int64_t, int64_t)> copy = [&](int64_t d, int64_t from, int64_t to) {
+    const size_t a = size_t(d);
+    if (d == rank - 1) {
+      std::memcpy(dst + (to + lo[a] + pads[d]) * int64_t(esize), src + (from + lo[a]) * int64_t(esize), size_t(hi[a] - lo[a]) * esize);
+      return;
+    }
+    for (int64_t i = lo[a]; i < hi[a]; ++i) copy(d + 1, from + i * in_stride[a], to + (i + pads[d]) * out_stride[a]);
+  };
+  copy(0, 0, 0);
   ctx.set_output(0, std::move(out));
 }
 
@@ -394,6 +445,98 @@ void scatter_elements_kernel(ref::KernelContext& ctx) {
   ctx.set_output(0, std::move(out));
 }
 
+// One axis of a resize plan as flat arrays: output coordinate o takes the
+// samples first[o] .. first[o + 1] - 1.
+struct AxisTaps {
+  std::vector<int64_t> first, index;
+  std::vector<float> weight;
+};
+
+AxisTaps flatten(const std::vector<std::vector<ref::ResizeTap>>& taps) {
+  AxisTaps a;
+  a.first.push_back(0);
+  for (const auto& list : taps) {
+    for (const auto& t : list) {
+      if (t.weight == 0) continue;
+      a.index.push_back(t.index);
+      a.weight.push_back(float(t.weight));
+    }
+    a.first.push_back(int64_t(a.index.size()));
+  }
+  return a;
+}
+
+// Whether each output coordinate is its input coordinate (a linear filter
+// at scale 1 lists a neighbour with weight 0 too).
+bool keeps_axis(const std::vector<std::vector<ref::ResizeTap>>& taps) {
+  for (size_t i = 0; i < taps.size(); ++i)
+    for (const auto& t : taps[i])
+      if (t.weight != 0 && (t.index != int64_t(i) || t.weight != 1.0)) return false;
+  return true;
+}
+
+// Resize and Upsample of float maps that change only their last two axes
+// (images, feature maps): the reference's plan of taps, applied in float
+// one axis after the other (along rows into a scratch plane, then down the
+// columns), the planes in parallel on the budget's threads.
+void resize_kernel(ref::KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const char* op = ctx.node().op_type == "Upsample" ? "Upsample" : "Resize";
+  if (x.dtype() != DType::Float32 || x.rank() < 2 || x.numel() == 0) return run_reference(op, ctx);
+  const ref::ResizePlan plan = ref::resize_plan(ctx);
+  const int64_t rank = x.rank();
+  for (int64_t d = 0; d + 2 < rank; ++d)
+    if (!keeps_axis(plan.taps[size_t(d)])) return run_reference(op, ctx);
+  for (int64_t d = rank - 2; d < rank; ++d)
+    for (const auto& list : plan.taps[size_t(d)])
+      if (list.empty()) return run_reference(op, ctx);  // outside a crop: the extrapolation value
+  const AxisTaps rows = flatten(plan.taps[size_t(rank - 2)]), cols = flatten(plan.taps[size_t(rank - 1)]);
+  const int64_t H = x.dim(-2), W = x.dim(-1), OH = plan.out_dims[size_t(rank - 2)], OW = plan.out_dims[size_t(rank - 1)];
+  const int64_t planes = x.numel() / (H * W);
+  Tensor out = Tensor::uninitialized(DType::Float32, plan.out_dims);
+  const float* in = x.data<float>();
+  float* dst = out.data<float>();
+  // Only the input rows some output row reads are resized along the row.
+  std::vector<char> needed(static_cast<size_t>(H), 0);
+  for (int64_t i : rows.index) needed[size_t(i)] = 1;
+  auto resize_planes = [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(size_t(H * OW));
+    for (int64_t p = begin; p < end; ++p) {
+      const float* src = in + p * H * W;
+      for (int64_t h = 0; h < H; ++h) {
+        if (!needed[size_t(h)]) continue;
+        const float* row = src + h * W;
+        float* t = scratch.data() + h * OW;
+        for (int64_t o = 0; o < OW; ++o) {
+          float acc = 0;
+          for (int64_t k = cols.first[size_t(o)]; k < cols.first[size_t(o + 1)]; ++k) acc += cols.weight[size_t(k)] * row[cols.index[size_t(k)]];
+          t[o] = acc;
+        }
+      }
+      float* o_plane = dst + p * OH * OW;
+      for (int64_t o = 0; o < OH; ++o) {
+        float* line = o_plane + o * OW;
+        std::fill(line, line + OW, 0.0f);
+        for (int64_t k = rows.first[size_t(o)]; k < rows.first[size_t(o + 1)]; ++k) {
+          const float w = rows.weight[size_t(k)];
+          const float* t = scratch.data() + rows.index[size_t(k)] * OW;
+          for (int64_t c = 0; c < OW; ++c) line[c] += w * t[c];
+        }
+      }
+    }
+  };
+  if (!t_budget || t_budget->threads == 1 || planes == 1) {
+    resize_planes(0, planes);
+  } else {
+    std::lock_guard<std::mutex> lock(t_budget->running);
+    t_budget->arena.execute([&] {
+      tbb::parallel_for(tbb::blocked_range<int64_t>(0, planes),
+                        [&](const tbb::blocked_range<int64_t>& range) { resize_planes(range.begin(), range.end()); });
+    });
+  }
+  ctx.set_output(0, std::move(out));
+}
+
 }  // namespace
 
 const ref::KernelRegistry& interpreter_kernels() {
@@ -405,6 +548,9 @@ const ref::KernelRegistry& interpreter_kernels() {
     r.add("Expand", &expand_kernel);
     r.add("ConstantOfShape", &constant_of_shape_kernel);
     r.add("ScatterElements", &scatter_elements_kernel);
+    r.add("Resize", &resize_kernel);
+    r.add("Pad", &pad_kernel);
+    r.add("Upsample", &resize_kernel);
     return r;
   }();
   return kernels;

@@ -14,6 +14,7 @@
 
 #include "backends/reference/kernel_registry.hpp"
 #include "backends/reference/ops/op_util.hpp"
+#include "backends/reference/resize_plan.hpp"
 
 namespace kiln::ref {
 namespace {
@@ -48,11 +49,7 @@ struct ResizeParams {
   bool antialias = false;
 };
 
-// One input sample contributing to an output coordinate along one axis.
-struct Tap {
-  int64_t index;
-  double weight;
-};
+using Tap = ResizeTap;
 
 // Source coordinate of output coordinate x along one axis.
 double source_coordinate(const KernelContext& ctx, const ResizeParams& p, int64_t x, double scale, int64_t in_len,
@@ -126,8 +123,8 @@ std::vector<std::vector<Tap>> axis_taps(const KernelContext& ctx, const ResizePa
   return taps;
 }
 
-void resize_impl(KernelContext& ctx, const ResizeParams& p, const std::vector<double>& scales_in,
-                 const std::vector<int64_t>& sizes_in, std::vector<int64_t> axes, const std::vector<double>& roi_in) {
+ResizePlan plan(const KernelContext& ctx, const ResizeParams& p, const std::vector<double>& scales_in,
+                const std::vector<int64_t>& sizes_in, std::vector<int64_t> axes, const std::vector<double>& roi_in) {
   const Tensor& x = ctx.input(0);
   const int64_t rank = x.rank();
   if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic")
@@ -188,10 +185,23 @@ void resize_impl(KernelContext& ctx, const ResizeParams& p, const std::vector<do
   int64_t out_numel = ir::checked_numel(out_dims);
   if (out_numel > 0 && x.numel() == 0) ctx.fail("cannot resize an empty input to a non-empty output");
 
-  std::vector<std::vector<std::vector<Tap>>> taps(static_cast<size_t>(rank));
+  ResizePlan result;
+  result.out_dims = out_dims;
+  result.extrapolation = p.extrapolation;
+  result.taps.resize(static_cast<size_t>(rank));
   for (size_t d = 0; d < size_t(rank); ++d)
-    taps[d] = axis_taps(ctx, p, scale[d], in_dims[d], out_dims[d], roi_start[d], roi_end[d]);
+    result.taps[d] = axis_taps(ctx, p, scale[d], in_dims[d], out_dims[d], roi_start[d], roi_end[d]);
+  return result;
+}
 
+// Sums the tensor product of the plan's taps, in double.
+void apply(KernelContext& ctx, const ResizePlan& plan) {
+  const Tensor& x = ctx.input(0);
+  const int64_t rank = x.rank();
+  const Dims& in_dims = x.dims();
+  const Dims& out_dims = plan.out_dims;
+  const auto& taps = plan.taps;
+  const int64_t out_numel = ir::checked_numel(out_dims);
   std::vector<double> in = to_doubles(x), out(static_cast<size_t>(out_numel));
   std::vector<int64_t> in_strides = strides_of(in_dims);
   std::vector<int64_t> idx(size_t(rank), 0);
@@ -206,7 +216,7 @@ void resize_impl(KernelContext& ctx, const ResizeParams& p, const std::vector<do
   for (int64_t o = 0; o < out_numel; ++o) {
     bool outside = false;
     for (size_t d = 0; d < size_t(rank); ++d) outside = outside || taps[d][size_t(idx[d])].empty();
-    out[size_t(o)] = outside ? p.extrapolation : accumulate(accumulate, 0, 0, 1.0);
+    out[size_t(o)] = outside ? plan.extrapolation : accumulate(accumulate, 0, 0, 1.0);
     for (size_t d = size_t(rank); d-- > 0;) {
       if (++idx[d] < out_dims[d]) break;
       idx[d] = 0;
@@ -229,11 +239,24 @@ ResizeParams legacy_params(const KernelContext& ctx) {
   return p;
 }
 
-void resize_kernel(KernelContext& ctx) {
-  if (ctx.opset() < 11) {
-    resize_impl(ctx, legacy_params(ctx), doubles_of_input(ctx, 1), {}, {}, {});
-    return;
+void resize_kernel(KernelContext& ctx) { apply(ctx, resize_plan(ctx)); }
+
+}  // namespace
+
+ResizePlan resize_plan(const KernelContext& ctx) {
+  if (ctx.node().op_type == "Upsample") {
+    std::vector<double> scales;
+    if (ctx.opset() >= 9) {
+      scales = doubles_of_input(ctx, 1);
+    } else {
+      for (float s : ctx.attr_floats("scales")) scales.push_back(s);
+      // Upsample-1 had width_scale/height_scale for NCHW input instead.
+      if (scales.empty() && ctx.has_attr("width_scale"))
+        scales = {1, 1, ctx.attr_float("height_scale", 1), ctx.attr_float("width_scale", 1)};
+    }
+    return plan(ctx, legacy_params(ctx), scales, {}, {}, {});
   }
+  if (ctx.opset() < 11) return plan(ctx, legacy_params(ctx), doubles_of_input(ctx, 1), {}, {}, {});
   ResizeParams p;
   p.mode = ctx.attr_string("mode", "nearest");
   p.coord = ctx.attr_string("coordinate_transformation_mode", "half_pixel");
@@ -244,21 +267,10 @@ void resize_kernel(KernelContext& ctx) {
   p.antialias = ctx.attr_int("antialias", 0) != 0;
   std::vector<int64_t> sizes = present(ctx, 3) ? ctx.input(3).to_int64_vector() : std::vector<int64_t>{};
   std::vector<double> roi = p.coord == "tf_crop_and_resize" ? doubles_of_input(ctx, 1) : std::vector<double>{};
-  resize_impl(ctx, p, doubles_of_input(ctx, 2), sizes, ctx.attr_ints("axes"), roi);
+  return plan(ctx, p, doubles_of_input(ctx, 2), sizes, ctx.attr_ints("axes"), roi);
 }
 
-void upsample_kernel(KernelContext& ctx) {
-  std::vector<double> scales;
-  if (ctx.opset() >= 9) {
-    scales = doubles_of_input(ctx, 1);
-  } else {
-    for (float s : ctx.attr_floats("scales")) scales.push_back(s);
-    // Upsample-1 had width_scale/height_scale for NCHW input instead.
-    if (scales.empty() && ctx.has_attr("width_scale"))
-      scales = {1, 1, ctx.attr_float("height_scale", 1), ctx.attr_float("width_scale", 1)};
-  }
-  resize_impl(ctx, legacy_params(ctx), scales, {}, {}, {});
-}
+namespace {
 
 // ---------------------------------------------------------------------------
 // GridSample (PyTorch's grid_sample semantics, generalised to N spatial dims)
@@ -525,7 +537,7 @@ void non_max_suppression_kernel(KernelContext& ctx) {
 
 void register_image_ops(KernelRegistry& r) {
   r.add("Resize", &resize_kernel);
-  r.add("Upsample", &upsample_kernel);
+  r.add("Upsample", &resize_kernel);
   r.add("GridSample", &grid_sample_kernel);
   r.add("RoiAlign", &roi_align_kernel);
   r.add("NonMaxSuppression", &non_max_suppression_kernel);
