@@ -435,11 +435,16 @@ void scatter_elements_kernel(ref::KernelContext& ctx) {
   }
   const bool last = axis == rank - 1;
   const int64_t axis_stride = stride[size_t(axis)];
+  // Elements are moved as they are: only their size matters.
+  auto scatter = [&](auto element) {
+    using T = decltype(element);
+    scatter_rows(index, static_cast<const T*>(upd.raw()), static_cast<T*>(out.raw()), rows, len, row_base, axis_stride, last);
+  };
   switch (ir::dtype_size(x.dtype())) {
-    case 1: scatter_rows(index, static_cast<const uint8_t*>(upd.raw()), static_cast<uint8_t*>(out.raw()), rows, len, row_base, axis_stride, last); break;
-    case 2: scatter_rows(index, static_cast<const uint16_t*>(upd.raw()), static_cast<uint16_t*>(out.raw()), rows, len, row_base, axis_stride, last); break;
-    case 4: scatter_rows(index, static_cast<const uint32_t*>(upd.raw()), static_cast<uint32_t*>(out.raw()), rows, len, row_base, axis_stride, last); break;
-    case 8: scatter_rows(index, static_cast<const uint64_t*>(upd.raw()), static_cast<uint64_t*>(out.raw()), rows, len, row_base, axis_stride, last); break;
+    case 1: scatter(uint8_t{}); break;
+    case 2: scatter(uint16_t{}); break;
+    case 4: scatter(uint32_t{}); break;
+    case 8: scatter(uint64_t{}); break;
     default: return run_reference("ScatterElements", ctx);
   }
   ctx.set_output(0, std::move(out));
