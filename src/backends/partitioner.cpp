@@ -173,12 +173,17 @@ class PartitionedExecutable : public Executable {
   }
 
   Artifact save() const override;
-  int64_t parts() const { return int64_t(steps_.size()); }
-  std::set<std::string> backends() const {
-    std::set<std::string> names;
-    for (const auto& step : steps_) names.insert(step.backend);
+  // The backends its parts run on, in the order of preference ("cpu+interpreter").
+  std::string backend_names(const std::vector<const Backend*>& backends) const {
+    std::string names;
+    for (const auto* backend : backends) {
+      if (std::none_of(steps_.begin(), steps_.end(), [&](const Step& s) { return s.backend == backend->name(); })) continue;
+      if (!names.empty()) names += '+';
+      names += backend->name();
+    }
     return names;
   }
+  int64_t parts() const { return int64_t(steps_.size()); }
   static std::unique_ptr<PartitionedExecutable> load(const LoadedArtifact& artifact, const std::shared_ptr<const ir::Graph>& graph,
                                                      const std::vector<const Backend*>& backends, const CompileOptions& options);
 
@@ -199,14 +204,16 @@ json dims_or_null(const std::optional<ir::Dims>& dims) { return dims ? json(*dim
 Artifact PartitionedExecutable::save() const {
   Artifact a;
   json parts = json::array(), summaries = json::array();
-  // Each part's weights chunks, moved to the part's base.
-  auto append_weights = [&](const Artifact& part) {
+  // Chunks placed at `offsets` of a block of `bytes`, the block appended at
+  // the next 64-byte aligned base, which it returns.
+  auto append_weights = [&](const std::vector<std::pair<const void*, size_t>>& chunks, const std::vector<int64_t>& offsets,
+                            int64_t bytes) {
     const int64_t base = (a.weights_bytes + 63) / 64 * 64;
-    for (size_t i = 0; i < part.weights.size(); ++i) {
-      a.weights.push_back(part.weights[i]);
-      a.weight_offsets.push_back(base + part.weight_offsets[i]);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      a.weights.push_back(chunks[i]);
+      a.weight_offsets.push_back(base + offsets[i]);
     }
-    a.weights_bytes = base + part.weights_bytes;
+    a.weights_bytes = base + bytes;
     return base;
   };
   for (size_t k = 0; k < steps_.size(); ++k) {
@@ -222,7 +229,7 @@ Artifact PartitionedExecutable::save() const {
     for (const auto& in : step.inputs) inputs.push_back({in.name, int(in.dtype), dims_or_null(in.dims)});
     const int64_t object_offset = int64_t(a.object.size());
     a.object += part.object;
-    const int64_t weights_base = append_weights(part);
+    const int64_t weights_base = append_weights(part.weights, part.weight_offsets, part.weights_bytes);
     parts.push_back({{"backend", step.backend},
                      {"inputs", inputs},
                      {"outputs", step.outputs},
@@ -234,13 +241,9 @@ Artifact PartitionedExecutable::save() const {
   json outputs = json::array();
   for (const auto& o : outputs_) {
     json out = {{"name", o.name}};
-    if (o.constant.defined()) {
-      Artifact bytes;
-      bytes.weights = {{o.constant.raw(), o.constant.nbytes()}};
-      bytes.weight_offsets = {0};
-      bytes.weights_bytes = int64_t(o.constant.nbytes());
-      out["constant"] = {int(o.constant.dtype()), o.constant.dims(), append_weights(bytes)};
-    }
+    if (o.constant.defined())
+      out["constant"] = {int(o.constant.dtype()), o.constant.dims(),
+                         append_weights({{o.constant.raw(), o.constant.nbytes()}}, {0}, int64_t(o.constant.nbytes()))};
     outputs.push_back(std::move(out));
   }
   const std::vector<uint8_t> cbor = json::to_cbor({{"format", kFormat}, {"parts", parts}, {"outputs", outputs}});
@@ -318,14 +321,12 @@ std::unique_ptr<PartitionedExecutable> PartitionedExecutable::load(const LoadedA
   }
 }
 
-std::string backend_names(const std::vector<const Backend*>& backends, const std::set<std::string>& used) {
-  std::string names;
-  for (const auto* backend : backends) {
-    if (!used.count(backend->name())) continue;
-    if (!names.empty()) names += '+';
-    names += backend->name();
-  }
-  return names;
+
+
+PartitionedCompile result(std::unique_ptr<PartitionedExecutable> executable, const std::vector<const Backend*>& backends) {
+  std::string names = executable->backend_names(backends);
+  const int64_t parts = executable->parts();
+  return {std::move(executable), std::move(names), parts};
 }
 
 }  // namespace
@@ -342,14 +343,12 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
   if (groups.empty() || (groups.size() == 1 && groups.begin()->first.second == 0))
     return {backends.at(0)->compile(std::move(graph), spec, options), backends.at(0)->name(), 1};
   std::vector<PartitionedExecutable::Step> steps;
-  std::set<std::string> used;  // backend names
   for (Part& part : make_parts(*graph, spec, backends, groups)) {
     PartitionedExecutable::Step step;
     step.backend = part.backend->name();
     for (const auto& in : part.graph->inputs)
       step.inputs.push_back({in.name, in.dtype, in.shape.is_concrete() ? std::optional<ir::Dims>(in.shape.concrete()) : std::nullopt});
     for (const auto& v : part.graph->outputs) step.outputs.push_back(v.name);
-    used.insert(step.backend);
     step.executable = part.backend->compile(std::move(part.graph), spec, options);
     steps.push_back(std::move(step));
   }
@@ -367,18 +366,23 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
     }
     outputs.push_back(std::move(out));
   }
-  const int64_t parts = int64_t(steps.size());
-  return {std::make_unique<PartitionedExecutable>(std::move(steps), std::move(outputs)), backend_names(backends, used), parts};
+  return result(std::make_unique<PartitionedExecutable>(std::move(steps), std::move(outputs)), backends);
+}
+
+std::string partitioned_identity(const std::vector<const Backend*>& backends, const CompileOptions& options) {
+  std::string identity;
+  for (const auto* backend : backends) {
+    if (!identity.empty()) identity += "; ";
+    identity += backend->identity(options);
+  }
+  return identity;
 }
 
 PartitionedCompile load_partitioned(const LoadedArtifact& artifact, std::shared_ptr<const ir::Graph> graph,
                                     const std::vector<const Backend*>& backends, const CompileOptions& options) {
   if (artifact.program.substr(0, kMagic.size()) != kMagic)
     return {backends.at(0)->load(artifact, std::move(graph), options), backends.at(0)->name(), 1};
-  auto executable = PartitionedExecutable::load(artifact, graph, backends, options);
-  const int64_t parts = executable->parts();
-  std::string names = backend_names(backends, executable->backends());
-  return {std::move(executable), std::move(names), parts};
+  return result(PartitionedExecutable::load(artifact, graph, backends, options), backends);
 }
 
 }  // namespace kiln::backends

@@ -46,4 +46,8 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
 PartitionedCompile load_partitioned(const LoadedArtifact& artifact, std::shared_ptr<const ir::Graph> graph,
                                     const std::vector<const Backend*>& backends, const CompileOptions& options);
 
+// What the code compile_partitioned makes depends on, for cache keys: every
+// backend's identity, since an entry may hold parts of each.
+std::string partitioned_identity(const std::vector<const Backend*>& backends, const CompileOptions& options);
+
 }  // namespace kiln::backends

@@ -529,16 +529,11 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
     options.threads = runtime.threads();
     options.kernels = runtime.options().kernels;
     SpecializationStats& stats = entry->stats;
+    backends::PartitionedCompile made;  // loaded or compiled
     const cache::Store* store = runtime.impl_->store.get();
     cache::Key cache_key;
     if (store) {
-      // An entry may hold parts of every backend in the order.
-      std::string identity;
-      for (const auto* b : order) {
-        if (!identity.empty()) identity += "; ";
-        identity += b->identity(options);
-      }
-      cache_key = cache::make_key({model.content_hash, model.source_path, key, identity});
+      cache_key = cache::make_key({model.content_hash, model.source_path, key, backends::partitioned_identity(order, options)});
       stats.cache_key = cache_key.hex;
       std::string problem;
       // With a second thread in the budget, the weights' checksum (8 ms of
@@ -554,22 +549,19 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
           }
         }
         try {
-          backends::PartitionedCompile loaded = backends::load_partitioned(*artifact, model.graph, order, options);
-          entry->executable = std::move(loaded.executable);
-          stats.backend = loaded.backends;
-          stats.parts = loaded.parts;
+          made = backends::load_partitioned(*artifact, model.graph, order, options);
         } catch (const ir::Error& e) {
           problem = e.what();
         }
         if (weights_problem.valid()) {
           if (std::string bad = weights_problem.get(); !bad.empty()) {
-            entry->executable.reset();
+            made.executable.reset();
             problem = bad;
           }
         }
-        if (entry->executable) stats.cache = CacheOutcome::Hit;
+        if (made.executable) stats.cache = CacheOutcome::Hit;
       }
-      if (!entry->executable) {
+      if (!made.executable) {
         stats.cache = problem.empty() ? CacheOutcome::Miss : CacheOutcome::Rebuild;
         stats.cache_note = problem;
         if (!problem.empty())
@@ -577,7 +569,7 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
                                              " is unusable (" + problem + "); compiling it again");
       }
     }
-    if (!entry->executable) {
+    if (!made.executable) {
       own_weights();
       std::map<std::string, std::pair<ir::DType, ir::Dims>> shapes;
       for (const auto& [name, t] : ins) shapes[name] = {t.dtype(), t.dims()};
@@ -585,11 +577,11 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
       // The specialized graph shares the model's weights; passes only add new tensors.
       auto graph = std::make_shared<ir::Graph>(*model.graph);
       passes::optimize_specialization(*graph, spec, ref::constant_evaluator());
-      backends::PartitionedCompile compiled = backends::compile_partitioned(graph, spec, order, options);
-      entry->executable = std::move(compiled.executable);
-      stats.backend = compiled.backends;
-      stats.parts = compiled.parts;
+      made = backends::compile_partitioned(graph, spec, order, options);
     }
+    entry->executable = std::move(made.executable);
+    stats.backend = made.backends;
+    stats.parts = made.parts;
     const backends::ExecutableStats built = entry->executable->stats();
     stats.nodes = built.nodes;
     stats.compiled_nodes = built.compiled_nodes;
@@ -597,7 +589,6 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
     stats.arena_bytes = built.arena_bytes;
     stats.intermediate_bytes = built.intermediate_bytes;
     stats.key = key;
-    if (stats.backend.empty()) stats.backend = backend.name();
     stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (store && stats.cache != CacheOutcome::Hit) {
       const auto store_start = std::chrono::steady_clock::now();

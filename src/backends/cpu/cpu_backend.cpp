@@ -123,11 +123,7 @@ class CpuExecutable : public Executable {
     Artifact a;
     a.object = object_;
     a.program = std::move(saved.bytes);
-    for (const auto& [offset, chunk] : saved.weights.chunks()) {
-      a.weight_offsets.push_back(offset);
-      a.weights.push_back(chunk);
-    }
-    a.weights_bytes = saved.weights.size();
+    cpu::put_weights(saved.weights, a);
     a.summary = std::move(saved.summary);
     return a;
   }

@@ -1,7 +1,7 @@
 #include "backends/cpu/interpreter_backend.hpp"
 
 #include "backends/cpu/interpreter_kernels.hpp"
-#include "backends/cpu/program.hpp"
+#include "backends/cpu/program_io.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/serialize.hpp"
 
@@ -10,8 +10,6 @@ namespace kiln::backends {
 namespace {
 
 using nlohmann::json;
-using ir::Dims;
-using ir::DType;
 using ir::Tensor;
 
 constexpr int kFormat = 1;
@@ -35,17 +33,16 @@ class InterpreterExecutable : public Executable {
     nodes.initializers.clear();
     cpu::WeightsWriter weights;
     json initializers = json::array();
-    for (const auto& [name, t] : graph_->initializers)
-      initializers.push_back({{"name", name}, {"dtype", int(t.dtype())}, {"dims", t.dims()}, {"offset", weights.add(t.raw(), t.nbytes())}});
+    for (const auto& [name, t] : graph_->initializers) {
+      json init = cpu::save_constant(t, weights);
+      init["name"] = name;
+      initializers.push_back(std::move(init));
+    }
     const std::vector<uint8_t> cbor =
         json::to_cbor({{"format", kFormat}, {"graph", ir::graph_to_json(nodes)}, {"initializers", initializers}});
     Artifact a;
     a.program.assign(cbor.begin(), cbor.end());
-    for (const auto& [offset, chunk] : weights.chunks()) {
-      a.weight_offsets.push_back(offset);
-      a.weights.push_back(chunk);
-    }
-    a.weights_bytes = weights.size();
+    cpu::put_weights(weights, a);
     a.summary = json({{"interpreted_nodes", graph_->nodes.size()}, {"initializers", graph_->initializers.size()}}).dump();
     return a;
   }
@@ -59,14 +56,9 @@ class InterpreterExecutable : public Executable {
       const cpu::WeightsReader weights(artifact.weights, artifact.weights_bytes);
       for (const json& init : ir::json_field<json>(j, "initializers", what)) {
         const auto name = ir::json_field<std::string>(init, "name", what);
-        const auto dtype = DType(ir::json_field<int>(init, "dtype", what));
-        if (!ir::dtype_supported(dtype)) ir::fail(ir::ErrorKind::InvalidModel, what + ": initializer '" + name + "' has an unsupported dtype");
-        const auto dims = ir::json_field<Dims>(init, "dims", what);
-        const void* data = weights.at(ir::json_field<int64_t>(init, "offset", what),
-                                      ir::checked_numel(dims) * int64_t(ir::dtype_size(dtype)), what + " initializer '" + name + "'");
         // Read only: kernels never write their inputs, and the runtime
         // copies an output that is not the caller's own.
-        graph->initializers[name] = Tensor::view(dtype, dims, const_cast<void*>(data), artifact.keep_alive);
+        graph->initializers[name] = cpu::load_constant(init, weights, artifact.keep_alive, what + " initializer '" + name + "'");
       }
       return std::make_unique<InterpreterExecutable>(std::move(graph), std::move(budget));
     } catch (const json::exception& e) {

@@ -34,6 +34,17 @@ using ir::Tensor;
 
 void run_reference(const char* op, ref::KernelContext& ctx) { ref::KernelRegistry::instance().find(op)(ctx); }
 
+// body(begin, end) over [0, n): split over the budget's threads (holding it,
+// as a run does), or in one call without a budget or with one thread.
+template <typename Body>
+void on_budget(int64_t n, const Body& body) {
+  if (!t_budget || t_budget->threads == 1 || n <= 1) return body(0, n);
+  std::lock_guard<std::mutex> lock(t_budget->running);
+  t_budget->arena.execute([&] {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n), [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
+  });
+}
+
 // dst = alpha * src x weights (+ addend), every operand described with its
 // own strides (transposes are strides), run on the budget's threads. The
 // addend is a post-op, not a bias: oneDNN scales the bias with alpha.
@@ -240,16 +251,7 @@ void roi_align_kernel(ref::KernelContext& ctx) {
         for (int64_t pw = 0; pw < ow; ++pw) o[ph * ow + pw] = cell(roi, plane, ph, pw);
     }
   };
-  if (!t_budget || t_budget->threads == 1) {
-    channels(0, R * C);
-  } else {
-    std::lock_guard<std::mutex> lock(t_budget->running);
-    t_budget->arena.execute([&] {
-      tbb::parallel_for(tbb::blocked_range<int64_t>(0, R * C), [&](const tbb::blocked_range<int64_t>& range) {
-        channels(range.begin(), range.end());
-      });
-    });
-  }
+  on_budget(R * C, channels);
   ctx.set_output(0, std::move(out));
 }
 
@@ -530,15 +532,7 @@ void resize_kernel(ref::KernelContext& ctx) {
       }
     }
   };
-  if (!t_budget || t_budget->threads == 1 || planes == 1) {
-    resize_planes(0, planes);
-  } else {
-    std::lock_guard<std::mutex> lock(t_budget->running);
-    t_budget->arena.execute([&] {
-      tbb::parallel_for(tbb::blocked_range<int64_t>(0, planes),
-                        [&](const tbb::blocked_range<int64_t>& range) { resize_planes(range.begin(), range.end()); });
-    });
-  }
+  on_budget(planes, resize_planes);
   ctx.set_output(0, std::move(out));
 }
 

@@ -19,6 +19,26 @@ int64_t WeightsWriter::add(const void* data, size_t bytes) {
   return offset;
 }
 
+void put_weights(const WeightsWriter& weights, backends::Artifact& artifact) {
+  for (const auto& [offset, chunk] : weights.chunks()) {
+    artifact.weight_offsets.push_back(offset);
+    artifact.weights.push_back(chunk);
+  }
+  artifact.weights_bytes = weights.size();
+}
+
+json save_constant(const ir::Tensor& t, WeightsWriter& weights) {
+  return {{"dtype", int(t.dtype())}, {"dims", t.dims()}, {"offset", weights.add(t.raw(), t.nbytes())}};
+}
+
+ir::Tensor load_constant(const json& j, const WeightsReader& weights, std::shared_ptr<void> keep_alive, const std::string& what) {
+  const auto dtype = ir::DType(json_field<int>(j, "dtype", what));
+  if (!ir::dtype_supported(dtype)) ir::fail(ir::ErrorKind::InvalidModel, what + ": constant of unsupported dtype");
+  const auto dims = json_field<ir::Dims>(j, "dims", what);
+  const void* data = weights.at(json_field<int64_t>(j, "offset", what), ir::checked_numel(dims) * int64_t(ir::dtype_size(dtype)), what);
+  return ir::Tensor::view(dtype, dims, const_cast<void*>(data), std::move(keep_alive));
+}
+
 const void* WeightsReader::at(int64_t offset, int64_t bytes, const std::string& what) const {
   if (offset < 0 || bytes < 0 || uint64_t(offset) > size_ || uint64_t(bytes) > size_ - uint64_t(offset))
     ir::fail(ir::ErrorKind::InvalidModel, what + ": constant at offset " + std::to_string(offset) + " (" + std::to_string(bytes) +
@@ -108,7 +128,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
     steps.push_back(std::move(j));
   }
   for (const ir::Tensor& c : program.constants)
-    constants.push_back({{"dtype", int(c.dtype())}, {"dims", c.dims()}, {"offset", saved.weights.add(c.raw(), c.nbytes())}});
+    constants.push_back(save_constant(c, saved.weights));
   json defaults = json::array();
   for (const ir::Tensor& t : program.input_defaults) defaults.push_back(t.defined());
   json out_dtypes = json::array();
@@ -197,15 +217,9 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
     p.output_dims = json_field<std::vector<ir::Dims>>(j, "output_dims", what);
     if (p.output_dtypes.size() != p.outputs.size() || p.output_dims.size() != p.outputs.size())
       ir::fail(ir::ErrorKind::InvalidModel, what + ": output types do not match the outputs");
-    for (const json& c : json_field<json>(j, "constants", what)) {
-      const auto dtype = ir::DType(json_field<int>(c, "dtype", what));
-      if (!ir::dtype_supported(dtype)) ir::fail(ir::ErrorKind::InvalidModel, what + ": constant of unsupported dtype");
-      const auto dims = json_field<ir::Dims>(c, "dims", what);
-      const int64_t bytes = ir::checked_numel(dims) * int64_t(ir::dtype_size(dtype));
-      const void* data = weights.at(json_field<int64_t>(c, "offset", what), bytes, what);
+    for (const json& c : json_field<json>(j, "constants", what))
       // Read only: generated code and kernels never write a constant.
-      p.constants.push_back(ir::Tensor::view(dtype, dims, const_cast<void*>(data), keep_alive));
-    }
+      p.constants.push_back(load_constant(c, weights, keep_alive, what));
     for (const Buffer& b : p.buffers) {
       const size_t limit = b.kind == Buffer::Kind::Input ? p.inputs.size() : b.kind == Buffer::Kind::Output ? p.outputs.size()
                            : b.kind == Buffer::Kind::Constant ? p.constants.size() : SIZE_MAX;

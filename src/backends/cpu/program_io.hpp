@@ -4,16 +4,28 @@
 // in CBOR, plus the constant bytes it points at. Loading makes every kernel
 // again (oneDNN primitives are recreated, never recompiled) with constants
 // pointing into the loaded weights; no graph pass, lowering or codegen runs.
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "backends/backend.hpp"
 #include "backends/cpu/program.hpp"
 #include "runtime/ir/graph.hpp"
 
 namespace kiln::cpu {
+
+// The writer's chunks as the artifact's weights.
+void put_weights(const WeightsWriter& weights, backends::Artifact& artifact);
+
+// A tensor as {dtype, dims, offset}, its bytes handed to `weights`; and back,
+// as a view of the loaded weights that `keep_alive` owns (InvalidModel if
+// the entry is inconsistent, `what` saying where).
+nlohmann::json save_constant(const ir::Tensor& t, WeightsWriter& weights);
+ir::Tensor load_constant(const nlohmann::json& j, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
+                         const std::string& what);
 
 struct SavedProgram {
   std::string bytes;  // CBOR
