@@ -172,7 +172,9 @@ void run(const RunArgs& args) {
   opts.kernels = args.kernels;
   opts.cache = !args.no_cache;
   opts.cache_dir = args.cache_dir;
+  const auto runtime_start = std::chrono::steady_clock::now();
   Runtime runtime(opts);
+  const double runtime_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - runtime_start).count();
   const auto load_start = std::chrono::steady_clock::now();
   Model model = Model::load(runtime, args.model);
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
@@ -224,6 +226,7 @@ void run(const RunArgs& args) {
   if (args.json) {
     nlohmann::json j;
     j["model"] = model.source();
+    j["runtime_ms"] = runtime_ms;
     j["load_ms"] = load_ms;
     j["first_run_ms"] = first_ms;
     j["outputs"] = nlohmann::json::array();

@@ -92,3 +92,71 @@ TEST(CpuJit, InvalidModulesAndMissingSymbolsAreErrors) {
   EXPECT_THROW(jit.lookup(*library, "does_not_exist"), kiln::ir::Error);
   EXPECT_THROW(jit.link("not an object file"), kiln::ir::Error);
 }
+
+namespace {
+
+// out[0] = a > 0 ? kiln_test_twice(a) : -a: branches, all of them forward.
+void build_choice(llvm::Module& m) {
+  llvm::LLVMContext& c = m.getContext();
+  llvm::IRBuilder<> b(c);
+  auto* f32 = b.getFloatTy();
+  auto* fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), {b.getPtrTy(), f32}, false),
+                                    llvm::Function::ExternalLinkage, "choose", m);
+  llvm::FunctionCallee twice_fn = m.getOrInsertFunction("kiln_test_twice", llvm::FunctionType::get(f32, {f32}, false));
+  auto* entry = llvm::BasicBlock::Create(c, "entry", fn);
+  auto* positive = llvm::BasicBlock::Create(c, "positive", fn);
+  auto* other = llvm::BasicBlock::Create(c, "other", fn);
+  auto* done = llvm::BasicBlock::Create(c, "done", fn);
+  b.SetInsertPoint(entry);
+  b.CreateCondBr(b.CreateFCmpOGT(fn->getArg(1), llvm::ConstantFP::get(f32, 0.0)), positive, other);
+  b.SetInsertPoint(positive);
+  b.CreateStore(b.CreateCall(twice_fn, {fn->getArg(1)}), fn->getArg(0));
+  b.CreateBr(done);
+  b.SetInsertPoint(other);
+  b.CreateStore(b.CreateFNeg(fn->getArg(1)), fn->getArg(0));
+  b.CreateBr(done);
+  b.SetInsertPoint(done);
+  b.CreateRetVoid();
+}
+
+}  // namespace
+
+TEST(CpuJit, ModulesWithoutLoopsTakeTheFastPathAndStillRunCorrectly) {
+  kiln::cpu::Jit jit({{"kiln_test_twice", reinterpret_cast<const void*>(&twice)}});
+  auto with_loop = jit.new_module("loop");
+  build_kernel(*with_loop.module, "exp_add", "expf");
+  EXPECT_TRUE(kiln::cpu::has_loops(*with_loop.module));
+
+  // A loop whose back edge goes to a block placed before it.
+  auto two_block = jit.new_module("two_block_loop");
+  {
+    llvm::LLVMContext& c = *two_block.context;
+    llvm::IRBuilder<> b(c);
+    auto* fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), {b.getInt1Ty()}, false),
+                                      llvm::Function::ExternalLinkage, "spin", *two_block.module);
+    auto* entry = llvm::BasicBlock::Create(c, "entry", fn);
+    auto* body = llvm::BasicBlock::Create(c, "body", fn);
+    auto* latch = llvm::BasicBlock::Create(c, "latch", fn);
+    auto* done = llvm::BasicBlock::Create(c, "done", fn);
+    b.SetInsertPoint(entry);
+    b.CreateBr(body);
+    b.SetInsertPoint(body);
+    b.CreateBr(latch);
+    b.SetInsertPoint(latch);
+    b.CreateCondBr(fn->getArg(0), body, done);
+    b.SetInsertPoint(done);
+    b.CreateRetVoid();
+  }
+  EXPECT_TRUE(kiln::cpu::has_loops(*two_block.module));
+
+  auto straight = jit.new_module("straight");
+  build_choice(*straight.module);
+  EXPECT_FALSE(kiln::cpu::has_loops(*straight.module));
+  auto library = jit.link(jit.compile(std::move(straight)));
+  auto choose = reinterpret_cast<void (*)(float*, float)>(jit.lookup(*library, "choose"));
+  float out = 0;
+  choose(&out, 1.5f);
+  EXPECT_EQ(out, 3.0f);
+  choose(&out, -2.0f);
+  EXPECT_EQ(out, 2.0f);
+}

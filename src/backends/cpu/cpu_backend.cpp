@@ -8,6 +8,8 @@
 // - runs of one Runtime execute one at a time (each with the whole budget):
 //   concurrent calls are safe and keep separate arenas, but two runs never
 //   add up to 2N busy threads.
+// - making a backend starts the calling thread's OpenMP team (omp_team.hpp
+//   says why) and LLVM's JIT on another thread of the arena;
 // - a compile runs on the calling thread; it borrows the arena's other
 //   threads (for oneDNN's code generation and weight reorders, beside LLVM's)
 //   only while no run holds the budget.
@@ -35,6 +37,7 @@
 #include "backends/cpu/interpreter_backend.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/lowering.hpp"
+#include "backends/cpu/omp_team.hpp"
 #include "backends/cpu/program_io.hpp"
 #include "backends/cpu/thread_budget.hpp"
 
@@ -165,6 +168,7 @@ class CpuExecutable : public Executable {
       std::lock_guard<std::mutex> lock(budget_->running);
       budget_->arena.execute([&] {
         OmpThreads omp(budget_->threads);
+        cpu::prepare_omp_team(budget_->threads);
         rc = step_ms_.empty() ? code_.entry(kernels_.data(), constants_.data(), io, arena, &status, cpu::tbb_threads())
                               : run_profiled(io, arena, status);
       });
@@ -230,7 +234,16 @@ class CpuExecutable : public Executable {
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(int threads) : budget_(std::make_shared<ThreadBudget>(threads)) {}
+  explicit CpuBackend(int threads) : budget_(std::make_shared<ThreadBudget>(threads)) {
+    OmpThreads omp(threads);
+    cpu::prepare_omp_team(threads);
+    // LLVM's JIT (about 1 ms) is made on another thread of the budget while
+    // the caller goes on to load a model; a failure shows at first use.
+    if (threads > 1) budget_->arena.execute([&] { jit_made_.run([this] { make_jit_quietly(); }); });
+  }
+  ~CpuBackend() noexcept override {
+    budget_->arena.execute([&] { jit_made_.wait(); });  // the task catches everything
+  }
 
   std::string name() const override { return "cpu"; }
   std::string version() const override { return "cpu-4"; }
@@ -312,6 +325,12 @@ class CpuBackend : public Backend {
     });
   }
 
+  void make_jit_quietly() const {
+    try {
+      jit();
+    } catch (...) {  // call_once did not complete: the first use tries again and reports
+    }
+  }
   cpu::Jit& jit() const { return *jit_shared(); }
   const std::shared_ptr<cpu::Jit>& jit_shared() const {
     std::call_once(jit_once_, [this] { jit_ = std::make_shared<cpu::Jit>(cpu::codegen_host_symbols()); });
@@ -320,6 +339,7 @@ class CpuBackend : public Backend {
 
   std::shared_ptr<ThreadBudget> budget_;
   mutable std::once_flag jit_once_;
+  tbb::task_group jit_made_;
   mutable std::shared_ptr<cpu::Jit> jit_;
 };
 

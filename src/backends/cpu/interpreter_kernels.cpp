@@ -5,6 +5,8 @@
 // wrong. tests/unit/interpreter_test.cpp holds each against the reference.
 #include "backends/cpu/interpreter_kernels.hpp"
 
+#include "backends/cpu/omp_team.hpp"
+
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -56,6 +58,7 @@ void matmul(const memory::desc& src, const void* a, const memory::desc& weights,
   if (t_budget) {
     lock = std::unique_lock<std::mutex>(t_budget->running);
     omp.emplace(t_budget->threads);
+    prepare_omp_team(t_budget->threads);
   }
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});

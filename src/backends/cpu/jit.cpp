@@ -4,6 +4,7 @@
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/CFG.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
 
 #include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
@@ -78,6 +80,19 @@ Jit::SymbolTable builtin_symbols() {
 }
 
 }  // namespace
+
+// A cycle needs an edge to the same or an earlier block, so a function whose
+// branches all go forward in block order has none.
+bool has_loops(const llvm::Module& m) {
+  for (const llvm::Function& f : m) {
+    std::unordered_map<const llvm::BasicBlock*, size_t> order;
+    for (const llvm::BasicBlock& block : f) order.emplace(&block, order.size());
+    for (const llvm::BasicBlock& block : f)
+      for (const llvm::BasicBlock* next : llvm::successors(&block))
+        if (order.at(next) <= order.at(&block)) return true;
+  }
+  return false;
+}
 
 HostInfo detect_host() {
   init_llvm();
@@ -152,6 +167,12 @@ Jit::ModuleUnit Jit::new_module(const std::string& name) const {
 
 namespace {
 
+std::string emit(llvm::Module& m, llvm::TargetMachine& machine) {
+  llvm::orc::SimpleCompiler compiler(machine);
+  auto object = take(compiler(m), "cannot compile module '" + m.getName().str() + "'");
+  return object->getBuffer().str();
+}
+
 // Verifies, optimises for `machine` and emits an object.
 std::string optimise_and_emit(llvm::Module& m, llvm::TargetMachine& machine, Jit::Optimise level) {
   std::string problems;
@@ -162,6 +183,13 @@ std::string optimise_and_emit(llvm::Module& m, llvm::TargetMachine& machine, Jit
     if (f.isDeclaration()) continue;
     f.addFnAttr("target-cpu", machine.getTargetCPU());
     f.addFnAttr("target-features", machine.getTargetFeatureString());
+  }
+  if (level == Jit::Optimise::Loops && !has_loops(m)) {
+    // Only calls and branches (a program of kernel calls): nothing for the
+    // optimiser to find, and LLVM's fast instruction selector emits it in
+    // about half the time (mlp: 3.6 -> 2.2 ms in a new process).
+    machine.setOptLevel(llvm::CodeGenOptLevel::None);
+    return emit(m, machine);
   }
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
@@ -183,9 +211,7 @@ std::string optimise_and_emit(llvm::Module& m, llvm::TargetMachine& machine, Jit
   if (auto err = pb.parsePassPipeline(mpm, pipeline))
     fail_llvm("cannot build the optimisation pipeline", std::move(err));
   mpm.run(m, mam);
-  llvm::orc::SimpleCompiler compiler(machine);
-  auto object = take(compiler(m), "cannot compile module '" + m.getName().str() + "'");
-  return object->getBuffer().str();
+  return emit(m, machine);
 }
 
 VectorConfig vectors_of(const llvm::TargetMachine& machine) {

@@ -29,6 +29,11 @@ struct HostInfo {
 };
 HostInfo detect_host();
 
+// Whether a function of `m` may branch back (a block order with only forward
+// branches proves it does not). Jit::compile emits modules without loops with
+// no optimisation and fast instruction selection.
+bool has_loops(const llvm::Module& m);
+
 class Jit {
  public:
   // Host functions generated code may call, by symbol name. memcpy, memset
@@ -51,7 +56,7 @@ class Jit {
   // Verifies, optimises and compiles the module into a relocatable object
   // (one codegen run). Throws ir::Error(Internal) naming what failed.
   enum class Optimise {
-    Loops,  // a short pipeline for straight-line calls and generated loops
+    Loops,  // a short pipeline for generated loops; none (fast instruction selection) without loops
     Full,   // O3: inlined, specialised portable kernels
   };
   std::string compile(ModuleUnit unit, Optimise level = Optimise::Loops);

@@ -1,0 +1,54 @@
+#include "backends/cpu/omp_team.hpp"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <atomic>
+#include <vector>
+
+namespace kiln::cpu {
+
+namespace {
+
+thread_local int t_team_threads = 1;
+
+// Team thread `member` (1..) moves to the member-th CPU after `creator_cpu`
+// among those it may run on, then may run anywhere it could before.
+void move_off(int creator_cpu, int member) {
+  cpu_set_t allowed;
+  if (creator_cpu < 0 || sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  std::vector<int> cpus;
+  size_t creator = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &allowed)) continue;
+    if (c == creator_cpu) creator = cpus.size();
+    cpus.push_back(c);
+  }
+  const int target = cpus.empty() ? creator_cpu : cpus[(creator + size_t(member)) % cpus.size()];
+  if (target == creator_cpu) return;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(target, &one);
+  if (sched_setaffinity(0, sizeof one, &one) == 0) sched_setaffinity(0, sizeof allowed, &allowed);
+}
+
+}  // namespace
+
+void prepare_omp_team(int threads) {
+  if (threads <= t_team_threads) return;
+  const int creator_cpu = sched_getcpu();
+  std::atomic<int> moved{0};
+#pragma omp parallel num_threads(threads)
+  {
+    if (omp_get_thread_num() == 0) {
+      // Yields, not spins: a team thread may still be queued on this CPU.
+      while (moved.load() < omp_get_num_threads() - 1) sched_yield();
+    } else {
+      move_off(creator_cpu, omp_get_thread_num());
+      moved.fetch_add(1);
+    }
+  }
+  t_team_threads = threads;
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,20 @@
+#pragma once
+// The calling thread's OpenMP team, started before the first oneDNN call
+// that needs it.
+//
+// libgomp starts a thread's team in its first parallel region, and the
+// creating thread spins until the new threads have started. Measured here
+// (2-vCPU KVM guest): a new thread often starts on its creator's CPU, behind
+// that spin, and the two then share one CPU for 2-20 ms while the other stays
+// idle. A small model's first run took 10-20 ms instead of 0.2 ms. So the
+// cpu backend starts the team when a Runtime is made (and on the first run
+// of any other thread), and each new team thread moves itself once to
+// another CPU of its affinity mask, then restores the mask: a placement, not
+// a pinning.
+namespace kiln::cpu {
+
+// Makes sure the calling thread has an OpenMP team of `threads` threads.
+// Costs a thread-local comparison once it has.
+void prepare_omp_team(int threads);
+
+}  // namespace kiln::cpu
