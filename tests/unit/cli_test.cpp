@@ -90,6 +90,9 @@ TEST(Cli, RunJsonWithRepeatAndRandomInputs) {
   EXPECT_EQ(j["outputs"][0]["argmax"].size(), 3u);
   EXPECT_EQ(j["latency_ms"]["runs"], 5);
   EXPECT_LE(j["latency_ms"]["min"].get<double>(), j["latency_ms"]["p90"].get<double>());
+  for (const char* phase : {"runtime_ms", "load_ms", "first_run_ms"}) EXPECT_GT(j[phase].get<double>(), 0.0) << phase;
+  // The first run includes the compile.
+  EXPECT_GE(j["first_run_ms"].get<double>(), j["specializations"][0]["compile_ms"].get<double>());
 }
 
 TEST(Cli, OutputNamesAreMadeFileSafe) {
