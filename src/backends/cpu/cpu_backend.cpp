@@ -235,7 +235,6 @@ class CpuExecutable : public Executable {
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(int threads) : budget_(std::make_shared<ThreadBudget>(threads)) {
-    OmpThreads omp(threads);
     cpu::prepare_omp_team(threads);
     // LLVM's JIT (about 1 ms) is made on another thread of the budget while
     // the caller goes on to load a model; a failure shows at first use.
