@@ -193,6 +193,28 @@ TEST(Interpreter, ResizeMatchesTheReference) {
   expect_same("Upsample", {{"x", x}, {"scales", up}}, {}, 1, 1, string_attrs({{"mode", "linear"}}), 9);
 }
 
+// A crop whose leading axis keeps each coordinate but not the axis's length
+// (the input's coordinates 0..2 and one outside it; or only 0..2 of 5) is
+// the reference's to do, with its extrapolation value.
+TEST(Interpreter, ResizeCropOfALeadingAxisMatchesTheReference) {
+  const Tensor none = Tensor::from_vector<float>({0}, {});
+  auto attrs = [](onnx::NodeProto& n) {
+    string_attrs({{"mode", "nearest"}, {"coordinate_transformation_mode", "tf_crop_and_resize"}})(n);
+    auto* a = n.add_attribute();
+    a->set_name("extrapolation_value");
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(7.5f);
+  };
+  expect_same("Resize",
+              {{"x", random({3, 2, 5, 6}, 2)}, {"roi", Tensor::from_vector<float>({8}, {0, 0, 0, 0, 1.5f, 1, 1, 1})}, {"scales", none},
+               {"sizes", shape({4, 2, 5, 6})}},
+              {}, 1, 1, attrs);
+  expect_same("Resize",
+              {{"x", random({5, 2, 5, 6}, 3)}, {"roi", Tensor::from_vector<float>({8}, {0, 0, 0, 0, 0.5f, 1, 1, 1})}, {"scales", none},
+               {"sizes", shape({3, 2, 5, 6})}},
+              {}, 1, 1, attrs);
+}
+
 // Growing and cropping pads on every axis, with and without a value, and
 // other element sizes; the modes it leaves to the reference agree too.
 TEST(Interpreter, PadMatchesTheReference) {

@@ -476,12 +476,16 @@ AxisTaps flatten(const std::vector<std::vector<ref::ResizeTap>>& taps) {
   return a;
 }
 
-// Whether each output coordinate is its input coordinate (a linear filter
-// at scale 1 lists a neighbour with weight 0 too).
-bool keeps_axis(const std::vector<std::vector<ref::ResizeTap>>& taps) {
-  for (size_t i = 0; i < taps.size(); ++i)
+// Whether the axis keeps its length and each output coordinate is its input
+// coordinate (a linear filter at scale 1 lists a neighbour with weight 0
+// too; a coordinate outside a crop lists none).
+bool keeps_axis(const std::vector<std::vector<ref::ResizeTap>>& taps, int64_t length) {
+  if (int64_t(taps.size()) != length) return false;
+  for (size_t i = 0; i < taps.size(); ++i) {
+    if (taps[i].empty()) return false;
     for (const auto& t : taps[i])
       if (t.weight != 0 && (t.index != int64_t(i) || t.weight != 1.0)) return false;
+  }
   return true;
 }
 
@@ -496,7 +500,7 @@ void resize_kernel(ref::KernelContext& ctx) {
   const ref::ResizePlan plan = ref::resize_plan(ctx);
   const int64_t rank = x.rank();
   for (int64_t d = 0; d + 2 < rank; ++d)
-    if (!keeps_axis(plan.taps[size_t(d)])) return run_reference(op, ctx);
+    if (!keeps_axis(plan.taps[size_t(d)], x.dim(d))) return run_reference(op, ctx);
   for (int64_t d = rank - 2; d < rank; ++d)
     for (const auto& list : plan.taps[size_t(d)])
       if (list.empty()) return run_reference(op, ctx);  // outside a crop: the extrapolation value
