@@ -18,7 +18,6 @@
 #include "backends/cpu/cpu_backend.hpp"
 
 #include <llvm/Config/llvm-config.h>
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
@@ -164,15 +163,10 @@ class CpuExecutable : public Executable {
     char* arena = arenas_.acquire();
     cpu::RunStatus status;
     int32_t rc = 0;
-    {
-      std::lock_guard<std::mutex> lock(budget_->running);
-      budget_->arena.execute([&] {
-        OmpThreads omp(budget_->threads);
-        cpu::prepare_omp_team(budget_->threads);
-        rc = step_ms_.empty() ? code_.entry(kernels_.data(), constants_.data(), io, arena, &status, cpu::tbb_threads())
-                              : run_profiled(io, arena, status);
-      });
-    }
+    budget_->hold([&] {
+      rc = step_ms_.empty() ? code_.entry(kernels_.data(), constants_.data(), io, arena, &status, cpu::tbb_threads())
+                            : run_profiled(io, arena, status);
+    });
     arenas_.release(arena);
     if (rc == 0) return;
     if (status.step >= 0 && size_t(status.step) < program_.steps.size() && program_.steps[size_t(status.step)].call) {

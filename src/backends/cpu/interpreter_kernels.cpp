@@ -5,8 +5,6 @@
 // wrong. tests/unit/interpreter_test.cpp holds each against the reference.
 #include "backends/cpu/interpreter_kernels.hpp"
 
-#include "backends/cpu/omp_team.hpp"
-
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -15,12 +13,10 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <mutex>
-#include <numeric>
-#include <optional>
 #include <unordered_map>
 
 #include "backends/cpu/onednn_kernel.hpp"
+#include "backends/reference/ops/op_util.hpp"
 #include "backends/reference/resize_plan.hpp"
 
 namespace kiln::cpu {
@@ -34,32 +30,25 @@ using ir::Dims;
 using ir::DType;
 using ir::Tensor;
 
-void run_reference(const char* op, ref::KernelContext& ctx) { ref::KernelRegistry::instance().find(op)(ctx); }
+// The reference kernel of the node at hand, for the cases a kernel here leaves.
+void run_reference(ref::KernelContext& ctx) { ref::KernelRegistry::instance().find(ctx.node().op_type)(ctx); }
 
 // body(begin, end) over [0, n): split over the budget's threads (holding it,
 // as a run does), or in one call without a budget or with one thread.
 template <typename Body>
 void on_budget(int64_t n, const Body& body) {
   if (!t_budget || t_budget->threads == 1 || n <= 1) return body(0, n);
-  std::lock_guard<std::mutex> lock(t_budget->running);
-  t_budget->arena.execute([&] {
+  t_budget->hold([&] {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, n), [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
   });
 }
 
 // dst = alpha * src x weights (+ addend), every operand described with its
-// own strides (transposes are strides), run on the budget's threads. The
-// addend is a post-op, not a bias: oneDNN scales the bias with alpha.
-void matmul(const memory::desc& src, const void* a, const memory::desc& weights, const void* b, const memory::desc* addend,
-            const void* c, const memory::desc& dst, void* out, float alpha) {
+// own strides (transposes are strides), run on the calling thread's OpenMP
+// team. The addend is a post-op, not a bias: oneDNN scales the bias with alpha.
+void product(const memory::desc& src, const void* a, const memory::desc& weights, const void* b, const memory::desc* addend,
+             const void* c, const memory::desc& dst, void* out, float alpha) {
   const dnnl::engine& engine = cpu_engine();
-  std::unique_lock<std::mutex> lock;
-  std::optional<OmpThreads> omp;
-  if (t_budget) {
-    lock = std::unique_lock<std::mutex>(t_budget->running);
-    omp.emplace(t_budget->threads);
-    prepare_omp_team(t_budget->threads);
-  }
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (addend) {
@@ -77,6 +66,13 @@ void matmul(const memory::desc& src, const void* a, const memory::desc& weights,
   if (addend) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(*addend, engine, const_cast<void*>(c)));
   dnnl::matmul(pd).execute(stream, args);
   stream.wait();
+}
+
+// The product on the budget's threads.
+void matmul(const memory::desc& src, const void* a, const memory::desc& weights, const void* b, const memory::desc* addend,
+            const void* c, const memory::desc& dst, void* out, float alpha) {
+  if (!t_budget) return product(src, a, weights, b, addend, c, dst, out, alpha);
+  t_budget->hold([&] { product(src, a, weights, b, addend, c, dst, out, alpha); });
 }
 
 memory::desc desc(const Dims& dims, const Dims& strides) {
@@ -97,17 +93,17 @@ void gemm_kernel(ref::KernelContext& ctx) {
   const bool has_c = ctx.has_input(2);
   if (!all_f32(ctx) || ctx.input(0).rank() != 2 || ctx.input(1).rank() != 2 ||
       (has_c && (ctx.attr_float("beta", 1.0f) != 1.0f || ctx.input(2).rank() > 2)))
-    return run_reference("Gemm", ctx);
+    return run_reference(ctx);
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   const bool ta = ctx.attr_int("transA", 0) != 0, tb = ctx.attr_int("transB", 0) != 0;
   const int64_t m = a.dim(ta ? 1 : 0), k = a.dim(ta ? 0 : 1), n = b.dim(tb ? 0 : 1);
-  if (b.dim(tb ? 1 : 0) != k || m == 0 || n == 0 || k == 0) return run_reference("Gemm", ctx);
+  if (b.dim(tb ? 1 : 0) != k || m == 0 || n == 0 || k == 0) return run_reference(ctx);
   Dims c_dims;
   if (has_c) {
     const Tensor& c = ctx.input(2);
     const int64_t cm = c.rank() == 2 ? c.dim(0) : 1, cn = c.rank() >= 1 ? c.dim(-1) : 1;
-    if ((cm != 1 && cm != m) || (cn != 1 && cn != n)) return run_reference("Gemm", ctx);  // names the mismatch
+    if ((cm != 1 && cm != m) || (cn != 1 && cn != n)) return run_reference(ctx);  // names the mismatch
     c_dims = {cm, cn};
   }
   Tensor out(DType::Float32, {m, n});
@@ -124,12 +120,12 @@ void gemm_kernel(ref::KernelContext& ctx) {
 void matmul_kernel(ref::KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  if (!all_f32(ctx) || a.rank() < 2 || b.rank() < 2 || a.dim(-1) != b.dim(-2)) return run_reference("MatMul", ctx);
+  if (!all_f32(ctx) || a.rank() < 2 || b.rank() < 2 || a.dim(-1) != b.dim(-2)) return run_reference(ctx);
   const int64_t m = a.dim(-2), k = a.dim(-1), n = b.dim(-1);
   const Dims batch_a(a.dims().begin(), a.dims().end() - 2), batch_b(b.dims().begin(), b.dims().end() - 2);
-  if (!batch_b.empty() && batch_b != batch_a) return run_reference("MatMul", ctx);
-  const int64_t batch = std::accumulate(batch_a.begin(), batch_a.end(), int64_t(1), std::multiplies<>());
-  if (m == 0 || n == 0 || k == 0 || batch == 0) return run_reference("MatMul", ctx);
+  if (!batch_b.empty() && batch_b != batch_a) return run_reference(ctx);
+  const int64_t batch = ir::checked_numel(batch_a);
+  if (m == 0 || n == 0 || k == 0 || batch == 0) return run_reference(ctx);
   Dims out_dims = batch_a;
   out_dims.insert(out_dims.end(), {m, n});
   Tensor out(DType::Float32, out_dims);
@@ -189,12 +185,12 @@ void roi_align_kernel(ref::KernelContext& ctx) {
   if (x.dtype() != DType::Float32 || rois.dtype() != DType::Float32 || x.rank() != 4 || rois.rank() != 2 || rois.dim(1) != 4 ||
       batch.dims() != Dims{rois.dim(0)} || (mode != "avg" && mode != "max") ||
       (coord != "half_pixel" && coord != "output_half_pixel") || oh <= 0 || ow <= 0)
-    return run_reference("RoiAlign", ctx);
+    return run_reference(ctx);
   const int64_t R = rois.dim(0), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   std::vector<int64_t> image(static_cast<size_t>(R));
   for (int64_t n = 0; n < R; ++n) {
     image[size_t(n)] = batch.as_int64(n);
-    if (image[size_t(n)] < 0 || image[size_t(n)] >= N) return run_reference("RoiAlign", ctx);
+    if (image[size_t(n)] < 0 || image[size_t(n)] >= N) return run_reference(ctx);
   }
   const bool half_pixel = coord == "half_pixel", avg = mode == "avg";
   const double spatial_scale = ctx.attr_float("spatial_scale", 1.0f);
@@ -282,14 +278,14 @@ void fill_with(Tensor& out, const void* value, size_t esize) {
 void expand_kernel(ref::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& shape = ctx.input(1);
-  if (shape.dtype() != DType::Int64 || shape.rank() != 1) return run_reference("Expand", ctx);
+  if (shape.dtype() != DType::Int64 || shape.rank() != 1) return run_reference(ctx);
   const std::vector<int64_t> want = shape.to_int64_vector();
   const size_t rank = std::max(size_t(x.rank()), want.size());
   Dims in(rank, 1), out(rank);
   for (size_t d = 0; d < rank; ++d) {
     if (d + x.rank() >= rank) in[d] = x.dim(int(d + x.rank() - rank));
     const int64_t w = d + want.size() >= rank ? want[d + want.size() - rank] : 1;
-    if (w < 0 || (in[d] != w && in[d] != 1 && w != 1)) return run_reference("Expand", ctx);  // names the mismatch
+    if (w < 0 || (in[d] != w && in[d] != 1 && w != 1)) return run_reference(ctx);  // names the mismatch
     out[d] = in[d] == 1 ? w : in[d];
   }
   Tensor result = Tensor::uninitialized(x.dtype(), out);
@@ -320,9 +316,9 @@ void expand_kernel(ref::KernelContext& ctx) {
 void constant_of_shape_kernel(ref::KernelContext& ctx) {
   const Tensor& shape = ctx.input(0);
   const Tensor* value = ctx.attr_tensor("value");
-  if (shape.dtype() != DType::Int64 || (value && value->numel() != 1)) return run_reference("ConstantOfShape", ctx);
+  if (shape.dtype() != DType::Int64 || (value && value->numel() != 1)) return run_reference(ctx);
   const Dims dims = shape.to_int64_vector();
-  if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) return run_reference("ConstantOfShape", ctx);
+  if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) return run_reference(ctx);
   const DType dtype = value ? value->dtype() : DType::Float32;
   const float zero = 0;
   Tensor out = Tensor::uninitialized(dtype, dims);
@@ -338,31 +334,27 @@ void pad_kernel(ref::KernelContext& ctx) {
   const int64_t rank = x.rank();
   if (ctx.opset() < 11 || ctx.attr_string("mode", "constant") != "constant" || rank == 0 || ctx.has_input(3) ||
       ctx.input(1).dtype() != DType::Int64 || ctx.input(1).numel() != 2 * rank)
-    return run_reference("Pad", ctx);
+    return run_reference(ctx);
   const bool has_value = ctx.has_input(2) && ctx.input(2).numel() > 0;
-  if (has_value && ctx.input(2).dtype() != x.dtype()) return run_reference("Pad", ctx);  // names the type
+  if (has_value && ctx.input(2).dtype() != x.dtype()) return run_reference(ctx);  // names the type
   const int64_t* pads = ctx.input(1).data<int64_t>();
   Dims out_dims(static_cast<size_t>(rank));
   for (int64_t d = 0; d < rank; ++d) {
     out_dims[size_t(d)] = x.dim(int(d)) + pads[d] + pads[d + rank];
-    if (out_dims[size_t(d)] < 0) return run_reference("Pad", ctx);
+    if (out_dims[size_t(d)] < 0) return run_reference(ctx);
   }
   const size_t esize = ir::dtype_size(x.dtype());
   Tensor out = Tensor::uninitialized(x.dtype(), out_dims);
   const uint64_t zero = 0;
   fill_with(out, has_value ? ctx.input(2).raw() : &zero, esize);
   // Per axis, the input coordinates that land in the output.
-  std::vector<int64_t> lo(static_cast<size_t>(rank)), hi(static_cast<size_t>(rank)), in_stride(static_cast<size_t>(rank), 1),
-      out_stride(static_cast<size_t>(rank), 1);
-  for (int64_t d = rank; d-- > 0;) {
+  std::vector<int64_t> lo(static_cast<size_t>(rank)), hi(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) {
     lo[size_t(d)] = std::max<int64_t>(0, -pads[d]);
     hi[size_t(d)] = std::min(x.dim(int(d)), out_dims[size_t(d)] - pads[d]);
     if (lo[size_t(d)] >= hi[size_t(d)]) return ctx.set_output(0, std::move(out));  // nothing of the input is kept
-    if (d + 1 < rank) {
-      in_stride[size_t(d)] = in_stride[size_t(d + 1)] * x.dim(int(d + 1));
-      out_stride[size_t(d)] = out_stride[size_t(d + 1)] * out_dims[size_t(d + 1)];
-    }
   }
+  const std::vector<int64_t> in_stride = ref::strides_of(x.dims()), out_stride = ref::strides_of(out_dims);
   const char* src = static_cast<const char*>(x.raw());
   char* dst = static_cast<char*>(out.raw());
   std::function<void(int64_t, int64_t, int64_t)> copy = [&](int64_t d, int64_t from, int64_t to) {
@@ -401,9 +393,9 @@ void scatter_elements_kernel(ref::KernelContext& ctx) {
   if (axis < 0) axis += rank;
   if (ctx.attr_string("reduction", "none") != "none" || rank == 0 || axis < 0 || axis >= rank || ind.rank() != rank ||
       upd.dims() != ind.dims() || upd.dtype() != x.dtype() || (ind.dtype() != DType::Int64 && ind.dtype() != DType::Int32))
-    return run_reference("ScatterElements", ctx);
+    return run_reference(ctx);
   for (int64_t d = 0; d < rank; ++d)
-    if (d != axis && ind.dim(int(d)) > x.dim(int(d))) return run_reference("ScatterElements", ctx);
+    if (d != axis && ind.dim(int(d)) > x.dim(int(d))) return run_reference(ctx);
   // Indices checked before anything is written; read in place unless some
   // must be converted or made non-negative.
   const int64_t extent = x.dim(int(axis));
@@ -411,21 +403,20 @@ void scatter_elements_kernel(ref::KernelContext& ctx) {
   const int64_t* index = ind.dtype() == DType::Int64 ? ind.data<int64_t>() : nullptr;
   bool negative = false;
   for (int64_t u = 0; u < ind.numel() && index; ++u) {
-    if (index[u] < -extent || index[u] >= extent) return run_reference("ScatterElements", ctx);  // names the index
+    if (index[u] < -extent || index[u] >= extent) return run_reference(ctx);  // names the index
     negative |= index[u] < 0;
   }
   if (!index || negative) {
     converted = ind.to_int64_vector();
     for (int64_t& i : converted) {
       if (i < 0) i += extent;
-      if (i < 0 || i >= extent) return run_reference("ScatterElements", ctx);
+      if (i < 0 || i >= extent) return run_reference(ctx);
     }
     index = converted.data();
   }
   Tensor out = x.clone();
   const int64_t len = ind.dim(-1), rows = len ? ind.numel() / len : 0;
-  std::vector<int64_t> stride(static_cast<size_t>(rank), 1);
-  for (int64_t d = rank - 1; d > 0; --d) stride[size_t(d - 1)] = stride[size_t(d)] * x.dim(int(d));
+  const std::vector<int64_t> stride = ref::strides_of(x.dims());
   // Where each row of updates starts in the output, but for the axis.
   std::vector<int64_t> row_base(static_cast<size_t>(rows)), at(static_cast<size_t>(rank), 0);
   for (int64_t r = 0; r < rows; ++r) {
@@ -450,7 +441,7 @@ void scatter_elements_kernel(ref::KernelContext& ctx) {
     case 2: scatter(uint16_t{}); break;
     case 4: scatter(uint32_t{}); break;
     case 8: scatter(uint64_t{}); break;
-    default: return run_reference("ScatterElements", ctx);
+    default: return run_reference(ctx);
   }
   ctx.set_output(0, std::move(out));
 }
@@ -495,15 +486,14 @@ bool keeps_axis(const std::vector<std::vector<ref::ResizeTap>>& taps, int64_t le
 // columns), the planes in parallel on the budget's threads.
 void resize_kernel(ref::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  const char* op = ctx.node().op_type == "Upsample" ? "Upsample" : "Resize";
-  if (x.dtype() != DType::Float32 || x.rank() < 2 || x.numel() == 0) return run_reference(op, ctx);
+  if (x.dtype() != DType::Float32 || x.rank() < 2 || x.numel() == 0) return run_reference(ctx);
   const ref::ResizePlan plan = ref::resize_plan(ctx);
   const int64_t rank = x.rank();
   for (int64_t d = 0; d + 2 < rank; ++d)
-    if (!keeps_axis(plan.taps[size_t(d)], x.dim(d))) return run_reference(op, ctx);
+    if (!keeps_axis(plan.taps[size_t(d)], x.dim(d))) return run_reference(ctx);
   for (int64_t d = rank - 2; d < rank; ++d)
     for (const auto& list : plan.taps[size_t(d)])
-      if (list.empty()) return run_reference(op, ctx);  // outside a crop: the extrapolation value
+      if (list.empty()) return run_reference(ctx);  // outside a crop: the extrapolation value
   const AxisTaps rows = flatten(plan.taps[size_t(rank - 2)]), cols = flatten(plan.taps[size_t(rank - 1)]);
   const int64_t H = x.dim(-2), W = x.dim(-1), OH = plan.out_dims[size_t(rank - 2)], OW = plan.out_dims[size_t(rank - 1)];
   const int64_t planes = x.numel() / (H * W);

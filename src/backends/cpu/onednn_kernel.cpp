@@ -23,7 +23,8 @@ void reorder_constant(const dnnl::memory::desc& user, const void* data, dnnl::me
   stream.wait();
 }
 
-dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr) {
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return attr;
 }

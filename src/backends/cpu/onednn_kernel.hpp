@@ -58,7 +58,7 @@ const dnnl::engine& cpu_engine();
 // Every primitive of the cpu backend takes its scratchpad as an argument (a
 // step buffer in the run's arena), never oneDNN's own: that one belongs to
 // the thread that created the primitive, and a run may come from any thread.
-dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = {});
+dnnl::primitive_attr user_scratchpad();
 
 // `data` (of `user` layout) copied into `dst`, on the calling thread alone
 // (this runs beside other compile work, never with a run's threads).

@@ -7,6 +7,8 @@
 
 #include <mutex>
 
+#include "backends/cpu/omp_team.hpp"
+
 namespace kiln::cpu {
 
 // Sets the calling thread's OpenMP thread count for a scope.
@@ -25,7 +27,19 @@ struct ThreadBudget {
   explicit ThreadBudget(int n) : threads(n), arena(n) {}
   int threads;
   tbb::task_arena arena;
-  std::mutex running;  // held while a run (or an interpreter's oneDNN call) uses the threads
+  std::mutex running;  // held while a run (or an interpreter's kernel) uses the threads
+
+  // Runs `f` as a run does: one at a time, TBB loops on the arena's N slots,
+  // oneDNN on the calling thread's OpenMP team of N.
+  template <typename F>
+  void hold(const F& f) {
+    std::lock_guard<std::mutex> lock(running);
+    arena.execute([&] {
+      OmpThreads omp(threads);
+      prepare_omp_team(threads);
+      f();
+    });
+  }
 };
 
 }  // namespace kiln::cpu
