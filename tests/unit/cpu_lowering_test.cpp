@@ -116,3 +116,42 @@ TEST(CpuLowering, NativeBundlesHaveNoHostKernelsButOneDnnPrimitives) {
     EXPECT_TRUE(!s.kernel || kiln::cpu::is_onednn_kernel(*s.kernel)) << s.label << " runs a host kernel";
   EXPECT_EQ(bundle.fallback_nodes, 0);
 }
+
+// A strided 1x1 convolution reads a subsampled copy of its input: one
+// reorder from a strided view of the input's plain bytes (no full-size copy
+// first), then a unit-stride convolution over the copy. An axis whose length
+// is not a multiple of its stride keeps the strided convolution.
+TEST(CpuLowering, AStridedPointwiseConvolutionRunsOnASubsampledCopy) {
+  auto lower = [](int64_t height, int64_t width) {  // the output is 5x3 either way
+    ModelBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, {2, 8, height, width}).output("y", onnx::TensorProto::FLOAT, {2, 16, 5, 3});
+    b.initializer(ModelBuilder::float_tensor("w", {16, 8, 1, 1}, random_values(128, 1)));
+    ModelBuilder::attr_ints(b.node("Conv", {"x", "w"}, {"y"}, "conv"), "strides", {2, 3});
+    auto m = kiln::test::import(b);
+    auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {2, 8, height, width}}}},
+                                     kiln::ref::constant_evaluator());
+    return kiln::cpu::lower(*m.graph, spec);
+  };
+  const auto odd = lower(9, 7);
+  for (const auto& s : odd.steps) EXPECT_EQ(s.label.find("subsample"), std::string::npos) << s.label;
+
+  // Where oneDNN picks a blocked layout for the unit-stride convolution, the lowering cannot view the input so.
+  using md = dnnl::memory::desc;
+  const auto any = dnnl::memory::format_tag::any;
+  const auto f32 = dnnl::memory::data_type::f32;
+  const dnnl::convolution_forward::desc unit(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                             md({2, 8, 5, 3}, f32, any), md({16, 8, 1, 1}, f32, any),
+                                             md({2, 16, 5, 3}, f32, any), {1, 1}, {0, 0}, {0, 0});
+  if (dnnl::convolution_forward::primitive_desc(unit, kiln::cpu::cpu_engine()).src_desc().data.format_desc.blocking.inner_nblks)
+    GTEST_SKIP() << "oneDNN chose a blocked layout on this CPU: the convolution reads the input with its stride";
+
+  const auto p = lower(10, 9);
+  const auto& conv = step_of(p, "conv");
+  const auto& copy = p.buffers[size_t(conv.args[0])];
+  EXPECT_NE(copy.name.find("#subsampled"), std::string::npos) << copy.name;
+  EXPECT_EQ(copy.bytes, 2 * 8 * 5 * 3 * int64_t(sizeof(float)));
+  const auto& subsample = p.steps[0];  // the first step: nothing copied the input before
+  EXPECT_NE(subsample.label.find("subsample x"), std::string::npos) << subsample.label;
+  EXPECT_EQ(p.buffers[size_t(subsample.args[0])].kind, kiln::cpu::Buffer::Kind::Input);
+  EXPECT_EQ(subsample.args[1], conv.args[0]);
+}

@@ -338,6 +338,41 @@ TEST_P(OperatorTest, ConvWithoutBias) {
   run(c);
 }
 
+// Strided 1x1 convolutions (ResNet's projections), which the cpu lowering
+// computes on a subsampled copy of the input where each axis's length is a
+// multiple of its stride, and directly where it is not.
+TEST_P(OperatorTest, ConvPointwiseStrided) {
+  for (const Dims& x : {Dims{2, 16, 10, 9}, Dims{2, 16, 9, 7}}) {
+    Case c({"Conv"});
+    c.input("x", x).weight("w", {24, 16, 1, 1}).weight("b", {24}).output("y");
+    c.node("Conv", {"x", "w", "b"}, {"y"}, {{"strides", {2, 3}}});
+    run(c);
+  }
+}
+
+TEST_P(OperatorTest, ConvPointwiseStridedGrouped1dAnd3d) {
+  Case one({"Conv"});
+  one.input("x", {1, 8, 12}).weight("w", {6, 4, 1}).output("y");
+  one.node("Conv", {"x", "w"}, {"y"}, {{"strides", {4}}, {"group", 2}});
+  run(one);
+  Case three({"Conv"});
+  three.input("x", {1, 4, 4, 6, 9}).weight("w", {8, 4, 1, 1, 1}).weight("b", {8}).output("y");
+  three.node("Conv", {"x", "w", "b"}, {"y"}, {{"strides", {2, 1, 3}}});
+  three.portable = false;  // as Conv3d
+  run(three);
+}
+
+// A projection shortcut summed into the block's 3x3 convolution, then Relu.
+TEST_P(OperatorTest, ConvPointwiseStridedAsAResidual) {
+  Case c({"Conv"});
+  c.input("x", {2, 8, 8, 8}).weight("wd", {16, 8, 1, 1}).weight("wb", {16, 8, 3, 3}).weight("bb", {16}).output("y");
+  c.node("Conv", {"x", "wd"}, {"d"}, {{"strides", {2, 2}}});
+  c.node("Conv", {"x", "wb", "bb"}, {"cb"}, {{"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}});
+  c.node("Add", {"cb", "d"}, {"s"});
+  c.node("Relu", {"s"}, {"y"});
+  run(c);
+}
+
 // Conv [1,4,6,6] -> [1,8,6,6] followed by what `activation` adds from "c" to "y".
 Case conv_then(const std::function<void(Case&)>& activation, float input_scale = 1) {
   Case c({"Conv"});
