@@ -36,7 +36,6 @@
 #include "backends/cpu/interpreter_backend.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/lowering.hpp"
-#include "backends/cpu/omp_team.hpp"
 #include "backends/cpu/program_io.hpp"
 #include "backends/cpu/thread_budget.hpp"
 
@@ -228,8 +227,10 @@ class CpuExecutable : public Executable {
 
 class CpuBackend : public Backend {
  public:
+  // The OpenMP team starts on the first run, not here: libgomp's idle team
+  // threads spin for milliseconds, which slowed a compile right after this by
+  // 4 ms (mlp: 11-12 against 7-9 ms).
   explicit CpuBackend(int threads) : budget_(std::make_shared<ThreadBudget>(threads)) {
-    cpu::prepare_omp_team(threads);
     // LLVM's JIT (about 1 ms) is made on another thread of the budget while
     // the caller goes on to load a model; a failure shows at first use.
     if (threads > 1) budget_->arena.execute([&] { jit_made_.run([this] { make_jit_quietly(); }); });

@@ -6,11 +6,11 @@
 // creating thread spins until the new threads have started. Measured here
 // (2-vCPU KVM guest): a new thread often starts on its creator's CPU, behind
 // that spin, and the two then share one CPU for 2-20 ms while the other stays
-// idle. A small model's first run took 10-20 ms instead of 0.2 ms. So the
-// cpu backend starts the team when a Runtime is made (and on the first run
-// of any other thread), and each new team thread moves itself once to
-// another CPU of its affinity mask, then restores the mask: a placement, not
-// a pinning.
+// idle. A small model's first run took 10-20 ms instead of 0.2 ms. So each
+// new team thread moves itself once to another CPU of its affinity mask,
+// then restores the mask: a placement, not a pinning. The cpu backend starts
+// a thread's team on its first run (before, at Runtime creation, the idle
+// team's spinning slowed the compile that followed).
 namespace kiln::cpu {
 
 // Makes sure the calling thread has an OpenMP team of `threads` threads.
