@@ -321,8 +321,6 @@ std::unique_ptr<PartitionedExecutable> PartitionedExecutable::load(const LoadedA
   }
 }
 
-
-
 PartitionedCompile result(std::unique_ptr<PartitionedExecutable> executable, const std::vector<const Backend*>& backends) {
   std::string names = executable->backend_names(backends);
   const int64_t parts = executable->parts();

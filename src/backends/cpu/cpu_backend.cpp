@@ -8,8 +8,10 @@
 // - runs of one Runtime execute one at a time (each with the whole budget):
 //   concurrent calls are safe and keep separate arenas, but two runs never
 //   add up to 2N busy threads.
-// - making a backend starts the calling thread's OpenMP team (omp_team.hpp
-//   says why) and LLVM's JIT on another thread of the arena;
+// - a thread's first run starts its OpenMP team (omp_team.hpp says why; not
+//   when the backend is made, since the idle team's spinning slowed the
+//   compile that followed: mlp's 7-9 ms became 11-12); making the backend
+//   starts LLVM's JIT on another thread of the arena;
 // - a compile runs on the calling thread; it borrows the arena's other
 //   threads (for oneDNN's code generation and weight reorders, beside LLVM's)
 //   only while no run holds the budget.
@@ -227,9 +229,6 @@ class CpuExecutable : public Executable {
 
 class CpuBackend : public Backend {
  public:
-  // The OpenMP team starts on the first run, not here: libgomp's idle team
-  // threads spin for milliseconds, which slowed a compile right after this by
-  // 4 ms (mlp: 11-12 against 7-9 ms).
   explicit CpuBackend(int threads) : budget_(std::make_shared<ThreadBudget>(threads)) {
     // LLVM's JIT (about 1 ms) is made on another thread of the budget while
     // the caller goes on to load a model; a failure shows at first use.

@@ -552,5 +552,4 @@ const ref::KernelRegistry& interpreter_kernels() {
   return kernels;
 }
 
-
 }  // namespace kiln::cpu
