@@ -160,3 +160,20 @@ TEST(CpuJit, ModulesWithoutLoopsTakeTheFastPathAndStillRunCorrectly) {
   choose(&out, -2.0f);
   EXPECT_EQ(out, 2.0f);
 }
+
+// Compiles reuse target machines: a module compiled after a loop-free one
+// (whose code generation runs unoptimised) must come out as before.
+TEST(CpuJit, ACompileAfterAFastPathOneIsStillOptimised) {
+  kiln::cpu::Jit jit({{"kiln_test_twice", reinterpret_cast<const void*>(&twice)}});
+  auto loop_object = [&] {
+    auto unit = jit.new_module("loop");
+    build_kernel(*unit.module, "twice_add", "kiln_test_twice");
+    return jit.compile(std::move(unit));
+  };
+  const std::string first = loop_object();
+  auto straight = jit.new_module("straight");
+  build_choice(*straight.module);
+  jit.compile(std::move(straight));
+  EXPECT_EQ(loop_object(), first);
+  EXPECT_EQ(jit.codegen_runs(), 3);
+}
