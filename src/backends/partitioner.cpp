@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/artifact_weights.hpp"
 #include "runtime/ir/serialize.hpp"
 
 namespace kiln::backends {
@@ -197,25 +198,14 @@ class PartitionedExecutable : public Executable {
 // of one weights file, and a program that starts with kMagic (which no
 // backend's own program starts with) followed by CBOR listing the parts.
 constexpr std::string_view kMagic = "KILN-PARTS\n";
-constexpr int kFormat = 1;
+constexpr int kFormat = 2;
 
 json dims_or_null(const std::optional<ir::Dims>& dims) { return dims ? json(*dims) : json(); }
 
 Artifact PartitionedExecutable::save() const {
   Artifact a;
+  WeightsWriter weights;
   json parts = json::array(), summaries = json::array();
-  // Chunks placed at `offsets` of a block of `bytes`, the block appended at
-  // the next 64-byte aligned base, which it returns.
-  auto append_weights = [&](const std::vector<std::pair<const void*, size_t>>& chunks, const std::vector<int64_t>& offsets,
-                            int64_t bytes) {
-    const int64_t base = (a.weights_bytes + 63) / 64 * 64;
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      a.weights.push_back(chunks[i]);
-      a.weight_offsets.push_back(base + offsets[i]);
-    }
-    a.weights_bytes = base + bytes;
-    return base;
-  };
   for (size_t k = 0; k < steps_.size(); ++k) {
     const Step& step = steps_[k];
     Artifact part;
@@ -229,23 +219,21 @@ Artifact PartitionedExecutable::save() const {
     for (const auto& in : step.inputs) inputs.push_back({in.name, int(in.dtype), dims_or_null(in.dims)});
     const int64_t object_offset = int64_t(a.object.size());
     a.object += part.object;
-    const int64_t weights_base = append_weights(part.weights, part.weight_offsets, part.weights_bytes);
     parts.push_back({{"backend", step.backend},
                      {"inputs", inputs},
                      {"outputs", step.outputs},
                      {"object", {object_offset, part.object.size()}},
                      {"program", json::binary(std::vector<uint8_t>(part.program.begin(), part.program.end()))},
-                     {"weights", {weights_base, part.weights_bytes}}});
+                     {"weights", {weights.add(part), part.weights_bytes}}});
     summaries.push_back({{"backend", step.backend}, {"part", json::parse(part.summary.empty() ? "null" : part.summary)}});
   }
   json outputs = json::array();
   for (const auto& o : outputs_) {
     json out = {{"name", o.name}};
-    if (o.constant.defined())
-      out["constant"] = {int(o.constant.dtype()), o.constant.dims(),
-                         append_weights({{o.constant.raw(), o.constant.nbytes()}}, {0}, int64_t(o.constant.nbytes()))};
+    if (o.constant.defined()) out["constant"] = save_constant(o.constant, weights);
     outputs.push_back(std::move(out));
   }
+  put_weights(weights, a);
   const std::vector<uint8_t> cbor = json::to_cbor({{"format", kFormat}, {"parts", parts}, {"outputs", outputs}});
   a.program = std::string(kMagic) + std::string(cbor.begin(), cbor.end());
   a.summary = json({{"parts", summaries}}).dump();
@@ -258,13 +246,7 @@ std::unique_ptr<PartitionedExecutable> PartitionedExecutable::load(const LoadedA
                                                                    const CompileOptions& options) {
   const std::string what = "cached partitioned specialization";
   const std::string_view cbor = artifact.program.substr(kMagic.size());
-  // A range of the artifact's object or weights, checked against its size.
-  auto range = [&](const json& j, size_t size, const std::string& of) {
-    const auto r = j.get<std::pair<int64_t, int64_t>>();
-    if (r.first < 0 || r.second < 0 || uint64_t(r.first) > size || uint64_t(r.second) > size - uint64_t(r.first))
-      ir::fail(ir::ErrorKind::InvalidModel, what + ": " + of + " lies outside its file");
-    return r;
-  };
+  const WeightsReader weights(artifact.weights, artifact.weights_bytes);
   try {
     const json j = json::from_cbor(cbor.begin(), cbor.end());
     if (ir::json_field<int>(j, "format", what) != kFormat) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown format");
@@ -281,16 +263,20 @@ std::unique_ptr<PartitionedExecutable> PartitionedExecutable::load(const LoadedA
                                dims.is_null() ? std::nullopt : std::optional<ir::Dims>(dims.get<ir::Dims>())});
       }
       step.outputs = ir::json_field<std::vector<std::string>>(p, "outputs", where);
-      const auto object = range(ir::json_field<json>(p, "object", where), artifact.object.size(), where + " object");
-      const auto weights = range(ir::json_field<json>(p, "weights", where), artifact.weights_bytes, where + " weights");
-      if (weights.first % 64) ir::fail(ir::ErrorKind::InvalidModel, where + ": weights are not 64-byte aligned");
+      const auto object = ir::json_field<std::pair<int64_t, int64_t>>(p, "object", where);
+      if (object.first < 0 || object.second < 0 || uint64_t(object.first) > artifact.object.size() ||
+          uint64_t(object.second) > artifact.object.size() - uint64_t(object.first))
+        ir::fail(ir::ErrorKind::InvalidModel, where + ": the object lies outside its file");
+      const auto [weights_offset, weights_bytes] = ir::json_field<std::pair<int64_t, int64_t>>(p, "weights", where);
+      const char* part_weights = static_cast<const char*>(weights.at(weights_offset, weights_bytes, where + " weights"));
+      if (weights_offset % 64) ir::fail(ir::ErrorKind::InvalidModel, where + ": weights are not 64-byte aligned");
       const json& program = ir::json_field<json>(p, "program", where);
       if (!program.is_binary()) ir::fail(ir::ErrorKind::InvalidModel, where + ": the program is not bytes");
       LoadedArtifact part;
       part.object = artifact.object.substr(size_t(object.first), size_t(object.second));
       part.program = std::string_view(reinterpret_cast<const char*>(program.get_binary().data()), program.get_binary().size());
-      part.weights = artifact.weights + weights.first;
-      part.weights_bytes = size_t(weights.second);
+      part.weights = part_weights;
+      part.weights_bytes = size_t(weights_bytes);
       part.keep_alive = artifact.keep_alive;
       try {
         step.executable = (*backend)->load(part, graph, options);
@@ -302,16 +288,8 @@ std::unique_ptr<PartitionedExecutable> PartitionedExecutable::load(const LoadedA
     std::vector<Output> outputs;
     for (const json& o : ir::json_field<json>(j, "outputs", what)) {
       Output out{ir::json_field<std::string>(o, "name", what), {}};
-      if (o.contains("constant")) {
-        const json& c = o["constant"];
-        const auto dtype = ir::DType(c.at(0).get<int>());
-        if (!ir::dtype_supported(dtype)) ir::fail(ir::ErrorKind::InvalidModel, what + ": output '" + out.name + "' has an unsupported dtype");
-        const auto dims = c.at(1).get<ir::Dims>();
-        const int64_t offset = c.at(2).get<int64_t>();
-        range(json::array({offset, ir::checked_numel(dims) * int64_t(ir::dtype_size(dtype))}), artifact.weights_bytes,
-              "output '" + out.name + "'");
-        out.constant = ir::Tensor::view(dtype, dims, const_cast<char*>(artifact.weights + offset), artifact.keep_alive);
-      }
+      if (o.contains("constant"))
+        out.constant = load_constant(o["constant"], weights, artifact.keep_alive, what + " output '" + out.name + "'");
       outputs.push_back(std::move(out));
     }
     if (outputs.size() != graph->outputs.size()) ir::fail(ir::ErrorKind::InvalidModel, what + ": not the model's outputs");

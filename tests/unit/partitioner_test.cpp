@@ -9,6 +9,7 @@
 #include "backends/reference/reference_executor.hpp"
 #include "imported_model.hpp"
 #include "runtime/ir/shape_inference.hpp"
+#include "runtime/passes/passes.hpp"
 
 namespace {
 
@@ -239,6 +240,45 @@ TEST(Partitioner, AGraphWhollyOnTheFallbackIsStoredAsOnePart) {
   } catch (const kiln::ir::Error& e) {
     EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::InvalidModel);
     EXPECT_NE(std::string(e.what()).find("outside"), std::string::npos) << e.what();
+  }
+}
+
+// An output that the passes fold into a constant is made by no part: the
+// artifact keeps its bytes in the weights file beside the parts' own.
+TEST(Partitioner, AFoldedOutputIsSavedWithTheParts) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2, 3});
+  b.output("y", onnx::TensorProto::FLOAT, {2, 3}).output("n", onnx::TensorProto::INT64, {2});
+  b.node("Relu", {"x"}, {"a"});
+  b.node("NonZero", {"a"}, {"where"});
+  ModelBuilder::attr_int(b.node("Cast", {"where"}, {"where_f"}), "to", onnx::TensorProto::FLOAT);
+  b.node("ReduceSum", {"where_f"}, {"s"});
+  b.node("Mul", {"a", "s"}, {"y"});
+  b.node("Shape", {"x"}, {"n"});
+  const auto model = kiln::test::import(b);
+  auto spec = specialize(model);
+  auto graph = std::make_shared<kiln::ir::Graph>(*model.graph);
+  kiln::passes::optimize_specialization(*graph, spec, kiln::ref::constant_evaluator());
+  ASSERT_TRUE(graph->initializers.count("n")) << "the passes no longer fold Shape: this test needs another constant output";
+  auto cpu = kiln::backends::make_backend("cpu", 2);
+  auto interpreter = kiln::backends::make_fallback(*cpu);
+  auto compiled = kiln::backends::compile_partitioned(graph, spec, {cpu.get(), interpreter.get()}, {2});
+  ASSERT_EQ(compiled.backends, "cpu+interpreter");
+  const kiln::backends::Artifact stored = compiled.executable->save();
+  auto loaded = kiln::backends::load_partitioned(copy_to_memory(stored), model.graph, {cpu.get(), interpreter.get()}, {2});
+  expect_same_outputs(*loaded.executable, model, kiln::ir::Tensor::from_vector<float>({2, 3}, {1, -2, 3, 0, 5, -1}));
+
+  // Weights cut short before the constant: an error naming the output.
+  kiln::backends::Artifact cut = stored;
+  cut.weights.pop_back();
+  cut.weight_offsets.pop_back();
+  cut.weights_bytes = cut.weight_offsets.empty() ? 0 : cut.weight_offsets.back() + int64_t(cut.weights.back().second);
+  try {
+    kiln::backends::load_partitioned(copy_to_memory(cut), model.graph, {cpu.get(), interpreter.get()}, {2});
+    FAIL() << "loaded";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::InvalidModel);
+    EXPECT_NE(std::string(e.what()).find("output 'n'"), std::string::npos) << e.what();
   }
 }
 

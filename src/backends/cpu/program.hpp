@@ -11,33 +11,14 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "backends/artifact_weights.hpp"
 #include "runtime/ir/tensor.hpp"
 
 namespace kiln::cpu {
 
-// The constant bytes of a saved program (for the on-disk cache): appended on
-// save, each at a multiple of 64 bytes, and found again by offset on load.
-class WeightsWriter {
- public:
-  int64_t add(const void* data, size_t bytes);
-  const std::vector<std::pair<int64_t, std::pair<const void*, size_t>>>& chunks() const { return chunks_; }
-  int64_t size() const { return size_; }
-
- private:
-  std::vector<std::pair<int64_t, std::pair<const void*, size_t>>> chunks_;  // offset -> bytes
-  int64_t size_ = 0;
-};
-
-class WeightsReader {
- public:
-  WeightsReader(const char* base, size_t size) : base_(base), size_(size) {}
-  // Fails with InvalidModel if the range is outside the file.
-  const void* at(int64_t offset, int64_t bytes, const std::string& what) const;
-
- private:
-  const char* base_;
-  size_t size_;
-};
+// The constant bytes of a saved program (for the on-disk cache).
+using backends::WeightsReader;
+using backends::WeightsWriter;
 
 // Work the generated code calls into: a oneDNN primitive created once, a
 // reference kernel for what the backend does not compile, a copy.

@@ -17,15 +17,9 @@
 
 namespace kiln::cpu {
 
-// The writer's chunks as the artifact's weights.
-void put_weights(const WeightsWriter& weights, backends::Artifact& artifact);
-
-// A tensor as {dtype, dims, offset}, its bytes handed to `weights`; and back,
-// as a view of the loaded weights that `keep_alive` owns (InvalidModel if
-// the entry is inconsistent, `what` saying where).
-nlohmann::json save_constant(const ir::Tensor& t, WeightsWriter& weights);
-ir::Tensor load_constant(const nlohmann::json& j, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
-                         const std::string& what);
+using backends::load_constant;
+using backends::put_weights;
+using backends::save_constant;
 
 struct SavedProgram {
   std::string bytes;  // CBOR
