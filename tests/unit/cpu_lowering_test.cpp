@@ -87,7 +87,8 @@ TEST(CpuLowering, ScratchpadsAreArenaBuffersOfOneStep) {
 
 // Native bundles run no libkiln code: where the JIT's lowering uses a host
 // kernel (Slice, Gather, a plain Concat, an output copy), the NativeBundle
-// family calls a portable kernel instead; convolutions stay oneDNN primitives.
+// family calls a portable kernel instead; convolutions stay oneDNN primitives,
+// described but not made.
 TEST(CpuLowering, NativeBundlesHaveNoHostKernelsButOneDnnPrimitives) {
   ModelBuilder b;
   b.input("x", onnx::TensorProto::FLOAT, {1, 4, 6, 6}).input("idx", onnx::TensorProto::INT64, {3});
@@ -115,6 +116,17 @@ TEST(CpuLowering, NativeBundlesHaveNoHostKernelsButOneDnnPrimitives) {
   for (const auto& s : bundle.steps)
     EXPECT_TRUE(!s.kernel || kiln::cpu::is_onednn_kernel(*s.kernel)) << s.label << " runs a host kernel";
   EXPECT_EQ(bundle.fallback_nodes, 0);
+  // The bundle makes its primitives from their descriptors: none is made here.
+  const kiln::cpu::Step& conv = step_of(bundle, "conv");
+  std::vector<std::vector<float>> buffers;
+  std::vector<void*> args;
+  for (int b : conv.args) args.push_back(buffers.emplace_back(size_t(bundle.buffers[size_t(b)].bytes) / 4 + 1).data());
+  try {
+    conv.kernel->run(args.data());
+    FAIL() << "ran";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("before its primitive was created"), std::string::npos) << e.what();
+  }
 }
 
 // A strided 1x1 convolution reads a subsampled copy of its input: one
