@@ -88,9 +88,9 @@ class Backend {
     (void)spec;
     return supports(node);
   }
-  // The backend for the nodes this one does not take, sharing its threads;
-  // null: the reference backend.
-  virtual std::unique_ptr<Backend> fallback() const { return nullptr; }
+  // The backend for the nodes this one does not take, sharing its threads
+  // where it can: by default the reference backend. Null: none.
+  virtual std::unique_ptr<Backend> fallback() const;
   // `spec` holds the concrete shape of every value. Throws ir::Error.
   virtual std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
                                               const CompileOptions& options) const = 0;
@@ -116,9 +116,5 @@ void check_output_buffers(const std::vector<ir::Tensor>& outputs, const std::vec
 // unknown. `threads` is the Runtime's thread budget.
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads);
 std::vector<std::string> backend_names();
-
-// What runs the nodes `backend` does not take: its fallback(), else the
-// reference backend (none for the reference backend itself).
-std::unique_ptr<Backend> make_fallback(const Backend& backend);
 
 }  // namespace kiln::backends

@@ -62,11 +62,7 @@ LoadedArtifact copy_to_memory(const Artifact& artifact) {
 
 std::vector<std::string> backend_names() { return {"cpu", "reference"}; }
 
-std::unique_ptr<Backend> make_fallback(const Backend& backend) {
-  if (auto own = backend.fallback()) return own;
-  return backend.name() == "reference" ? nullptr : make_reference_backend();
-}
-
+std::unique_ptr<Backend> Backend::fallback() const { return make_reference_backend(); }
 
 Artifact Executable::save() const {
   ir::fail(ir::ErrorKind::Unsupported, "this specialization runs on the reference executor, which keeps no compiled code");

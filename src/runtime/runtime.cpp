@@ -271,7 +271,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
     for (const auto& n : backends::backend_names()) names += (names.empty() ? "'" : ", '") + n + "'";
     throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::backend '" + options.backend + "' is unknown; available: " + names);
   }
-  impl_->fallback = backends::make_fallback(*impl_->backend);
+  impl_->fallback = impl_->backend->fallback();
   if (options.kernels.empty())
     if (const char* env = std::getenv("KILN_KERNELS"); env && *env) options.kernels = env;
   if (options.kernels.empty()) options.kernels = "native";

@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
   if (backend != "reference") {
     compiled_backend = kiln::backends::make_backend(backend, 2);
     g_backend = compiled_backend.get();
-    g_fallback = kiln::backends::make_fallback(*g_backend);
+    g_fallback = g_backend->fallback();
   }
 
   std::map<std::string, std::string> expected;

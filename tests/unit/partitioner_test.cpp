@@ -140,7 +140,7 @@ void expect_same_outputs(const kiln::backends::Executable& got, const kiln::ir::
 // and loaded again, each by its own backend, with nothing compiled.
 TEST(Partitioner, PartsOfSeveralBackendsAreSavedAndLoadedAsOne) {
   auto cpu = kiln::backends::make_backend("cpu", 2);
-  auto interpreter = kiln::backends::make_fallback(*cpu);
+  auto interpreter = cpu->fallback();
   const auto model = data_dependent_model();
   auto compiled = kiln::backends::compile_partitioned(model.graph, specialize(model), {cpu.get(), interpreter.get()}, {2});
   EXPECT_EQ(compiled.backends, "cpu+interpreter");
@@ -151,7 +151,7 @@ TEST(Partitioner, PartsOfSeveralBackendsAreSavedAndLoadedAsOne) {
 
   // Other backend objects, as in another process.
   auto cpu2 = kiln::backends::make_backend("cpu", 2);
-  auto interpreter2 = kiln::backends::make_fallback(*cpu2);
+  auto interpreter2 = cpu2->fallback();
   const int64_t codegen = cpu2->codegen_runs();
   auto loaded = kiln::backends::load_partitioned(copy_to_memory(stored), model.graph, {cpu2.get(), interpreter2.get()}, {2});
   EXPECT_EQ(cpu2->codegen_runs(), codegen);
@@ -212,7 +212,7 @@ TEST(Partitioner, AGraphWhollyOnTheFallbackIsStoredAsOnePart) {
   b.node("Mul", {"where_f", "half"}, {"y"});
   const auto model = kiln::test::import(b);
   auto cpu = kiln::backends::make_backend("cpu", 1);
-  auto interpreter = kiln::backends::make_fallback(*cpu);
+  auto interpreter = cpu->fallback();
   auto compiled = kiln::backends::compile_partitioned(model.graph, specialize(model), {cpu.get(), interpreter.get()}, {});
   EXPECT_EQ(compiled.backends, "interpreter");
   EXPECT_EQ(compiled.parts, 1);
@@ -261,7 +261,7 @@ TEST(Partitioner, AFoldedOutputIsSavedWithTheParts) {
   kiln::passes::optimize_specialization(*graph, spec, kiln::ref::constant_evaluator());
   ASSERT_TRUE(graph->initializers.count("n")) << "the passes no longer fold Shape: this test needs another constant output";
   auto cpu = kiln::backends::make_backend("cpu", 2);
-  auto interpreter = kiln::backends::make_fallback(*cpu);
+  auto interpreter = cpu->fallback();
   auto compiled = kiln::backends::compile_partitioned(graph, spec, {cpu.get(), interpreter.get()}, {2});
   ASSERT_EQ(compiled.backends, "cpu+interpreter");
   const kiln::backends::Artifact stored = compiled.executable->save();

@@ -26,6 +26,7 @@ class ReferenceBackend : public Backend {
   std::string name() const override { return "reference"; }
   std::string version() const override { return "reference-1"; }
   bool supports(const ir::Node& node) const override { return ref::has_kernel(node.domain, node.op_type); }
+  std::unique_ptr<Backend> fallback() const override { return nullptr; }  // what it cannot run, nothing can
   std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization&,
                                       const CompileOptions&) const override {
     return std::make_unique<ReferenceExecutable>(std::move(graph));
