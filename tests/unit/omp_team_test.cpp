@@ -4,6 +4,8 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <chrono>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -33,7 +35,26 @@ void check_team(int n) {
   }
 }
 
+int threads_in_process() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
 }  // namespace
+
+// The team starts with one thread more than asked for (see omp_team.hpp);
+// that thread is gone once a region of the team's size has run.
+TEST(OmpTeam, TheExtraStartingThreadExits) {
+  std::thread([] {
+    const int before = threads_in_process();
+    check_team(2);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (threads_in_process() != before + 1 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(threads_in_process(), before + 1);
+  }).join();
+}
 
 TEST(OmpTeam, StartsTheTeamAndLeavesEveryThreadsAffinityAsItWas) {
   std::thread([] { check_team(2); }).join();
