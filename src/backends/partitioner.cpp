@@ -195,8 +195,9 @@ class PartitionedExecutable : public Executable {
 
 // A partitioned artifact is the parts' own artifacts side by side: the
 // objects one after another, each part's weights at a 64-byte aligned base
-// of one weights file, and a program that starts with kMagic (which no
-// backend's own program starts with) followed by CBOR listing the parts.
+// of one weights file (then the outputs folded to constants), and a program
+// that starts with kMagic (which no backend's own program starts with)
+// followed by CBOR listing the parts.
 constexpr std::string_view kMagic = "KILN-PARTS\n";
 constexpr int kFormat = 2;
 
