@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 
+#include "backends/artifact_weights.hpp"
 #include "backends/cpu/bundle/bundle_abi.h"
 #include "backends/cpu/bundle_codegen.hpp"
 #include "backends/cpu/lowering.hpp"
@@ -347,7 +348,7 @@ class Freezer {
   // placed once.
   nlohmann::json saved_primitive(const cpu::Step& step) {
     nlohmann::json j;
-    cpu::WeightsWriter writer;
+    backends::WeightsWriter writer;
     step.kernel->save(j, writer);
     std::map<int64_t, int64_t> moved;  // writer offset -> bundle offset
     for (const auto& [offset, chunk] : writer.chunks()) {

@@ -126,7 +126,7 @@ class CpuExecutable : public Executable {
     Artifact a;
     a.object = object_;
     a.program = std::move(saved.bytes);
-    cpu::put_weights(saved.weights, a);
+    put_weights(saved.weights, a);
     a.summary = std::move(saved.summary);
     return a;
   }
@@ -273,7 +273,7 @@ class CpuBackend : public Backend {
     OmpThreads omp(budget_->threads);
     std::vector<std::string> step_symbols;
     std::string kernels_object;
-    cpu::Program program = cpu::load_program(artifact.program, cpu::WeightsReader(artifact.weights, artifact.weights_bytes),
+    cpu::Program program = cpu::load_program(artifact.program, WeightsReader(artifact.weights, artifact.weights_bytes),
                                              artifact.keep_alive, *graph, step_symbols, &kernels_object);
     return std::make_unique<CpuExecutable>(std::move(program), std::string(artifact.object), std::move(step_symbols), jit_shared(),
                                            budget_, artifact.keep_alive, kernels_object);

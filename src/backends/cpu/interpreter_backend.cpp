@@ -1,7 +1,7 @@
 #include "backends/cpu/interpreter_backend.hpp"
 
+#include "backends/artifact_weights.hpp"
 #include "backends/cpu/interpreter_kernels.hpp"
-#include "backends/cpu/program_io.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/serialize.hpp"
 
@@ -31,10 +31,10 @@ class InterpreterExecutable : public Executable {
     if (!unsaved_.empty()) ir::fail(ir::ErrorKind::Unsupported, unsaved_);
     ir::Graph nodes = *graph_;
     nodes.initializers.clear();
-    cpu::WeightsWriter weights;
+    WeightsWriter weights;
     json initializers = json::array();
     for (const auto& [name, t] : graph_->initializers) {
-      json init = cpu::save_constant(t, weights);
+      json init = save_constant(t, weights);
       init["name"] = name;
       initializers.push_back(std::move(init));
     }
@@ -42,7 +42,7 @@ class InterpreterExecutable : public Executable {
         json::to_cbor({{"format", kFormat}, {"graph", ir::graph_to_json(nodes)}, {"initializers", initializers}});
     Artifact a;
     a.program.assign(cbor.begin(), cbor.end());
-    cpu::put_weights(weights, a);
+    put_weights(weights, a);
     a.summary = json({{"interpreted_nodes", graph_->nodes.size()}, {"initializers", graph_->initializers.size()}}).dump();
     return a;
   }
@@ -53,12 +53,12 @@ class InterpreterExecutable : public Executable {
       const json j = json::from_cbor(artifact.program.begin(), artifact.program.end());
       if (ir::json_field<int>(j, "format", what) != kFormat) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown format");
       auto graph = std::make_shared<ir::Graph>(ir::graph_from_json(ir::json_field<json>(j, "graph", what)));
-      const cpu::WeightsReader weights(artifact.weights, artifact.weights_bytes);
+      const WeightsReader weights(artifact.weights, artifact.weights_bytes);
       for (const json& init : ir::json_field<json>(j, "initializers", what)) {
         const auto name = ir::json_field<std::string>(init, "name", what);
         // Read only: kernels never write their inputs, and the runtime
         // copies an output that is not the caller's own.
-        graph->initializers[name] = cpu::load_constant(init, weights, artifact.keep_alive, what + " initializer '" + name + "'");
+        graph->initializers[name] = load_constant(init, weights, artifact.keep_alive, what + " initializer '" + name + "'");
       }
       return std::make_unique<InterpreterExecutable>(std::move(graph), std::move(budget));
     } catch (const json::exception& e) {

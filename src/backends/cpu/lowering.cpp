@@ -317,10 +317,10 @@ class Lowering {
       rt_args.push_back({DNNL_ARG_SCRATCHPAD, scratch});
     }
     auto kernel = std::make_unique<OneDnnKernel>(pd, std::move(rt_args), std::move(constants), sum_from);
+    OneDnnKernel* k = kernel.get();
     add_kernel(label, std::move(args), std::move(writes), std::move(kernel));
     // A native bundle makes its primitives again from their descriptors.
     if (p_.family == KernelFamily::NativeBundle) return;
-    auto* k = static_cast<OneDnnKernel*>(p_.steps.back().kernel.get());
     deferred_.push_back([k, label, threads = omp_get_max_threads()] {
       OmpThreads scope(threads);
       try {

@@ -94,7 +94,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
     steps.push_back(std::move(j));
   }
   for (const ir::Tensor& c : program.constants)
-    constants.push_back(save_constant(c, saved.weights));
+    constants.push_back(backends::save_constant(c, saved.weights));
   json defaults = json::array();
   for (const ir::Tensor& t : program.input_defaults) defaults.push_back(t.defined());
   json out_dtypes = json::array();
@@ -185,7 +185,7 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
       ir::fail(ir::ErrorKind::InvalidModel, what + ": output types do not match the outputs");
     for (const json& c : json_field<json>(j, "constants", what))
       // Read only: generated code and kernels never write a constant.
-      p.constants.push_back(load_constant(c, weights, keep_alive, what));
+      p.constants.push_back(backends::load_constant(c, weights, keep_alive, what));
     for (const Buffer& b : p.buffers) {
       const size_t limit = b.kind == Buffer::Kind::Input ? p.inputs.size() : b.kind == Buffer::Kind::Output ? p.outputs.size()
                            : b.kind == Buffer::Kind::Constant ? p.constants.size() : SIZE_MAX;

@@ -11,15 +11,10 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "backends/backend.hpp"
 #include "backends/cpu/program.hpp"
 #include "runtime/ir/graph.hpp"
 
 namespace kiln::cpu {
-
-using backends::load_constant;
-using backends::put_weights;
-using backends::save_constant;
 
 struct SavedProgram {
   std::string bytes;  // CBOR
