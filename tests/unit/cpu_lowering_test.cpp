@@ -167,3 +167,26 @@ TEST(CpuLowering, AStridedPointwiseConvolutionRunsOnASubsampledCopy) {
   EXPECT_EQ(p.buffers[size_t(subsample.args[0])].kind, kiln::cpu::Buffer::Kind::Input);
   EXPECT_EQ(subsample.args[1], conv.args[0]);
 }
+
+// A convolution with a large input or output computes in 16-channel blocks
+// (24 output channels padded to 32), a small one in the layout oneDNN picks.
+TEST(CpuLowering, LargeConvolutionsComputeInChannelBlocks) {
+  auto conv_destination = [](int64_t side) {
+    ModelBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, {1, 16, side, side}).output("y", onnx::TensorProto::FLOAT, {1, 24, side, side});
+    b.initializer(ModelBuilder::float_tensor("w", {24, 16, 1, 1}, random_values(384, 1)));
+    b.node("Conv", {"x", "w"}, {"y"}, "conv");
+    auto m = kiln::test::import(b);
+    auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {1, 16, side, side}}}},
+                                     kiln::ref::constant_evaluator());
+    const auto p = kiln::cpu::lower(*m.graph, spec);
+    for (int a : step_of(p, "conv").args)
+      if (p.buffers[size_t(a)].name == "y") return p.buffers[size_t(a)].bytes;
+    return int64_t(-1);
+  };
+  for (int64_t side : {32, 256}) {  // the output: 96 KiB, 6 MiB
+    const int64_t pixels = side * side, plain = 24 * pixels * 4;
+    const bool blocks = plain >= kiln::cpu::channel_blocks_threshold();
+    EXPECT_EQ(conv_destination(side), blocks ? 32 * pixels * 4 : plain) << side << "x" << side;
+  }
+}

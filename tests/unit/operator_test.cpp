@@ -585,15 +585,19 @@ TEST_P(OperatorTest, BottleneckWithProjectionShortcut) { run(bottleneck(false));
 TEST_P(OperatorTest, BottleneckWithShortcutReadAfterTheSum) { run(bottleneck(true)); }
 
 // Squeeze-and-excitation: the per-channel scale multiplies the blocked
-// convolution output directly (a oneDNN binary with broadcasting).
+// convolution output directly (a oneDNN binary with broadcasting). In
+// 16-channel blocks, 32 channels make the scale's blocked bytes its plain
+// ones; 8 are padded.
 TEST_P(OperatorTest, ConvSqueezeExcitationScale) {
-  Case c({"Conv"});
-  c.input("x", {1, 4, 6, 6}).weight("w", {8, 4, 3, 3}).weight("b", {8}).output("y");
-  c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
-  c.node("GlobalAveragePool", {"c"}, {"g"});
-  c.node("Sigmoid", {"g"}, {"s"});
-  c.node("Mul", {"s", "c"}, {"y"});
-  run(c);
+  for (int64_t channels : {8, 32}) {
+    Case c({"Conv"});
+    c.input("x", {2, 16, 6, 6}).weight("w", {channels, 16, 3, 3}).weight("b", {channels}).output("y");
+    c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
+    c.node("GlobalAveragePool", {"c"}, {"g"});
+    c.node("Sigmoid", {"g"}, {"s"});
+    c.node("Mul", {"s", "c"}, {"y"});
+    run(c);
+  }
 }
 
 // Sub is not commutative: with the blocked operand second it cannot be the

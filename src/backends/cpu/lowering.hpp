@@ -21,6 +21,13 @@ namespace kiln::cpu {
 Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family = KernelFamily::Native,
               DeferredWork* deferred = nullptr);
 
+// Convolutions whose input or output has at least this many bytes compute in
+// oneDNN's 16-channel blocks; smaller ones in the layout oneDNN picks
+// (channels-last on AVX-512). 6 MiB, or KILN_CHANNEL_BLOCKS_FROM (read once;
+// 0 puts every convolution in blocks, which the tests use). Throws
+// ir::Error(InvalidArgument) when that variable is not a number of bytes.
+int64_t channel_blocks_threshold();
+
 // Whether the cpu backend compiles a node of this kind itself (for the other
 // kinds, it calls the reference kernel). Shapes and dtypes can still send a
 // claimed node to the reference kernel.
