@@ -1153,20 +1153,25 @@ class Lowering {
     const md src0 = val(full).layout;
     // The second operand as it is when it already has the first's layout, else plain.
     md src1 = dims(other) == out ? src0 : plain_md(od);
-    // A per-channel operand (a squeeze-and-excitation scale) of a tensor in
-    // channel blocks: oneDNN 2.6 has only its reference kernel for a plain one
-    // (10 ms instead of 0.1), so it is described in the same blocks, which for
-    // dims [N, C, 1, ...] with C a multiple of the block are the plain bytes.
+    int b1 = -1;
     const auto& blocking = src0.data.format_desc.blocking;
-    if (dims(other) != out && dims(other).size() == od.size() && od.size() >= 3 && src0.data.format_kind == dnnl_blocked && blocking.inner_nblks == 1 &&
-        blocking.inner_idxs[0] == 1 && blocking.inner_blks[0] == 16 &&
-        std::all_of(od.begin() + 2, od.end(), [](int64_t d) { return d == 1; }))
+    if (src1 == src0) {
+      b1 = as_layout(other, src0);
+    } else if (dims(other).size() == od.size() && od.size() >= 3 && src0.data.format_kind == dnnl_blocked &&
+               blocking.inner_nblks == 1 && blocking.inner_idxs[0] == 1 && blocking.inner_blks[0] == 16 &&
+               std::all_of(od.begin() + 2, od.end(), [](int64_t d) { return d == 1; })) {
+      // A per-channel operand (a squeeze-and-excitation scale) of a tensor in
+      // channel blocks: oneDNN 2.6 has only its reference kernel for a plain
+      // one (10 ms instead of 0.1), so it goes in the same blocks. For dims
+      // [N, C, 1, ...] with C a multiple of 16 those are the plain bytes.
       src1 = md(to_dnnl(od), dt::f32, channel_blocked_tag(od.size()));
+      b1 = od[1] % 16 == 0 ? plain(other) : as_layout(other, src1);
+    } else {
+      b1 = plain(other);
+    }
     dnnl::binary::desc desc(*binary_algorithm(n.op_type), src0, src1, md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any));
     dnnl::binary::primitive_desc pd(desc, user_scratchpad(), cpu_engine());
     const int b0 = val(full).buffer;
-    // (Blocked per-channel operands with C a multiple of 16 are the plain bytes.)
-    const int b1 = src1 == src0 || (src1 != plain_md(od) && od[1] % 16 != 0) ? as_layout(other, src1) : plain(other);
     Fused f;
     f.value = n.outputs[0];
     compiled();
