@@ -642,6 +642,11 @@ class Lowering {
   static dnnl::memory::format_tag channel_blocked_tag(size_t rank) {
     return rank == 3 ? dnnl::memory::format_tag::aBc16b : rank == 4 ? dnnl::memory::format_tag::aBcd16b : dnnl::memory::format_tag::aBcde16b;
   }
+  // Whether `m` is the 16-channel blocked layout of its dims.
+  static bool in_channel_blocks(const md& m) {
+    const size_t rank = m.dims().size();
+    return rank >= 3 && rank <= 5 && m == md(m.dims(), dt::f32, channel_blocked_tag(rank));
+  }
   // Left to choose (`any`), oneDNN 2.6 on AVX-512 takes channels-last and its
   // brgemm kernels, the faster ones while the activations stay in cache. On
   // large activations its 1x1 kernels in 16-channel blocks are faster, most of
@@ -1154,11 +1159,9 @@ class Lowering {
     // The second operand as it is when it already has the first's layout, else plain.
     md src1 = dims(other) == out ? src0 : plain_md(od);
     int b1 = -1;
-    const auto& blocking = src0.data.format_desc.blocking;
     if (src1 == src0) {
       b1 = as_layout(other, src0);
-    } else if (dims(other).size() == od.size() && od.size() >= 3 && src0.data.format_kind == dnnl_blocked &&
-               blocking.inner_nblks == 1 && blocking.inner_idxs[0] == 1 && blocking.inner_blks[0] == 16 &&
+    } else if (dims(other).size() == od.size() && in_channel_blocks(src0) &&
                std::all_of(od.begin() + 2, od.end(), [](int64_t d) { return d == 1; })) {
       // A per-channel operand (a squeeze-and-excitation scale) of a tensor in
       // channel blocks: oneDNN 2.6 has only its reference kernel for a plain
