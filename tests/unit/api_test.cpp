@@ -484,3 +484,62 @@ TEST(Api, AModelFileRewrittenInPlaceBeforeTheFirstRunIsAnIoError) {
   }
   std::remove(path.c_str());
 }
+
+// BatchNormalization that the exporter left in the graph: after a Conv (an
+// export in training mode) it folds into it; after a Concat (DenseNet) it
+// becomes a depthwise Conv; on [N, C] (after a Gemm) it is oneDNN's own. All
+// three must compile: a new weight the specialization did not know used to
+// send its Conv to the reference kernels.
+TEST(Api, BatchNormalizationsLeftByTheExporterAreCompiled) {
+  using B = kiln::test::ModelBuilder;
+  B b;
+  b.input("x", onnx::TensorProto::FLOAT, {"n", 3, 8, 8}).output("y", onnx::TensorProto::FLOAT, {"n", 5});
+  std::vector<float> ramp;
+  for (int i = 0; i < 500; ++i) ramp.push_back(float((i * 37) % 17) / 17.0f - 0.5f);
+  auto params = [&](const std::string& p, int64_t c) {
+    b.initializer(B::float_tensor(p + "_scale", {c}, std::vector<float>(ramp.begin(), ramp.begin() + c)));
+    b.initializer(B::float_tensor(p + "_shift", {c}, std::vector<float>(ramp.begin() + 20, ramp.begin() + 20 + c)));
+    b.initializer(B::float_tensor(p + "_mean", {c}, std::vector<float>(ramp.begin() + 40, ramp.begin() + 40 + c)));
+    std::vector<float> var;
+    for (int64_t i = 0; i < c; ++i) var.push_back(0.5f + float(i) / 8);
+    b.initializer(B::float_tensor(p + "_var", {c}, var));
+    return std::vector<std::string>{p + "_scale", p + "_shift", p + "_mean", p + "_var"};
+  };
+  auto bn = [&](const std::string& in, const std::string& out, const std::string& p, int64_t c) {
+    auto ps = params(p, c);
+    b.node("BatchNormalization", {in, ps[0], ps[1], ps[2], ps[3]}, {out});
+  };
+  b.initializer(B::float_tensor("w1", {4, 3, 3, 3}, std::vector<float>(ramp.begin(), ramp.begin() + 108)));
+  B::attr_ints(b.node("Conv", {"x", "w1"}, {"c1"}), "pads", {1, 1, 1, 1});
+  bn("c1", "n1", "bn1", 4);  // folds into the Conv
+  b.node("Relu", {"n1"}, {"r1"});
+  B::attr_int(b.node("Concat", {"x", "r1"}, {"cat"}), "axis", 1);
+  bn("cat", "n2", "bn2", 7);  // a depthwise Conv, with the Relu fused
+  b.node("Relu", {"n2"}, {"r2"});
+  b.node("GlobalAveragePool", {"r2"}, {"pool"});
+  b.node("Flatten", {"pool"}, {"flat"});
+  b.initializer(B::float_tensor("wg", {7, 5}, std::vector<float>(ramp.begin() + 100, ramp.begin() + 135)));
+  b.node("Gemm", {"flat", "wg"}, {"g"});
+  bn("g", "y", "bn3", 5);  // on [N, C]
+  const std::string bytes = b.bytes();
+  std::vector<float> pixels;
+  for (int i = 0; i < 2 * 3 * 8 * 8; ++i) pixels.push_back(float((i * 13) % 29) / 29.0f - 0.3f);
+  const auto x = kiln::Tensor::from_vector<float>(kiln::DType::Float32, {2, 3, 8, 8}, pixels);
+
+  kiln::RuntimeOptions ref_opts;
+  ref_opts.backend = "reference";
+  kiln::Runtime ref_rt(ref_opts);
+  const auto want = kiln::Model::load_from_memory(ref_rt, bytes.data(), bytes.size()).run({{"x", x}});
+  kiln::Runtime rt;
+  auto model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
+  const auto got = model.run({{"x", x}});
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].shape(), want[0].shape());
+  for (int64_t i = 0; i < want[0].numel(); ++i) EXPECT_NEAR(got[0].data_as<float>()[i], want[0].data_as<float>()[i], 1e-4f) << i;
+  const auto stats = model.specializations();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].backend, "cpu");
+  EXPECT_EQ(stats[0].parts, 1);
+  EXPECT_EQ(stats[0].fallback_nodes, 0);
+  EXPECT_EQ(stats[0].nodes, stats[0].compiled_nodes);
+}

@@ -190,3 +190,29 @@ TEST(CpuLowering, LargeConvolutionsComputeInChannelBlocks) {
     EXPECT_EQ(conv_destination(side), blocks ? 32 * pixels * 4 : plain) << side << "x" << side;
   }
 }
+
+// oneDNN 2.6 has only its reference kernel for a per-channel binary op on
+// some blockings (8-channel blocks on AVX-512, which it picks for RegNet's
+// grouped convolutions; a plain operand of a 16-channel blocked tensor):
+// 100x slower than its own jit kernels. The lowering takes another way
+// whatever layouts this CPU gets.
+TEST(CpuLowering, PerChannelScalesNeverRunOneDnnsReferenceBinaryKernel) {
+  for (const int64_t group : {1, 6}) {
+    ModelBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, {2, 48, 56, 56}).output("y", onnx::TensorProto::FLOAT, {2, 48, 56, 56});
+    b.initializer(ModelBuilder::float_tensor("w", {48, 48 / group, 3, 3}, random_values(size_t(48 * 48 / group * 9), 2)));
+    auto& conv = b.node("Conv", {"x", "w"}, {"c"}, "conv");
+    ModelBuilder::attr_ints(conv, "pads", {1, 1, 1, 1});
+    ModelBuilder::attr_int(conv, "group", group);
+    b.node("GlobalAveragePool", {"c"}, {"g"});
+    b.node("Sigmoid", {"g"}, {"s"});
+    b.node("Mul", {"c", "s"}, {"y"}, "scale");
+    auto m = kiln::test::import(b);
+    auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {2, 48, 56, 56}}}}, kiln::ref::constant_evaluator());
+    const auto p = kiln::cpu::lower(*m.graph, spec);
+    for (const auto& step : p.steps)
+      if (step.kernel && kiln::cpu::is_onednn_kernel(*step.kernel))
+        EXPECT_NE(static_cast<const kiln::cpu::OneDnnKernel&>(*step.kernel).implementation().substr(0, 3), "ref")
+            << "group " << group << ": " << step.label;
+  }
+}

@@ -600,6 +600,19 @@ TEST_P(OperatorTest, ConvSqueezeExcitationScale) {
   }
 }
 
+// RegNet's: a grouped convolution of 8 channels per group, scaled per
+// channel. On AVX-512 oneDNN 2.6 leaves its output in 8-channel blocks, for
+// which it has only a reference binary kernel: the scale runs as a loop.
+TEST_P(OperatorTest, GroupedConvSqueezeExcitationScale) {
+  Case c({"Conv"});
+  c.input("x", {2, 48, 14, 14}).weight("w", {48, 8, 3, 3}).weight("b", {48}).output("y");
+  c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}, {"group", 6}});
+  c.node("GlobalAveragePool", {"c"}, {"g"});
+  c.node("Sigmoid", {"g"}, {"s"});
+  c.node("Mul", {"c", "s"}, {"y"});
+  run(c);
+}
+
 // Sub is not commutative: with the blocked operand second it cannot be the
 // binary primitive's full-shaped first source.
 TEST_P(OperatorTest, ConvOutputSubtractedBothWays) {
@@ -839,6 +852,41 @@ TEST_P(OperatorTest, LayerNormalization) {
   Case c({"LayerNormalization"}, 17);
   c.input("x", {2, 5, 16}, -2, 3).weight("scale", {16}).weight("bias", {16}).output("y");
   c.node("LayerNormalization", {"x", "scale", "bias"}, {"y"}, {{"axis", -1}});
+  run(c);
+}
+
+// ---- BatchNormalization (inference) ----------------------------------------------
+
+// Not after a Conv: the graph passes make it a depthwise 1x1 Conv, with the
+// Relu fused.
+TEST_P(OperatorTest, BatchNormalizationRelu) {
+  Case c({"BatchNormalization"}, 15);
+  c.input("x", {2, 5, 6, 7}, -2, 3).weight("scale", {5}).weight("shift", {5}).weight("mean", {5}).output("y");
+  c.constant("var", {5}, {0.25f, 1, 2, 0.5f, 4});
+  c.node("BatchNormalization", {"x", "scale", "shift", "mean", "var"}, {"n"}, {{"epsilon", 1e-3f}});
+  c.node("Relu", {"n"}, {"y"});
+  run(c);
+}
+
+// A 1-D signal [N, C, L] (BatchNorm1d).
+TEST_P(OperatorTest, BatchNormalization1D) {
+  Case c({"BatchNormalization"}, 15);
+  c.input("x", {3, 4, 9}, -2, 3).weight("scale", {4}).weight("shift", {4}).weight("mean", {4}).output("y");
+  c.constant("var", {4}, {0.5f, 1, 2, 3});
+  c.node("BatchNormalization", {"x", "scale", "shift", "mean", "var"}, {"y"});
+  run(c);
+}
+
+// [N, C] (BatchNorm1d after a Linear): no spatial axes, so no Conv; oneDNN's
+// own kernel on the cpu backend, the reference kernel with portable kernels.
+TEST_P(OperatorTest, BatchNormalizationOfFeatures) {
+  Case c({"BatchNormalization"}, 15);
+  c.input("x", {6, 20}, -2, 3).weight("scale", {20}).weight("shift", {20}).weight("mean", {20}).output("y");
+  std::vector<float> var;
+  for (int i = 0; i < 20; ++i) var.push_back(0.25f + float(i) / 4);
+  c.constant("var", {20}, var);
+  c.node("BatchNormalization", {"x", "scale", "shift", "mean", "var"}, {"y"});
+  c.portable = false;
   run(c);
 }
 

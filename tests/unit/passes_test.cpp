@@ -28,10 +28,17 @@ TEST(Passes, BatchNormFoldsIntoConvAndKeepsTheResult) {
   Tensor x = Tensor::from_vector<float>({1, 3, 6, 6}, random_values(108, 3));
   auto before = kiln::ref::run_graph(*m.graph, {{"x", x}})[0].to_float_vector();
 
-  EXPECT_EQ(kiln::passes::fold_batch_norm(*m.graph), 1);
+  auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {1, 3, 6, 6}}}}, kiln::ref::constant_evaluator());
+  EXPECT_EQ(kiln::passes::fold_batch_norm(*m.graph, spec), 1);
   ASSERT_EQ(m.graph->nodes.size(), 1u);
   EXPECT_EQ(m.graph->nodes[0].op_type, "Conv");
   EXPECT_FALSE(m.graph->initializers.count("w"));  // the unfolded weights are gone
+  for (size_t i = 1; i < 3; ++i) {  // the specialization knows the new weights (backends plan only what it knows)
+    const std::string& name = m.graph->nodes[0].inputs[i];
+    ASSERT_TRUE(spec.result.values.count(name)) << name;
+    EXPECT_EQ(spec.result.values.at(name).shape.concrete(), m.graph->initializers.at(name).dims());
+    EXPECT_TRUE(spec.result.constants.count(name)) << name;
+  }
   auto after = kiln::ref::run_graph(*m.graph, {{"x", x}})[0].to_float_vector();
   ASSERT_EQ(before.size(), after.size());
   for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(before[i], after[i], 1e-5f) << i;
@@ -45,8 +52,48 @@ TEST(Passes, BatchNormStaysWhenTheConvOutputIsUsedElsewhere) {
   b.node("Conv", {"x", "w"}, {"c"});
   b.node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"y"});
   auto m = kiln::test::import(b);
-  EXPECT_EQ(kiln::passes::fold_batch_norm(*m.graph), 0);
+  auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {1, 1, 2, 2}}}}, kiln::ref::constant_evaluator());
+  EXPECT_EQ(kiln::passes::fold_batch_norm(*m.graph, spec), 0);
   EXPECT_EQ(m.graph->nodes.size(), 2u);
+}
+
+// DenseNet's pattern: the BatchNormalization reads a Concat, not a Conv.
+TEST(Passes, OtherBatchNormsBecomeDepthwiseConvs) {
+  ModelBuilder b;
+  b.input("a", onnx::TensorProto::FLOAT, {2, 2, 5, 5}).input("v", onnx::TensorProto::FLOAT, {4, 4});
+  b.output("y", onnx::TensorProto::FLOAT, {2, 4, 5, 5}).output("z", onnx::TensorProto::FLOAT, {4, 4});
+  for (const char* n : {"scale", "shift", "mean"}) b.initializer(ModelBuilder::float_tensor(n, {4}, random_values(4, 7)));
+  b.initializer(ModelBuilder::float_tensor("var", {4}, {0.5f, 1.0f, 2.0f, 0.25f}));
+  b.node("Mul", {"a", "a"}, {"a2"});
+  ModelBuilder::attr_int(b.node("Concat", {"a", "a2"}, {"c"}), "axis", 1);
+  auto& bn = b.node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"y"}, "bn");
+  ModelBuilder::attr_float(bn, "epsilon", 1e-3f);
+  b.node("BatchNormalization", {"v", "scale", "shift", "mean", "var"}, {"z"});  // [N, C]: no spatial axes, stays
+  auto m = kiln::test::import(b);
+  const Tensor a = Tensor::from_vector<float>({2, 2, 5, 5}, random_values(100, 9));
+  const Tensor v = Tensor::from_vector<float>({4, 4}, random_values(16, 10));
+  const auto before = kiln::ref::run_graph(*m.graph, {{"a", a}, {"v", v}});
+
+  auto spec = kiln::ir::specialize(*m.graph, {{"a", {kiln::ir::DType::Float32, {2, 2, 5, 5}}}, {"v", {kiln::ir::DType::Float32, {4, 4}}}},
+                                   kiln::ref::constant_evaluator());
+  EXPECT_EQ(kiln::passes::fold_batch_norm(*m.graph, spec), 0);
+  EXPECT_EQ(kiln::passes::batch_norm_as_conv(*m.graph, spec), 1);
+  const kiln::ir::Node* conv = nullptr;
+  for (const auto& n : m.graph->nodes)
+    if (n.name == "bn") conv = &n;
+  ASSERT_NE(conv, nullptr);
+  EXPECT_EQ(conv->op_type, "Conv");
+  ASSERT_NE(conv->attr("group"), nullptr);
+  EXPECT_EQ(conv->attr("group")->i, 4);
+  ASSERT_EQ(conv->inputs.size(), 3u);
+  EXPECT_EQ(m.graph->initializers.at(conv->inputs[1]).dims(), (kiln::ir::Dims{4, 1, 1, 1}));
+  EXPECT_TRUE(spec.result.values.count(conv->inputs[1]) && spec.result.values.count(conv->inputs[2]));
+  const auto after = kiln::ref::run_graph(*m.graph, {{"a", a}, {"v", v}});
+  for (size_t k = 0; k < 2; ++k) {
+    const auto want = before[k].to_float_vector(), got = after[k].to_float_vector();
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5f) << k << ": " << i;
+  }
 }
 
 TEST(Passes, ConstantChainsFoldButOverridableInitializersDoNot) {

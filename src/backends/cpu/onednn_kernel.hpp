@@ -36,6 +36,8 @@ class OneDnnKernel : public Kernel {
   // The saved kernel made again, its constants pointing into `weights`.
   // Throws ir::Error(InvalidModel) if oneDNN no longer makes the same primitive.
   static std::unique_ptr<Kernel> load(const nlohmann::json& j, const WeightsReader& weights, const std::string& what);
+  // oneDNN's name for the implementation it chose ("jit:uni", "ref:any").
+  std::string implementation() const { return pd_.impl_info_str(); }
 
  private:
   dnnl::primitive_desc_base pd_;

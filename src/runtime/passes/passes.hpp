@@ -27,8 +27,15 @@ int remove_dead_nodes(ir::Graph& graph);
 
 // A Conv whose only consumer is an inference-mode BatchNormalization, all
 // parameters constant: the normalisation is folded into the convolution's
-// weights and bias and the BatchNormalization node disappears.
-int fold_batch_norm(ir::Graph& graph);
+// weights and bias and the BatchNormalization node disappears. The new
+// weights get their types in `spec`.
+int fold_batch_norm(ir::Graph& graph, ir::Specialization& spec);
+
+// Every other inference-mode BatchNormalization with constant parameters on
+// an input with spatial axes becomes a depthwise 1x1 Conv (weights
+// scale / sqrt(var + eps), bias B - mean * that), which backends compile
+// like any convolution, fusing the activation that follows.
+int batch_norm_as_conv(ir::Graph& graph, ir::Specialization& spec);
 
 // A float Concat along channels whose only reader is a MaxPool moves after
 // it (a MaxPool per part); one whose only reader is a Conv (group 1,
@@ -38,7 +45,7 @@ int distribute_concat(ir::Graph& graph, ir::Specialization& spec);
 
 // The passes a specialization runs before its backend compiles it:
 // specialization constants baked in, constant folding, BatchNormalization
-// folding, Concats distributed, dead nodes removed. New values get their
+// folded or made a Conv, Concats distributed, dead nodes removed. New values get their
 // types in `spec`.
 void optimize_specialization(ir::Graph& graph, ir::Specialization& spec, const ir::ConstantEvaluator& evaluator);
 
