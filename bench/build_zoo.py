@@ -6,11 +6,15 @@ Needs Debian's python3-torch, python3-torchvision and python3-onnx; run with
 can be downloaded here): the zoo measures speed and agreement between
 backends, not accuracy.
 
-  /usr/bin/python3 bench/build_zoo.py [OUT_DIR] [--only NAME,NAME] [--detectors]
+  /usr/bin/python3 bench/build_zoo.py [OUT_DIR] [--only NAME,NAME] [--detectors] [--classifiers]
 
 --detectors also writes torchvision's detection models to OUT_DIR/detectors/
 (one 3x320x320 image; their post-processing has data-dependent shapes, so
 they exercise the partitioner and the interpreter, see the README).
+--classifiers also writes torchvision's other classification architectures
+to OUT_DIR/classifiers/ (dynamic batch): operators and patterns the zoo does
+not have (DenseNet's BatchNormalization after a Concat, RegNet's grouped
+convolutions with squeeze-and-excitation, vision transformers).
 """
 import argparse
 import os
@@ -78,6 +82,7 @@ def main():
     parser.add_argument("out", nargs="?", default=os.path.join(os.path.dirname(__file__), "models"))
     parser.add_argument("--only", default="")
     parser.add_argument("--detectors", action="store_true")
+    parser.add_argument("--classifiers", action="store_true")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     only = set(filter(None, args.only.split(",")))
@@ -107,6 +112,18 @@ def main():
             if not only or name in only:
                 export_detector(make(weights=None, weights_backbone=None),
                                 os.path.join(args.out, "detectors", name + ".onnx"))
+    if args.classifiers:
+        os.makedirs(os.path.join(args.out, "classifiers"), exist_ok=True)
+        for name in ["alexnet", "densenet121", "googlenet", "inception_v3", "shufflenet_v2_x1_0", "mnasnet1_0",
+                     "mobilenet_v3_small", "regnet_y_400mf", "resnext50_32x4d", "efficientnet_v2_s", "convnext_tiny",
+                     "vit_b_16", "swin_t"]:
+            if only and name not in only:
+                continue
+            # Without their auxiliary classifiers, which only training uses.
+            extra = {"aux_logits": False, "init_weights": False} if name in ("googlenet", "inception_v3") else {}
+            side = 299 if name == "inception_v3" else 224
+            export(getattr(torchvision.models, name)(weights=None, **extra), torch.randn(1, 3, side, side),
+                   os.path.join(args.out, "classifiers", name + ".onnx"), "input", {0: "batch"})
 
 
 if __name__ == "__main__":
