@@ -30,10 +30,6 @@ std::string fresh_name(const ir::Graph& g, const std::string& base) {
   return name;
 }
 
-}  // namespace
-
-namespace {
-
 // A BatchNormalization in inference mode with constant parameters for
 // `channels` channels, as its per-channel factor s and offset t.
 struct Affine {
