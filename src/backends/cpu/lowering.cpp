@@ -8,6 +8,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include "backends/cpu/host_kernels.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
@@ -33,19 +34,17 @@ dnnl::memory::dims to_dnnl(const Dims& d) {
   return dnnl::memory::dims(d.begin(), d.end());
 }
 
-std::vector<int64_t> row_major_strides(const Dims& d) {
-  std::vector<int64_t> s(d.size(), 1);
-  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
-  return s;
-}
-
 md plain_md(const Dims& dims) {
   const Dims d = dims.empty() ? Dims{1} : dims;
-  auto strides = row_major_strides(d);
+  auto strides = ref::strides_of(d);
   return md(to_dnnl(d), dt::f32, dnnl::memory::dims(strides.begin(), strides.end()));
 }
 
 bool is_plain(const md& m, const Dims& dims) { return m == plain_md(dims); }
+
+// Whether oneDNN fell back to its reference implementation ("ref:any"),
+// which is never worth taking where the lowering has another way.
+bool reference_kernel(const dnnl::primitive_desc_base& pd) { return std::string_view(pd.impl_info_str()).substr(0, 3) == "ref"; }
 
 // A dense layout of dims `whole` with its axes in the order of `like` (a
 // layout without blocking), and a view of it with dims `part` that takes
@@ -709,7 +708,7 @@ class Lowering {
         // Only where oneDNN has a fast kernel for the blocks (not for some
         // grouped shapes, for one): its reference kernel is never worth it.
         auto pd = with(true);
-        if (std::string_view(pd.impl_info_str()).substr(0, 3) != "ref") return pd;
+        if (!reference_kernel(pd)) return pd;
       }
       return with(false);
     };
@@ -990,10 +989,10 @@ class Lowering {
     return true;
   }
 
-  // A BatchNormalization that no graph pass folded into a Conv (DenseNet's
-  // Concat -> BatchNormalization -> Relu): oneDNN's inference kernel, in the
-  // layout its input is in, with a Relu that follows fused. The reference
-  // kernel it replaces took 13 ms of densenet121's 250 at batch 1.
+  // A BatchNormalization the graph passes left: on [N, C], which has no
+  // spatial axes for a depthwise Conv (the passes make the others one, 8x
+  // faster than this kernel on densenet121). oneDNN's inference kernel, in
+  // the layout its input is in, with a Relu that follows fused.
   bool lower_batch_norm(const ir::Node& n) {
     if (n.inputs.size() != 5 || !is_f32(n.inputs[0])) return false;
     for (size_t i = 1; i < n.outputs.size(); ++i)
@@ -1039,7 +1038,7 @@ class Lowering {
     if (perm.empty())
       for (size_t i = in.size(); i-- > 0;) perm.push_back(int64_t(i));
     if (perm.size() != in.size()) return false;
-    const auto in_strides = row_major_strides(in);
+    const auto in_strides = ref::strides_of(in);
     dnnl::memory::dims strides;
     for (int64_t p : perm) {
       if (p < 0 || p >= int64_t(in.size())) return false;
@@ -1081,7 +1080,7 @@ class Lowering {
     }
     const ref::SliceWindow w = ref::slice_window(ctx, in, starts, ends, axes, steps);
     if (w.out != dims(n.outputs[0])) return std::nullopt;
-    const auto in_strides = row_major_strides(in);
+    const auto in_strides = ref::strides_of(in);
     int64_t offset = 0;
     std::vector<int64_t> strides;
     for (size_t d = 0; d < in.size(); ++d) {
@@ -1221,7 +1220,7 @@ class Lowering {
     // channels on AVX-512: RegNet's grouped convolutions leave them, and
     // its scales took 3.5 ms instead of 0.03): the plain loop, after a
     // reorder, is far faster.
-    if (std::string_view(pd.impl_info_str()).substr(0, 3) == "ref") return false;
+    if (reference_kernel(pd)) return false;
     const int b1 = src1 == src0 ? as_layout(other, src0)
                    : per_channel ? (od[1] % block == 0 ? plain(other) : as_layout(other, src1))
                                  : plain(other);
@@ -1272,7 +1271,7 @@ class Lowering {
           o.arg = int(args.size());
           args.push_back(plain(name));
           const Dims d = dims(name);
-          const auto strides = row_major_strides(d);
+          const auto strides = ref::strides_of(d);
           o.strides.assign(shape.size(), 0);
           for (size_t i = 0; i < d.size(); ++i) {
             const size_t at = shape.size() - d.size() + i;
@@ -1720,7 +1719,7 @@ class Lowering {
     if (perm.empty())
       for (size_t i = in.size(); i-- > 0;) perm.push_back(int64_t(i));
     if (perm.size() != in.size()) return false;
-    const auto in_strides = row_major_strides(in);
+    const auto in_strides = ref::strides_of(in);
     std::vector<int64_t> strides;
     for (int64_t p : perm) {
       if (p < 0 || p >= int64_t(in.size())) return false;
