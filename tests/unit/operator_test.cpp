@@ -774,6 +774,13 @@ TEST_P(OperatorTest, MaxPool3x3Stride2Pads1) {
   run(c);
 }
 
+TEST_P(OperatorTest, MaxPoolUnreadIndices) {
+  Case c({"MaxPool"});
+  c.input("x", {1, 3, 8, 8}).output("y");
+  c.node("MaxPool", {"x"}, {"y", "indices"}, {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}});
+  run(c);
+}
+
 // ceil_mode adds a last window that overhangs the end: 5 outputs per axis, not 4.
 TEST_P(OperatorTest, MaxPoolCeilMode) {
   Case c({"MaxPool"});
@@ -852,6 +859,26 @@ TEST_P(OperatorTest, LayerNormalization) {
   Case c({"LayerNormalization"}, 17);
   c.input("x", {2, 5, 16}, -2, 3).weight("scale", {16}).weight("bias", {16}).output("y");
   c.node("LayerNormalization", {"x", "scale", "bias"}, {"y"}, {{"axis", -1}});
+  run(c);
+}
+
+// Optional outputs the exporter named but nothing reads: the backend need not
+// produce them, so they keep no node off the compiled path.
+TEST_P(OperatorTest, LayerNormalizationUnreadStatistics) {
+  Case c({"LayerNormalization"}, 17);
+  c.input("x", {2, 5, 16}, -2, 3).weight("scale", {16}).weight("bias", {16}).output("y");
+  c.node("LayerNormalization", {"x", "scale", "bias"}, {"y", "mean", "inv_std_dev"}, {{"axis", -1}});
+  run(c);
+}
+
+// ---- Dropout ---------------------------------------------------------------------
+
+// torchvision's Swin exports training_mode = true with ratio 0: a copy.
+TEST_P(OperatorTest, DropoutTrainingWithRatioZeroUnreadMask) {
+  Case c({"Dropout"});
+  c.input("x", {2, 3, 4}).scalar("ratio", 0).int_constant("training", {}, {1}, onnx::TensorProto::BOOL).output("y");
+  c.node("Dropout", {"x", "ratio", "training"}, {"d", "mask"});
+  c.node("Relu", {"d"}, {"y"});
   run(c);
 }
 

@@ -220,6 +220,8 @@ class Lowering {
     auto it = consumers_.find(name);
     return it != consumers_.end() && it->second.size() == 1 && !output_of_.count(name);
   }
+  // An optional output the exporter named but nothing reads needs no kernel.
+  bool wanted(const std::string& name) const { return !name.empty() && (consumers_.count(name) || output_of_.count(name)); }
   const std::vector<size_t>& consumers(const std::string& name) const {
     static const std::vector<size_t> none;
     auto it = consumers_.find(name);
@@ -410,18 +412,28 @@ class Lowering {
   void compiled(int nodes = 1) { p_.compiled_nodes += nodes; }
 
   // ---- views: no work, the output names the input's plain bytes -------------
+  // Dropout copies its input unless it trains with a ratio above zero. Some
+  // exporters (torchvision's Swin) write training_mode = true with ratio 0.
+  bool dropout_is_identity(const ir::Node& n) const {
+    ref::KernelContext ctx(n, {}, nullptr);
+    if (n.opset < 7) return ctx.attr_int("is_test", 0) != 0 || ctx.attr_float("ratio", 0.5f) == 0.0f;
+    if (n.opset < 12) return true;  // opsets 7-11 have no training mode
+    auto scalar = [&](size_t i) -> const ir::Tensor* {
+      const ir::Tensor* t = i < n.inputs.size() && !n.inputs[i].empty() ? constant(n.inputs[i]) : nullptr;
+      return t && t->numel() == 1 ? t : nullptr;
+    };
+    if (n.inputs.size() < 3 || n.inputs[2].empty()) return true;
+    if (const ir::Tensor* t = scalar(2); t && t->as_int64(0) == 0) return true;
+    const ir::Tensor* ratio = scalar(1);
+    return ratio && ratio->as_double(0) == 0.0;
+  }
   bool lower_alias(const ir::Node& n) {
     if (n.inputs.empty() || n.inputs[0].empty() || n.outputs.empty()) return false;
     for (size_t i = 1; i < n.outputs.size(); ++i)
-      if (!n.outputs[i].empty()) return false;  // Dropout's mask
+      if (wanted(n.outputs[i])) return false;  // Dropout's mask
     const std::string &in = n.inputs[0], &out = n.outputs[0];
     if (dtype(in) != dtype(out) || bytes_of(in) != bytes_of(out)) return false;
-    if (n.op_type == "Dropout") {  // inference only; a training_mode input that is not constant false is not a view
-      if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
-        const ir::Tensor* t = constant(n.inputs[2]);
-        if (!t || t->numel() != 1 || t->as_int64(0) != 0) return false;
-      }
-    }
+    if (n.op_type == "Dropout" && !dropout_is_identity(n)) return false;
     Val v;
     v.buffer = plain(in);
     if (dtype(out) == DType::Float32) v.layout = plain_md(dims(out));
@@ -885,7 +897,7 @@ class Lowering {
   bool lower_pool(const ir::Node& n) {
     if (n.inputs.empty() || !is_f32(n.inputs[0])) return false;
     for (size_t i = 1; i < n.outputs.size(); ++i)
-      if (!n.outputs[i].empty()) return false;  // MaxPool's Indices
+      if (wanted(n.outputs[i])) return false;  // MaxPool's Indices
     const Dims in = dims(n.inputs[0]), out = dims(n.outputs[0]);
     if (in.size() < 3 || in.size() > 5) return false;
     ref::KernelContext ctx(n, {}, nullptr);
@@ -959,7 +971,7 @@ class Lowering {
   bool lower_layer_norm(const ir::Node& n) {
     if (n.inputs.size() < 2 || !is_f32(n.inputs[0])) return false;
     for (size_t i = 1; i < n.outputs.size(); ++i)
-      if (!n.outputs[i].empty()) return false;  // Mean, InvStdDev
+      if (wanted(n.outputs[i])) return false;  // Mean, InvStdDev
     const Dims d = dims(n.inputs[0]);
     ref::KernelContext ctx(n, {}, nullptr);
     int64_t axis = ctx.attr_int("axis", -1);
@@ -996,7 +1008,7 @@ class Lowering {
   bool lower_batch_norm(const ir::Node& n) {
     if (n.inputs.size() != 5 || !is_f32(n.inputs[0])) return false;
     for (size_t i = 1; i < n.outputs.size(); ++i)
-      if (!n.outputs[i].empty()) return false;  // the running statistics of training
+      if (wanted(n.outputs[i])) return false;  // the running statistics of training
     const Dims d = dims(n.inputs[0]);
     if (d.size() < 2 || d.size() > 5) return false;
     ref::KernelContext ctx(n, {}, nullptr);
@@ -1597,7 +1609,7 @@ class Lowering {
   bool portable_pool(const ir::Node& n) {
     if (n.inputs.empty() || !is_f32(n.inputs[0])) return false;
     for (size_t i = 1; i < n.outputs.size(); ++i)
-      if (!n.outputs[i].empty()) return false;  // MaxPool's Indices
+      if (wanted(n.outputs[i])) return false;  // MaxPool's Indices
     const Dims in = dims(n.inputs[0]), out = dims(n.outputs[0]);
     if (in.size() != 3 && in.size() != 4) return false;
     ref::KernelContext ctx(n, {}, nullptr);
@@ -1674,7 +1686,7 @@ class Lowering {
   bool portable_layer_norm(const ir::Node& n) {
     if (n.inputs.size() < 2 || !is_f32(n.inputs[0]) || !is_f32(n.inputs[1])) return false;
     for (size_t i = 1; i < n.outputs.size(); ++i)
-      if (!n.outputs[i].empty()) return false;  // Mean, InvStdDev
+      if (wanted(n.outputs[i])) return false;  // Mean, InvStdDev
     const Dims d = dims(n.inputs[0]);
     ref::KernelContext ctx(n, {}, nullptr);
     int64_t axis = ctx.attr_int("axis", -1);

@@ -364,7 +364,23 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
     mask.dtype = DType::Bool;
     return {same(), mask};
   }
-  if (op == "BatchNormalization" || op == "LayerNormalization") return {same()};
+  if (op == "LayerNormalization") {
+    // Mean and InvStdDev keep the axes before `axis` and are 1 from there on,
+    // in the stash type (float unless stated).
+    const Attribute* stash = n.node.attr("stash_type");
+    ValueInfo stats = unknown_like(stash ? DType(stash->i) : DType::Float32);
+    if (x && x->shape.rank_known) {
+      const Attribute* a = n.node.attr("axis");
+      int64_t axis = a ? a->i : -1;
+      if (axis < 0) axis += x->shape.rank();
+      if (axis >= 0 && axis < x->shape.rank()) {
+        stats.shape = x->shape;
+        for (int64_t i = axis; i < x->shape.rank(); ++i) stats.shape.dims[size_t(i)] = Dim::known(1);
+      }
+    }
+    return {same(), stats, stats};
+  }
+  if (op == "BatchNormalization") return {same()};
   if (op == "Conv" || op == "ConvInteger") {
     auto outs = infer_window(n, true);
     if (op == "ConvInteger") outs[0].dtype = DType::Int32;
