@@ -96,6 +96,59 @@ TEST(Passes, OtherBatchNormsBecomeDepthwiseConvs) {
   }
 }
 
+// What Swin, at 224x224, pads to a multiple of its window size is a Pad of zeros.
+TEST(Passes, NodesThatChangeNothingBecomeIdentity) {
+  ModelBuilder b;
+  const std::vector<int64_t> x_dims{2, 3, 4};
+  b.input("x", onnx::TensorProto::FLOAT, {2, 3, 4});
+  auto i64 = [&](const std::string& name, const std::vector<int64_t>& v) {
+    b.initializer(ModelBuilder::int64_tensor(name, {int64_t(v.size())}, v));
+  };
+  i64("zeros", {0, 0, 0, 0, 0, 0});
+  i64("shift", {0, 0, 1, 0, 0, -1});  // same shape, moved by one
+  i64("start0", {0}), i64("end_max", {INT64_MAX}), i64("axis2", {2});
+  i64("start_last", {-1}), i64("end_min", {INT64_MIN}), i64("step_back", {-1});
+  i64("same_shape", x_dims), i64("broadcast_shape", {1, 1, 4}), i64("ones", {1, 1, 1});
+  struct Expect { const char* op; std::vector<std::string> inputs; bool no_op; };
+  const std::vector<std::pair<std::string, Expect>> cases = {
+      {"pad_zeros", {"Pad", {"x", "zeros"}, true}},
+      {"pad_shift", {"Pad", {"x", "shift"}, false}},
+      {"slice_all", {"Slice", {"x", "start0", "end_max", "axis2"}, true}},
+      {"slice_reversed", {"Slice", {"x", "start_last", "end_min", "axis2", "step_back"}, false}},
+      {"expand_same", {"Expand", {"x", "same_shape"}, true}},
+      {"expand_broadcast", {"Expand", {"x", "broadcast_shape"}, true}},
+      {"tile_ones", {"Tile", {"x", "ones"}, true}},
+      {"cast_float", {"Cast", {"x"}, true}},
+      {"transpose_same", {"Transpose", {"x"}, true}},
+      {"transpose_default", {"Transpose", {"x"}, false}},  // reverses the axes
+  };
+  for (const auto& [name, e] : cases) {
+    auto& n = b.node(e.op, e.inputs, {name}, name);
+    if (name == "cast_float") ModelBuilder::attr_int(n, "to", onnx::TensorProto::FLOAT);
+    if (name == "transpose_same") ModelBuilder::attr_ints(n, "perm", {0, 1, 2});
+    if (name == "transpose_default") b.output(name, onnx::TensorProto::FLOAT, {4, 3, 2});
+    else b.output(name, onnx::TensorProto::FLOAT, {2, 3, 4});
+  }
+  auto m = kiln::test::import(b);
+  const Tensor x = Tensor::from_vector<float>(x_dims, random_values(24, 3));
+  const auto before = kiln::ref::run_graph(*m.graph, {{"x", x}});
+
+  auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, x_dims}}}, kiln::ref::constant_evaluator());
+  EXPECT_EQ(kiln::passes::no_ops_as_identity(*m.graph, spec), 7);
+  for (const auto& n : m.graph->nodes) {
+    bool no_op = false;
+    for (const auto& [name, e] : cases) no_op |= name == n.name && e.no_op;
+    EXPECT_EQ(n.op_type == "Identity", no_op) << n.name;
+    if (no_op) EXPECT_EQ(n.inputs, std::vector<std::string>{"x"}) << n.name;
+  }
+  const auto after = kiln::ref::run_graph(*m.graph, {{"x", x}});
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t k = 0; k < before.size(); ++k) {
+    EXPECT_EQ(after[k].dims(), before[k].dims()) << k;
+    EXPECT_EQ(after[k].to_float_vector(), before[k].to_float_vector()) << k;
+  }
+}
+
 TEST(Passes, ConstantChainsFoldButOverridableInitializersDoNot) {
   ModelBuilder b;
   b.input("x", onnx::TensorProto::FLOAT, {2}).input("k", onnx::TensorProto::FLOAT, {2});

@@ -35,6 +35,7 @@
 #include <mutex>
 
 #include "backends/cpu/codegen.hpp"
+#include "backends/cpu/host_kernels.hpp"
 #include "backends/cpu/interpreter_backend.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/lowering.hpp"
@@ -113,10 +114,13 @@ class CpuExecutable : public Executable {
     std::fprintf(stderr, "kiln profile: %zu steps, %.3f ms per run over %lld runs%s; %s:\n", step_ms_.size(),
                  total / double(profiled_runs_), static_cast<long long>(profiled_runs_),
                  first_run_dropped_ ? " after the first" : "", profile_all_steps_ ? "every step" : "slowest steps");
-    for (size_t i = 0; i < (profile_all_steps_ ? order.size() : std::min<size_t>(order.size(), 20)); ++i)
+    for (size_t i = 0; i < (profile_all_steps_ ? order.size() : std::min<size_t>(order.size(), 20)); ++i) {
+      const cpu::Step& step = program_.steps[order[i]];
+      // "ref" marks the nodes that fell back to the reference kernels: the first place to look.
+      const char* kind = step.loop ? "loop  " : step.call ? "call  " : dynamic_cast<const cpu::ReferenceKernel*>(step.kernel.get()) ? "ref   " : "kernel";
       std::fprintf(stderr, "  %8.3f ms  %5.1f%%  %s %s\n", step_ms_[order[i]] / double(profiled_runs_),
-                   100 * step_ms_[order[i]] / total, program_.steps[order[i]].loop ? "loop  " : program_.steps[order[i]].call ? "call  " : "kernel",
-                   program_.steps[order[i]].label.c_str());
+                   100 * step_ms_[order[i]] / total, kind, step.label.c_str());
+    }
   }
 
   ExecutableStats stats() const override {

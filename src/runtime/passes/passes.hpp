@@ -43,10 +43,15 @@ int batch_norm_as_conv(ir::Graph& graph, ir::Specialization& spec);
 // input channel, summed by Adds. Adds the new values' types to `spec`.
 int distribute_concat(ir::Graph& graph, ir::Specialization& spec);
 
+// Nodes that at the specialization's shapes return their input unchanged
+// become Identity: a Pad of zeros, a Slice of everything, an Expand or Tile
+// to the same shape, a Cast to the same type, a Transpose that keeps the order.
+int no_ops_as_identity(ir::Graph& graph, const ir::Specialization& spec);
+
 // The passes a specialization runs before its backend compiles it:
 // specialization constants baked in, constant folding, BatchNormalization
-// folded or made a Conv, Concats distributed, dead nodes removed. New values get their
-// types in `spec`.
+// folded or made a Conv, Concats distributed, no-ops made Identity, dead
+// nodes removed. New values get their types in `spec`.
 void optimize_specialization(ir::Graph& graph, ir::Specialization& spec, const ir::ConstantEvaluator& evaluator);
 
 }  // namespace kiln::passes
