@@ -790,6 +790,15 @@ TEST_P(OperatorTest, MaxPoolCeilMode) {
   run(c);
 }
 
+// torchvision's avg_pool2d(padding=1): the Pad becomes the pool's padding.
+TEST_P(OperatorTest, PadThenAveragePool) {
+  Case c({"AveragePool"});
+  c.input("x", {1, 3, 7, 7}).int_constant("pads", {8}, {0, 0, 1, 1, 0, 0, 1, 1}).output("y");
+  c.node("Pad", {"x", "pads"}, {"p"});
+  c.node("AveragePool", {"p"}, {"y"}, {{"kernel_shape", {3, 3}}});
+  run(c);
+}
+
 Case average_pool(int count_include_pad) {
   Case c({"AveragePool"});
   c.input("x", {1, 3, 7, 7}).output("y");

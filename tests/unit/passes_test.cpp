@@ -96,6 +96,56 @@ TEST(Passes, OtherBatchNormsBecomeDepthwiseConvs) {
   }
 }
 
+// torchvision's Inception pools with Pad -> AveragePool; TensorFlow
+// conversions pad before a Conv.
+TEST(Passes, PadsOfZerosBecomeTheReadersPadding) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 2, 5, 5});
+  b.initializer(ModelBuilder::int64_tensor("hw1", {8}, {0, 0, 1, 1, 0, 0, 1, 1}));
+  b.initializer(ModelBuilder::int64_tensor("uneven", {8}, {0, 0, 0, 2, 0, 0, 1, 0}));
+  b.initializer(ModelBuilder::int64_tensor("channels", {8}, {0, 1, 0, 0, 0, 0, 0, 0}));
+  b.initializer(ModelBuilder::float_tensor("one", {}, {1}));
+  b.initializer(ModelBuilder::float_tensor("w", {3, 2, 3, 3}, random_values(54, 4)));
+  b.initializer(ModelBuilder::float_tensor("w3", {3, 3, 3, 3}, random_values(81, 5)));
+  struct Case { std::string pad; std::vector<std::string> pad_inputs; std::string op; bool folds; };
+  const std::vector<Case> cases = {
+      {"pad_pool", {"x", "hw1"}, "AveragePool", true},     // count_include_pad = 0 before: the zeros counted
+      {"pad_conv", {"x", "uneven"}, "Conv", true},         // added to the Conv's own pads
+      {"pad_max", {"x", "hw1"}, "MaxPool", false},         // its padding is -inf, not 0
+      {"pad_ones", {"x", "hw1", "one"}, "AveragePool", false},
+      {"pad_channel", {"x", "channels"}, "Conv", false},   // not a spatial axis
+  };
+  for (const auto& c : cases) {
+    b.node("Pad", c.pad_inputs, {c.pad + "_p"}, c.pad);
+    auto& reader = b.node(c.op, {c.pad + "_p"}, {c.pad + "_y"});
+    if (c.op == "Conv") reader.add_input(c.pad == "pad_channel" ? "w3" : "w");
+    if (c.op != "Conv") ModelBuilder::attr_ints(reader, "kernel_shape", {3, 3});
+    if (c.pad == "pad_conv") ModelBuilder::attr_ints(reader, "pads", {1, 1, 1, 1});
+    b.output_untyped(c.pad + "_y");
+  }
+  auto m = kiln::test::import(b);
+  const Tensor x = Tensor::from_vector<float>({1, 2, 5, 5}, random_values(50, 6));
+  const auto before = kiln::ref::run_graph(*m.graph, {{"x", x}});
+
+  EXPECT_EQ(kiln::passes::fold_pad(*m.graph), 2);
+  for (const auto& c : cases) {
+    bool pad_left = false;
+    for (const auto& n : m.graph->nodes) pad_left |= n.name == c.pad;
+    EXPECT_EQ(pad_left, !c.folds) << c.pad;
+  }
+  for (const auto& n : m.graph->nodes) {
+    if (n.op_type == "Conv" && n.inputs[0] == "x") EXPECT_EQ(n.attr("pads")->ints, (std::vector<int64_t>{1, 3, 2, 1}));
+    if (n.op_type == "AveragePool" && n.inputs[0] == "x") EXPECT_EQ(n.attr("count_include_pad")->i, 1);
+  }
+  const auto after = kiln::ref::run_graph(*m.graph, {{"x", x}});
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t k = 0; k < before.size(); ++k) {
+    ASSERT_EQ(after[k].dims(), before[k].dims()) << k;
+    const auto want = before[k].to_float_vector(), got = after[k].to_float_vector();
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5f) << k << ": " << i;
+  }
+}
+
 // What Swin, at 224x224, pads to a multiple of its window size is a Pad of zeros.
 TEST(Passes, NodesThatChangeNothingBecomeIdentity) {
   ModelBuilder b;

@@ -7,6 +7,7 @@ void optimize_specialization(ir::Graph& graph, ir::Specialization& spec, const i
   // Shape inference folds only small values; this also folds weight
   // preprocessing (e.g. a Transpose of an initializer) of any size.
   fold_constants(graph, evaluator);
+  fold_pad(graph);
   fold_batch_norm(graph, spec);
   batch_norm_as_conv(graph, spec);
   distribute_concat(graph, spec);

@@ -31,6 +31,11 @@ int remove_dead_nodes(ir::Graph& graph);
 // weights get their types in `spec`.
 int fold_batch_norm(ir::Graph& graph, ir::Specialization& spec);
 
+// A constant Pad of zeros on the spatial axes whose only reader is a Conv or
+// an AveragePool (where the zeros counted in the average) becomes that
+// node's padding.
+int fold_pad(ir::Graph& graph);
+
 // Every other inference-mode BatchNormalization with constant parameters on
 // an input with spatial axes becomes a depthwise 1x1 Conv (weights
 // scale / sqrt(var + eps), bias B - mean * that), which backends compile
@@ -49,9 +54,9 @@ int distribute_concat(ir::Graph& graph, ir::Specialization& spec);
 int no_ops_as_identity(ir::Graph& graph, const ir::Specialization& spec);
 
 // The passes a specialization runs before its backend compiles it:
-// specialization constants baked in, constant folding, BatchNormalization
-// folded or made a Conv, Concats distributed, no-ops made Identity, dead
-// nodes removed. New values get their types in `spec`.
+// specialization constants baked in, constant folding, Pads folded,
+// BatchNormalization folded or made a Conv, Concats distributed, no-ops made
+// Identity, dead nodes removed. New values get their types in `spec`.
 void optimize_specialization(ir::Graph& graph, ir::Specialization& spec, const ir::ConstantEvaluator& evaluator);
 
 }  // namespace kiln::passes
