@@ -35,6 +35,7 @@ const { values: opt, positionals } = parseArgs({
     'kiln-timeout': { type: 'string', default: '120' },
     kiln: { type: 'string', default: 'build/bin/kiln' },
     json: { type: 'string' },
+    'first-call-child': { type: 'boolean' },  // internal: time one first call in this fresh process and exit
     help: { type: 'boolean', short: 'h' },
   },
 });
@@ -104,7 +105,8 @@ async function timeRun(session, feeds) {
   return performance.now() - t;
 }
 
-async function timeOrt(model, batch) {
+// Session creation + first run, in the calling process.
+async function firstCall(model, batch) {
   const t0 = performance.now();
   const session = await ort.InferenceSession.create(model, sessionOptions);
   const sessionMs = performance.now() - t0;
@@ -113,17 +115,46 @@ async function timeOrt(model, batch) {
     const feeds = randomFeeds(shapes);
     const t1 = performance.now();
     await session.run(feeds);
-    const firstRunMs = sessionMs + performance.now() - t1;
+    return { session, shapes, feeds, session_ms: sessionMs, first_run_ms: sessionMs + performance.now() - t1 };
+  } catch (e) {
+    await session.release();
+    throw e;
+  }
+}
+
+// Kiln's cold first call is a new process, which pays its one-time set-up
+// (threads, LLVM, oneDNN); ORT's is timed the same way: a new node process
+// whose first session also creates ORT's environment and thread pool. The
+// first call in this process, after other sessions, is kept in the JSON.
+function firstCallInNewProcess(model, batch) {
+  const args = [process.argv[1], '--first-call-child', model, '--batch', String(batch), '--threads', String(threads), ...opt.dim.flatMap((d) => ['--dim', d])];
+  const r = spawnSync(process.execPath, args, { encoding: 'utf8', timeout: 600000, maxBuffer: 1 << 20 });
+  if (r.status !== 0) throw new Error(`ORT first call in a new process: ${r.error?.message ?? r.stderr.trim().split('\n').pop()}`);
+  return JSON.parse(r.stdout).first_run_ms;
+}
+
+if (opt['first-call-child']) {
+  const first = await firstCall(positionals[0], batches[0]);
+  await first.session.release();
+  console.log(JSON.stringify({ first_run_ms: first.first_run_ms }));
+  process.exit(0);
+}
+
+async function timeOrt(model, batch) {
+  const { session, shapes, feeds, session_ms: sessionMs, first_run_ms: firstInProcessMs } = await firstCall(model, batch);
+  let timed;
+  try {
     // The first run is the warm-up; a second one sizes the timed loop.
     const probe = await timeRun(session, feeds);
     const runs = opt.repeat ? Number(opt.repeat) : clamp(2000 / probe, 5, 100);
     const times = [];
     for (let i = 0; i < runs; i++) times.push(await timeRun(session, feeds));
     const batchSymbols = [...new Set(shapes.map((s) => s.batchSymbol).filter(Boolean))];
-    return { session_ms: sessionMs, first_run_ms: firstRunMs, median_ms: median(times), runs, batchSymbols };
+    timed = { session_ms: sessionMs, first_run_in_process_ms: firstInProcessMs, median_ms: median(times), runs, batchSymbols };
   } finally {
     await session.release();
   }
+  return { ...timed, first_run_ms: firstCallInNewProcess(model, batch) };
 }
 
 function kilnRun(model, batch, batchSymbols, repeat, timeoutS, cacheDir) {
@@ -231,8 +262,8 @@ const table = rows.map((r) => [r.model, String(r.batch), fmt(r.ort?.first_run_ms
   fmt(r.ort?.median_ms), fmt(r.kiln?.median_ms), r.ratio ? r.ratio.toFixed(2) : '-', `${r.ort?.runs ?? '-'}/${r.kiln?.runs ?? '-'}`]);
 const widths = header.map((h, i) => Math.max(h.length, ...table.map((t) => t[i].length)));
 const line = (cells) => cells.map((c, i) => (i < 1 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
-console.log(`ONNX Runtime ${ORT_VERSION} (onnxruntime-node, CPU) vs Kiln, ${threads} thread(s); first = ORT session / Kiln Runtime + load, plus the first run;`);
-console.log('Kiln cold = a new process compiling (and storing) it, warm = the next process loading it from the cache');
+console.log(`ONNX Runtime ${ORT_VERSION} (onnxruntime-node, CPU) vs Kiln, ${threads} thread(s); first = ORT session / Kiln Runtime + load, plus the first run,`);
+console.log('each in a new process; Kiln cold = compiling (and storing) it, warm = loading it from the cache the cold process filled');
 console.log(line(header));
 console.log(widths.map((w) => '-'.repeat(w)).join('  '));
 for (const t of table) console.log(line(t));
