@@ -378,11 +378,12 @@ void flat_depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_
                     const float* x, const float* weights, const float* bias, const float* residual, float* y,
                     const Activation& act) {
   const int64_t kg = k / c, in_plane = s.h * s.w, out_plane = s.oh * s.ow;
-  parallel_for_grain(threads, n * k, grain_for(out_plane * s.kh * s.kw * 2), [&](int64_t begin, int64_t end) {
-    float buf[flat_buffer_floats<S>()] __attribute__((aligned(64)));
-    static_assert(W <= 16, "kFlatMaskLength");
-    int8_t masks[(kFlatMaxTaps - 1) * kFlatMaskLength] __attribute__((aligned(64)));
-    const FlatPlane<W, S, KH, KW, P> engine{s, masks, buf, x + n * c * in_plane};
+  // The masks depend on the shape alone: made once here and shared by the
+  // tasks (made per task, they cost a quarter of a 28x28 convolution).
+  static_assert(W <= 16, "kFlatMaskLength");
+  int8_t masks[(kFlatMaxTaps - 1) * kFlatMaskLength] __attribute__((aligned(64)));
+  {
+    const FlatPlane<W, S, KH, KW, P> engine{s, masks, nullptr, nullptr};
     // As many outputs as a band of this plane holds: on small planes (7x7)
     // filling whole tables cost more than the convolution.
     const int64_t band = min64(engine.band_rows(), s.oh) * s.ow;
@@ -392,6 +393,10 @@ void flat_depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_
       for (int64_t j = 0, column = 0; j < band + 2 * W; ++j, column = column + 1 == s.ow ? 0 : column + 1)
         m[j] = column + qc >= 0 && column + qc < s.ow ? -1 : 0;  // j % ow, without a division per element
     }
+  }
+  parallel_for_grain(threads, n * k, grain_for(out_plane * s.kh * s.kw * 2), [&](int64_t begin, int64_t end) {
+    float buf[flat_buffer_floats<S>()] __attribute__((aligned(64)));
+    const FlatPlane<W, S, KH, KW, P> engine{s, masks, buf, x + n * c * in_plane};
     for (int64_t p = begin; p < end; ++p) {
       const int64_t img = p / k, o = p - img * k;
       engine.plane(x + (img * c + o / kg) * in_plane,
