@@ -23,8 +23,8 @@ class NoOps {
     // Broadcasting or repeating to the same shape changes nothing; neither does a cast to the same type.
     if (op == "Expand" || op == "Tile" || op == "Cast") return true;
     if (op == "Pad") return all_zero_pads(n);
-    // Same length with positive steps: the whole axis, in order.
-    if (op == "Slice") return n.opset >= 10 && all_positive(n, 4);
+    // Same length with positive steps (before opset 10 there are none): the whole axis, in order.
+    if (op == "Slice") return n.opset < 10 || all_positive(n, 4);
     if (op == "Transpose") {
       const ir::Attribute* perm = n.attr("perm");
       if (!perm) return in->shape.rank() <= 1;
