@@ -200,11 +200,7 @@ class Lowering {
   }
   bool is_f32(const std::string& name) const { return !name.empty() && dtype(name) == DType::Float32; }
   // A weight: an initializer the caller cannot override.
-  const ir::Tensor* constant(const std::string& name) const {
-    auto it = g_.initializers.find(name);
-    if (it == g_.initializers.end() || input_index_.count(name) || g_.find_input(name)) return nullptr;
-    return &it->second;
-  }
+  const ir::Tensor* constant(const std::string& name) const { return input_index_.count(name) ? nullptr : g_.constant(name); }
   std::optional<float> scalar_constant(const std::string& name) const {
     const ir::Tensor* t = constant(name);
     if (!t || t->numel() != 1 || t->dtype() != DType::Float32) return std::nullopt;
@@ -220,8 +216,17 @@ class Lowering {
     auto it = consumers_.find(name);
     return it != consumers_.end() && it->second.size() == 1 && !output_of_.count(name);
   }
-  // An optional output the exporter named but nothing reads needs no kernel.
-  bool wanted(const std::string& name) const { return !name.empty() && (consumers_.count(name) || output_of_.count(name)); }
+  // Whether only a node's first output is read: the kernels here make no
+  // other (Dropout's mask, MaxPool's Indices, LayerNormalization's Mean and
+  // InvStdDev, BatchNormalization's training statistics). One the exporter
+  // named but nothing reads needs none.
+  bool only_first_output_wanted(const ir::Node& n) const {
+    for (size_t i = 1; i < n.outputs.size(); ++i) {
+      const std::string& name = n.outputs[i];
+      if (!name.empty() && (consumers_.count(name) || output_of_.count(name))) return false;
+    }
+    return true;
+  }
   const std::vector<size_t>& consumers(const std::string& name) const {
     static const std::vector<size_t> none;
     auto it = consumers_.find(name);
@@ -417,20 +422,14 @@ class Lowering {
   bool dropout_is_identity(const ir::Node& n) const {
     ref::KernelContext ctx(n, {}, nullptr);
     if (n.opset < 7) return ctx.attr_int("is_test", 0) != 0 || ctx.attr_float("ratio", 0.5f) == 0.0f;
-    if (n.opset < 12) return true;  // opsets 7-11 have no training mode
-    auto scalar = [&](size_t i) -> const ir::Tensor* {
-      const ir::Tensor* t = i < n.inputs.size() && !n.inputs[i].empty() ? constant(n.inputs[i]) : nullptr;
-      return t && t->numel() == 1 ? t : nullptr;
-    };
-    if (n.inputs.size() < 3 || n.inputs[2].empty()) return true;
-    if (const ir::Tensor* t = scalar(2); t && t->as_int64(0) == 0) return true;
-    const ir::Tensor* ratio = scalar(1);
-    return ratio && ratio->as_double(0) == 0.0;
+    if (n.opset < 12 || n.inputs.size() < 3 || n.inputs[2].empty()) return true;  // no training mode
+    const ir::Tensor *training = constant(n.inputs[2]), *ratio = n.inputs[1].empty() ? nullptr : constant(n.inputs[1]);
+    if (training && training->numel() == 1 && training->as_int64(0) == 0) return true;
+    return ratio && ratio->numel() == 1 && ratio->as_double(0) == 0.0;
   }
   bool lower_alias(const ir::Node& n) {
     if (n.inputs.empty() || n.inputs[0].empty() || n.outputs.empty()) return false;
-    for (size_t i = 1; i < n.outputs.size(); ++i)
-      if (wanted(n.outputs[i])) return false;  // Dropout's mask
+    if (!only_first_output_wanted(n)) return false;
     const std::string &in = n.inputs[0], &out = n.outputs[0];
     if (dtype(in) != dtype(out) || bytes_of(in) != bytes_of(out)) return false;
     if (n.op_type == "Dropout" && !dropout_is_identity(n)) return false;
@@ -896,8 +895,7 @@ class Lowering {
   // ---- pooling ---------------------------------------------------------------
   bool lower_pool(const ir::Node& n) {
     if (n.inputs.empty() || !is_f32(n.inputs[0])) return false;
-    for (size_t i = 1; i < n.outputs.size(); ++i)
-      if (wanted(n.outputs[i])) return false;  // MaxPool's Indices
+    if (!only_first_output_wanted(n)) return false;
     const Dims in = dims(n.inputs[0]), out = dims(n.outputs[0]);
     if (in.size() < 3 || in.size() > 5) return false;
     ref::KernelContext ctx(n, {}, nullptr);
@@ -970,8 +968,7 @@ class Lowering {
 
   bool lower_layer_norm(const ir::Node& n) {
     if (n.inputs.size() < 2 || !is_f32(n.inputs[0])) return false;
-    for (size_t i = 1; i < n.outputs.size(); ++i)
-      if (wanted(n.outputs[i])) return false;  // Mean, InvStdDev
+    if (!only_first_output_wanted(n)) return false;
     const Dims d = dims(n.inputs[0]);
     ref::KernelContext ctx(n, {}, nullptr);
     int64_t axis = ctx.attr_int("axis", -1);
@@ -1007,8 +1004,7 @@ class Lowering {
   // the layout its input is in, with a Relu that follows fused.
   bool lower_batch_norm(const ir::Node& n) {
     if (n.inputs.size() != 5 || !is_f32(n.inputs[0])) return false;
-    for (size_t i = 1; i < n.outputs.size(); ++i)
-      if (wanted(n.outputs[i])) return false;  // the running statistics of training
+    if (!only_first_output_wanted(n)) return false;
     const Dims d = dims(n.inputs[0]);
     if (d.size() < 2 || d.size() > 5) return false;
     ref::KernelContext ctx(n, {}, nullptr);
@@ -1608,8 +1604,7 @@ class Lowering {
 
   bool portable_pool(const ir::Node& n) {
     if (n.inputs.empty() || !is_f32(n.inputs[0])) return false;
-    for (size_t i = 1; i < n.outputs.size(); ++i)
-      if (wanted(n.outputs[i])) return false;  // MaxPool's Indices
+    if (!only_first_output_wanted(n)) return false;
     const Dims in = dims(n.inputs[0]), out = dims(n.outputs[0]);
     if (in.size() != 3 && in.size() != 4) return false;
     ref::KernelContext ctx(n, {}, nullptr);
@@ -1685,8 +1680,7 @@ class Lowering {
 
   bool portable_layer_norm(const ir::Node& n) {
     if (n.inputs.size() < 2 || !is_f32(n.inputs[0]) || !is_f32(n.inputs[1])) return false;
-    for (size_t i = 1; i < n.outputs.size(); ++i)
-      if (wanted(n.outputs[i])) return false;  // Mean, InvStdDev
+    if (!only_first_output_wanted(n)) return false;
     const Dims d = dims(n.inputs[0]);
     ref::KernelContext ctx(n, {}, nullptr);
     int64_t axis = ctx.attr_int("axis", -1);

@@ -70,6 +70,11 @@ const ValueInfo* Graph::find_input(const std::string& n) const {
   return nullptr;
 }
 
+const Tensor* Graph::constant(const std::string& n) const {
+  auto it = initializers.find(n);
+  return it == initializers.end() || find_input(n) ? nullptr : &it->second;
+}
+
 std::vector<const ValueInfo*> Graph::required_inputs() const {
   std::vector<const ValueInfo*> out;
   for (const auto& v : inputs)
@@ -105,6 +110,14 @@ std::vector<std::string> values_read(const Node& node) {
       for (const auto& r : g->outer_references()) out.push_back(r);
   }
   return out;
+}
+
+std::map<std::string, int> use_counts(const Graph& graph) {
+  std::map<std::string, int> uses;
+  for (const auto& n : graph.nodes)
+    for (const auto& name : values_read(n)) uses[name]++;
+  for (const auto& o : graph.outputs) uses[o.name]++;
+  return uses;
 }
 
 void visit_nodes(const Graph& graph, const std::function<void(const Node&)>& f) {

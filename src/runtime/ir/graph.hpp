@@ -87,6 +87,9 @@ struct Graph {
   std::map<std::string, ValueInfo> value_info;  // declared or inferred intermediate types
 
   const ValueInfo* find_input(const std::string& name) const;
+  // An initializer that is not also a graph input (the caller may replace
+  // those): a value fixed when the model is compiled. nullptr otherwise.
+  const Tensor* constant(const std::string& name) const;
   // Inputs the caller must provide (no initializer behind them).
   std::vector<const ValueInfo*> required_inputs() const;
   // Names this graph uses but does not define (outer-scope references of a subgraph).
@@ -96,6 +99,10 @@ struct Graph {
 // Every value `node` reads: its inputs and what its subgraphs take from the
 // enclosing scope. Omitted optional inputs ("") are left out.
 std::vector<std::string> values_read(const Node& node);
+
+// How often each value is read: once per node input (values_read) and once
+// per graph output naming it.
+std::map<std::string, int> use_counts(const Graph& graph);
 
 // Calls f on every node of `graph` and of its subgraphs, depth first.
 void visit_nodes(const Graph& graph, const std::function<void(const Node&)>& f);

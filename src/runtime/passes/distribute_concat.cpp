@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <set>
 
 #include "runtime/passes/passes.hpp"
 
@@ -19,12 +18,8 @@ namespace {
 
 class Distributor {
  public:
-  Distributor(ir::Graph& g, ir::Specialization& spec) : g_(g), values_(spec.result.values), constants_(spec.result.constants) {
-    for (const auto& n : g_.nodes)
-      for (const auto& name : ir::values_read(n)) uses_[name]++;
-    for (const auto& o : g_.outputs) uses_[o.name]++;
-    for (const auto& in : g_.inputs) overridable_.insert(in.name);
-  }
+  Distributor(ir::Graph& g, ir::Specialization& spec)
+      : g_(g), values_(spec.result.values), constants_(spec.result.constants), uses_(ir::use_counts(g)) {}
 
   int run() {
     int changed = 0;
@@ -108,18 +103,13 @@ class Distributor {
     return true;
   }
 
-  const ir::Tensor* constant(const std::string& name) const {
-    auto it = g_.initializers.find(name);
-    return it == g_.initializers.end() || overridable_.count(name) ? nullptr : &it->second;
-  }
-
   bool split_conv(const ir::Node& conv) {
     if (conv.op_type != "Conv" || !conv.domain.empty() || conv.inputs.size() < 2 || conv.outputs.size() != 1) return false;
     const ir::Attribute* group = conv.attr("group");
     if (group && group->i != 1) return false;
-    const ir::Tensor* w = constant(conv.inputs[1]);
+    const ir::Tensor* w = g_.constant(conv.inputs[1]);
     const bool has_bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
-    if (!w || w->dtype() != ir::DType::Float32 || w->rank() < 3 || (has_bias && !constant(conv.inputs[2]))) return false;
+    if (!w || w->dtype() != ir::DType::Float32 || w->rank() < 3 || (has_bias && !g_.constant(conv.inputs[2]))) return false;
     const std::vector<std::string> parts = concat_parts(conv.inputs[0]);
     const ir::ValueInfo* out = info(conv.outputs[0]);
     if (parts.empty() || !out) return false;
@@ -179,7 +169,6 @@ class Distributor {
   std::map<std::string, ir::ValueInfo>& values_;
   std::map<std::string, ir::Tensor>& constants_;
   std::map<std::string, int> uses_;
-  std::set<std::string> overridable_;
   std::map<std::string, size_t> producer_;  // into g_.nodes as rebuilt
 };
 

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <map>
 #include <optional>
-#include <set>
 #include <vector>
 
 #include "runtime/passes/passes.hpp"
@@ -15,14 +14,6 @@
 namespace kiln::passes {
 
 namespace {
-
-std::map<std::string, int> count_uses(const ir::Graph& g) {
-  std::map<std::string, int> uses;
-  for (const auto& n : g.nodes)
-    for (const auto& name : ir::values_read(n)) uses[name]++;
-  for (const auto& o : g.outputs) uses[o.name]++;
-  return uses;
-}
 
 std::string fresh_name(const ir::Graph& g, const std::string& base) {
   std::string name = base;
@@ -36,41 +27,27 @@ struct Affine {
   std::vector<double> s, t;
 };
 
-class BatchNorms {
- public:
-  explicit BatchNorms(const ir::Graph& graph) : graph_(graph) {
-    for (const auto& in : graph.inputs) overridable_.insert(in.name);
+std::optional<Affine> affine(const ir::Graph& graph, const ir::Node& bn, int64_t channels) {
+  if (bn.op_type != "BatchNormalization" || !bn.domain.empty() || bn.inputs.size() != 5) return std::nullopt;
+  const ir::Attribute* training = bn.attr("training_mode");
+  const ir::Attribute* spatial = bn.attr("spatial");
+  if ((training && training->i != 0) || (spatial && spatial->i == 0)) return std::nullopt;
+  for (size_t i = 1; i < bn.outputs.size(); ++i)
+    if (!bn.outputs[i].empty()) return std::nullopt;
+  const ir::Tensor *scale = graph.constant(bn.inputs[1]), *shift = graph.constant(bn.inputs[2]);
+  const ir::Tensor *mean = graph.constant(bn.inputs[3]), *var = graph.constant(bn.inputs[4]);
+  for (const ir::Tensor* p : {scale, shift, mean, var})
+    if (!p || p->numel() != channels || (p->dtype() != ir::DType::Float32 && p->dtype() != ir::DType::Float64))
+      return std::nullopt;
+  const ir::Attribute* eps_attr = bn.attr("epsilon");
+  const double eps = eps_attr ? eps_attr->f : 1e-5;
+  Affine a;
+  for (int64_t c = 0; c < channels; ++c) {
+    a.s.push_back(scale->as_double(c) / std::sqrt(var->as_double(c) + eps));
+    a.t.push_back(shift->as_double(c) - mean->as_double(c) * a.s.back());
   }
-  const ir::Tensor* constant(const std::string& name) const {
-    auto it = graph_.initializers.find(name);
-    return it == graph_.initializers.end() || overridable_.count(name) ? nullptr : &it->second;
-  }
-  std::optional<Affine> affine(const ir::Node& bn, int64_t channels) const {
-    if (bn.op_type != "BatchNormalization" || !bn.domain.empty() || bn.inputs.size() != 5) return std::nullopt;
-    const ir::Attribute* training = bn.attr("training_mode");
-    const ir::Attribute* spatial = bn.attr("spatial");
-    if ((training && training->i != 0) || (spatial && spatial->i == 0)) return std::nullopt;
-    for (size_t i = 1; i < bn.outputs.size(); ++i)
-      if (!bn.outputs[i].empty()) return std::nullopt;
-    const ir::Tensor *scale = constant(bn.inputs[1]), *shift = constant(bn.inputs[2]);
-    const ir::Tensor *mean = constant(bn.inputs[3]), *var = constant(bn.inputs[4]);
-    for (const ir::Tensor* p : {scale, shift, mean, var})
-      if (!p || p->numel() != channels || (p->dtype() != ir::DType::Float32 && p->dtype() != ir::DType::Float64))
-        return std::nullopt;
-    const ir::Attribute* eps_attr = bn.attr("epsilon");
-    const double eps = eps_attr ? eps_attr->f : 1e-5;
-    Affine a;
-    for (int64_t c = 0; c < channels; ++c) {
-      a.s.push_back(scale->as_double(c) / std::sqrt(var->as_double(c) + eps));
-      a.t.push_back(shift->as_double(c) - mean->as_double(c) * a.s.back());
-    }
-    return a;
-  }
-
- private:
-  const ir::Graph& graph_;
-  std::set<std::string> overridable_;
-};
+  return a;
+}
 
 // A new initializer named after `base`, with its type in `spec` too: a
 // backend plans only values the specialization knows.
@@ -91,8 +68,7 @@ std::string add_weight(ir::Graph& graph, ir::Specialization& spec, const std::st
 }  // namespace
 
 int fold_batch_norm(ir::Graph& graph, ir::Specialization& spec) {
-  const BatchNorms bns(graph);
-  auto uses = count_uses(graph);
+  auto uses = ir::use_counts(graph);
   std::map<std::string, size_t> producer;
   for (size_t i = 0; i < graph.nodes.size(); ++i)
     for (const auto& o : graph.nodes[i].outputs) producer[o] = i;
@@ -106,14 +82,14 @@ int fold_batch_norm(ir::Graph& graph, ir::Specialization& spec) {
     if (p == producer.end() || removed[p->second]) continue;
     ir::Node& conv = graph.nodes[p->second];
     if (conv.op_type != "Conv" || !conv.domain.empty() || uses[conv.outputs[0]] != 1 || conv.inputs.size() < 2) continue;
-    const ir::Tensor* w = bns.constant(conv.inputs[1]);
+    const ir::Tensor* w = graph.constant(conv.inputs[1]);
     const bool has_bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
-    const ir::Tensor* bias = has_bias ? bns.constant(conv.inputs[2]) : nullptr;
+    const ir::Tensor* bias = has_bias ? graph.constant(conv.inputs[2]) : nullptr;
     if (!w || (has_bias && !bias) || w->rank() < 3) continue;
     if (w->dtype() != ir::DType::Float32 && w->dtype() != ir::DType::Float64) continue;
     const int64_t m = w->dim(0);
     if (bias && bias->numel() != m) continue;
-    const std::optional<Affine> a = bns.affine(bn, m);
+    const std::optional<Affine> a = affine(graph, bn, m);
     if (!a) continue;
 
     const int64_t per_channel = w->numel() / std::max<int64_t>(m, 1);
@@ -138,7 +114,6 @@ int fold_batch_norm(ir::Graph& graph, ir::Specialization& spec) {
 }
 
 int batch_norm_as_conv(ir::Graph& graph, ir::Specialization& spec) {
-  const BatchNorms bns(graph);
   int changed = 0;
   for (ir::Node& bn : graph.nodes) {
     if (bn.op_type != "BatchNormalization" || bn.inputs.empty()) continue;
@@ -148,7 +123,7 @@ int batch_norm_as_conv(ir::Graph& graph, ir::Specialization& spec) {
     const ir::DType dtype = x->second.dtype;
     // A Conv needs spatial axes; BatchNormalization of [N, C] stays.
     if (dims.size() < 3 || dtype != ir::DType::Float32) continue;
-    const std::optional<Affine> a = bns.affine(bn, dims[1]);
+    const std::optional<Affine> a = affine(graph, bn, dims[1]);
     if (!a) continue;
     ir::Dims w_dims(dims.size(), 1);
     w_dims[0] = dims[1];

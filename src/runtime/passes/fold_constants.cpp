@@ -1,13 +1,8 @@
-#include <set>
-
 #include "runtime/passes/passes.hpp"
 
 namespace kiln::passes {
 
 int fold_constants(ir::Graph& graph, const ir::ConstantEvaluator& evaluator, int64_t max_elements) {
-  std::set<std::string> overridable;  // initializers a caller may replace
-  for (const auto& in : graph.inputs) overridable.insert(in.name);
-
   int folded = 0;
   std::vector<ir::Node> kept;
   for (ir::Node& node : graph.nodes) {
@@ -19,9 +14,9 @@ int fold_constants(ir::Graph& graph, const ir::ConstantEvaluator& evaluator, int
         inputs.push_back(nullptr);
         continue;
       }
-      auto it = graph.initializers.find(name);
-      constant = it != graph.initializers.end() && !overridable.count(name);
-      inputs.push_back(constant ? &it->second : nullptr);
+      const ir::Tensor* t = graph.constant(name);
+      constant = t != nullptr;
+      inputs.push_back(t);
     }
     if (inputs.empty()) constant = false;  // nothing to fold from
     std::optional<std::vector<ir::Tensor>> values;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/passes/pad_amounts.hpp"
 #include "runtime/passes/passes.hpp"
 
 namespace kiln::passes {
@@ -15,38 +16,28 @@ namespace {
 
 class PadFolder {
  public:
-  explicit PadFolder(ir::Graph& graph) : g_(graph) {
-    for (const auto& n : g_.nodes)
-      for (const auto& name : ir::values_read(n)) uses_[name]++;
-    for (const auto& o : g_.outputs) uses_[o.name]++;
-  }
+  explicit PadFolder(ir::Graph& graph) : g_(graph), uses_(ir::use_counts(graph)) {}
 
   // The pads of a constant-mode Pad of zeros that touches neither the batch
   // nor the channel axis, as [begin..., end...], or nothing.
   std::optional<std::vector<int64_t>> spatial_zero_pads(const ir::Node& pad) const {
-    if (pad.op_type != "Pad" || !pad.domain.empty() || pad.opset < 2 || pad.outputs.size() != 1) return std::nullopt;
+    if (pad.op_type != "Pad" || !pad.domain.empty() || pad.outputs.size() != 1) return std::nullopt;
     if (const ir::Attribute* mode = pad.attr("mode"); mode && mode->s != "constant") return std::nullopt;
-    std::vector<int64_t> pads;
     if (pad.opset < 11) {
-      const ir::Attribute* a = pad.attr("pads");
-      const ir::Attribute* value = pad.attr("value");
-      if (!a || (value && value->f != 0)) return std::nullopt;
-      pads = a->ints;
+      if (const ir::Attribute* value = pad.attr("value"); value && value->f != 0) return std::nullopt;
     } else {
       if (pad.inputs.size() > 3 && !pad.inputs[3].empty()) return std::nullopt;  // axes: not exported by the cases above
-      const ir::Tensor* p = constant(pad, 1);
-      if (!p) return std::nullopt;
-      pads = p->to_int64_vector();
       if (pad.inputs.size() > 2 && !pad.inputs[2].empty()) {
-        const ir::Tensor* value = constant(pad, 2);
+        const ir::Tensor* value = g_.constant(pad.inputs[2]);
         if (!value || value->numel() != 1 || value->as_double(0) != 0) return std::nullopt;
       }
     }
-    const size_t rank = pads.size() / 2;
-    if (pads.size() % 2 || rank < 3) return std::nullopt;
-    for (size_t i = 0; i < pads.size(); ++i) {
+    auto pads = pad_amounts(g_, pad);
+    const size_t rank = pads ? pads->size() / 2 : 0;
+    if (!pads || pads->size() % 2 || rank < 3) return std::nullopt;
+    for (size_t i = 0; i < pads->size(); ++i) {
       const bool batch_or_channel = i % rank < 2;
-      if (pads[i] < 0 || (batch_or_channel && pads[i] != 0)) return std::nullopt;
+      if ((*pads)[i] < 0 || (batch_or_channel && (*pads)[i] != 0)) return std::nullopt;
     }
     return pads;
   }
@@ -111,12 +102,6 @@ class PadFolder {
   }
 
  private:
-  const ir::Tensor* constant(const ir::Node& n, size_t i) const {
-    if (i >= n.inputs.size() || n.inputs[i].empty() || g_.find_input(n.inputs[i])) return nullptr;
-    auto it = g_.initializers.find(n.inputs[i]);
-    return it == g_.initializers.end() ? nullptr : &it->second;
-  }
-
   ir::Graph& g_;
   std::map<std::string, int> uses_;
 };

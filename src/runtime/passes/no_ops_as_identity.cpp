@@ -2,6 +2,9 @@
 // nothing: torchvision's Swin pads each window partition to a multiple of the
 // window size, which at 224x224 is a Pad of zeros. As Identity they cost a
 // backend nothing (the cpu backend makes them views).
+#include <algorithm>
+
+#include "runtime/passes/pad_amounts.hpp"
 #include "runtime/passes/passes.hpp"
 
 namespace kiln::passes {
@@ -10,7 +13,7 @@ namespace {
 
 class NoOps {
  public:
-  NoOps(const ir::Graph& graph, const ir::Specialization& spec) : graph_(graph), spec_(spec) {}
+  NoOps(const ir::Graph& graph, const ir::Specialization& spec) : graph_(graph), values_(spec.result.values) {}
 
   bool is_no_op(const ir::Node& n) const {
     if (!n.domain.empty() && n.domain != "ai.onnx") return false;
@@ -22,7 +25,11 @@ class NoOps {
     const std::string& op = n.op_type;
     // Broadcasting or repeating to the same shape changes nothing; neither does a cast to the same type.
     if (op == "Expand" || op == "Tile" || op == "Cast") return true;
-    if (op == "Pad") return all_zero_pads(n);
+    if (op == "Pad") {
+      // Negative pads crop, so a same-shaped Pad of [1, -1] shifts: zeros only.
+      const auto pads = pad_amounts(graph_, n);
+      return pads && std::all_of(pads->begin(), pads->end(), [](int64_t p) { return p == 0; });
+    }
     // Same length with positive steps (before opset 10 there are none): the whole axis, in order.
     if (op == "Slice") return n.opset < 10 || all_positive(n, 4);
     if (op == "Transpose") {
@@ -37,37 +44,14 @@ class NoOps {
 
  private:
   const ir::ValueInfo* info(const std::string& name) const {
-    auto it = spec_.result.values.find(name);
-    return it == spec_.result.values.end() ? nullptr : &it->second;
-  }
-  const ir::Tensor* constant(const ir::Node& n, size_t i) const {
-    // A graph input's initializer is only a default the caller may replace.
-    if (i >= n.inputs.size() || n.inputs[i].empty() || graph_.find_input(n.inputs[i])) return nullptr;
-    auto it = spec_.result.constants.find(n.inputs[i]);
-    return it == spec_.result.constants.end() ? nullptr : &it->second;
-  }
-
-  // Negative pads crop, so a same-shaped Pad of [1, -1] shifts: zeros only.
-  bool all_zero_pads(const ir::Node& n) const {
-    std::vector<int64_t> pads;
-    if (n.opset < 11) {
-      const ir::Attribute* a = n.attr("pads");
-      if (!a) return false;
-      pads = a->ints;
-    } else {
-      const ir::Tensor* t = constant(n, 1);
-      if (!t) return false;
-      pads = t->to_int64_vector();
-    }
-    for (int64_t p : pads)
-      if (p != 0) return false;
-    return true;
+    auto it = values_.find(name);
+    return it == values_.end() ? nullptr : &it->second;
   }
 
   // Slice's steps (input 4): absent means 1.
   bool all_positive(const ir::Node& n, size_t i) const {
     if (i >= n.inputs.size() || n.inputs[i].empty()) return true;
-    const ir::Tensor* t = constant(n, i);
+    const ir::Tensor* t = graph_.constant(n.inputs[i]);
     if (!t) return false;
     for (int64_t s : t->to_int64_vector())
       if (s <= 0) return false;
@@ -75,7 +59,7 @@ class NoOps {
   }
 
   const ir::Graph& graph_;
-  const ir::Specialization& spec_;
+  const std::map<std::string, ir::ValueInfo>& values_;
 };
 
 }  // namespace
