@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/artifact_weights.hpp"
+#include "backends/program_blocks.hpp"
 #include "runtime/ir/serialize.hpp"
 
 namespace kiln::backends {
@@ -197,15 +198,16 @@ class PartitionedExecutable : public Executable {
 // objects one after another, each part's weights at a 64-byte aligned base
 // of one weights file (then the outputs folded to constants), and a program
 // that starts with kMagic (which no backend's own program starts with)
-// followed by CBOR listing the parts.
+// followed by a document listing the parts, their programs as blocks.
 constexpr std::string_view kMagic = "KILN-PARTS\n";
-constexpr int kFormat = 2;
+constexpr int kFormat = 3;
 
 json dims_or_null(const std::optional<ir::Dims>& dims) { return dims ? json(*dims) : json(); }
 
 Artifact PartitionedExecutable::save() const {
   Artifact a;
   WeightsWriter weights;
+  BlockWriter blocks;
   json parts = json::array(), summaries = json::array();
   for (size_t k = 0; k < steps_.size(); ++k) {
     const Step& step = steps_[k];
@@ -224,7 +226,7 @@ Artifact PartitionedExecutable::save() const {
                      {"inputs", inputs},
                      {"outputs", step.outputs},
                      {"object", {object_offset, part.object.size()}},
-                     {"program", json::binary(std::vector<uint8_t>(part.program.begin(), part.program.end()))},
+                     {"program", blocks.add(part.program.data(), part.program.size())},
                      {"weights", {weights.add(part), part.weights_bytes}}});
     summaries.push_back({{"backend", step.backend}, {"part", json::parse(part.summary.empty() ? "null" : part.summary)}});
   }
@@ -235,8 +237,7 @@ Artifact PartitionedExecutable::save() const {
     outputs.push_back(std::move(out));
   }
   put_weights(weights, a);
-  const std::vector<uint8_t> cbor = json::to_cbor({{"format", kFormat}, {"parts", parts}, {"outputs", outputs}});
-  a.program = std::string(kMagic) + std::string(cbor.begin(), cbor.end());
+  a.program = std::string(kMagic) + blocks.finish({{"format", kFormat}, {"parts", parts}, {"outputs", outputs}});
   a.summary = json({{"parts", summaries}}).dump();
   return a;
 }
@@ -246,10 +247,10 @@ std::unique_ptr<PartitionedExecutable> PartitionedExecutable::load(const LoadedA
                                                                    const std::vector<const Backend*>& backends,
                                                                    const CompileOptions& options) {
   const std::string what = "cached partitioned specialization";
-  const std::string_view cbor = artifact.program.substr(kMagic.size());
   const WeightsReader weights(artifact.weights, artifact.weights_bytes);
+  const BlockReader blocks(artifact.program.substr(kMagic.size()), what);
   try {
-    const json j = json::from_cbor(cbor.begin(), cbor.end());
+    const json& j = blocks.document();
     if (ir::json_field<int>(j, "format", what) != kFormat) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown format");
     std::vector<Step> steps;
     for (const json& p : ir::json_field<json>(j, "parts", what)) {
@@ -271,11 +272,9 @@ std::unique_ptr<PartitionedExecutable> PartitionedExecutable::load(const LoadedA
       const auto [weights_offset, weights_bytes] = ir::json_field<std::pair<int64_t, int64_t>>(p, "weights", where);
       const char* part_weights = static_cast<const char*>(weights.at(weights_offset, weights_bytes, where + " weights"));
       if (weights_offset % 64) ir::fail(ir::ErrorKind::InvalidModel, where + ": weights are not 64-byte aligned");
-      const json& program = ir::json_field<json>(p, "program", where);
-      if (!program.is_binary()) ir::fail(ir::ErrorKind::InvalidModel, where + ": the program is not bytes");
       LoadedArtifact part;
       part.object = artifact.object.substr(size_t(object.first), size_t(object.second));
-      part.program = std::string_view(reinterpret_cast<const char*>(program.get_binary().data()), program.get_binary().size());
+      part.program = blocks.block(ir::json_field<json>(p, "program", where), where + ": its program");
       part.weights = part_weights;
       part.weights_bytes = size_t(weights_bytes);
       part.keep_alive = artifact.keep_alive;

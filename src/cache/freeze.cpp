@@ -11,6 +11,7 @@
 #include <set>
 
 #include "backends/artifact_weights.hpp"
+#include "backends/program_blocks.hpp"
 #include "backends/cpu/bundle/bundle_abi.h"
 #include "backends/cpu/bundle_codegen.hpp"
 #include "backends/cpu/lowering.hpp"
@@ -322,8 +323,11 @@ class Freezer {
         if (it == placed.end()) it = placed.emplace(key, place(c.raw(), c.nbytes())).first;
         s.constant_offsets.push_back(it->second);
       }
+      backends::BlockWriter blocks;
+      nlohmann::json primitives = nlohmann::json::array();
       for (const auto& step : f.program.steps)
-        if (step.kernel) s.primitives.push_back(saved_primitive(step));
+        if (step.kernel) primitives.push_back(saved_primitive(step, blocks));
+      s.primitives = blocks.finish(primitives);
       plan.specs.push_back(std::move(s));
     }
     plan.weights_bytes = weights_.size();
@@ -346,10 +350,10 @@ class Freezer {
   // weights placed in the bundle's data. Each batch size has its own
   // primitives and copies of the reordered weights, so identical bytes are
   // placed once.
-  nlohmann::json saved_primitive(const cpu::Step& step) {
+  nlohmann::json saved_primitive(const cpu::Step& step, backends::BlockWriter& blocks) {
     nlohmann::json j;
     backends::WeightsWriter writer;
-    step.kernel->save(j, writer);
+    step.kernel->save(j, writer, blocks);
     std::map<int64_t, int64_t> moved;  // writer offset -> bundle offset
     for (const auto& [offset, chunk] : writer.chunks()) {
       const auto [data, bytes] = chunk;

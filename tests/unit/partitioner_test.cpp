@@ -6,6 +6,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/partitioner.hpp"
+#include "backends/program_blocks.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "imported_model.hpp"
 #include "runtime/ir/shape_inference.hpp"
@@ -174,12 +175,14 @@ TEST(Partitioner, PartsOfSeveralBackendsAreSavedAndLoadedAsOne) {
   kiln::backends::Artifact wrong_shape = stored;
   const std::string magic = "KILN-PARTS\n";
   ASSERT_EQ(stored.program.substr(0, magic.size()), magic);
-  auto list = nlohmann::json::from_cbor(stored.program.substr(magic.size()));
+  const kiln::backends::BlockReader read(std::string_view(stored.program).substr(magic.size()), "the parts");
+  nlohmann::json list = read.document();
+  kiln::backends::BlockWriter blocks;
+  for (auto& part : list["parts"]) part["program"] = blocks.add(read.block(part["program"], "a part").data(), part["program"][1]);
   auto& mul_input = list["parts"][2]["inputs"][0];
   ASSERT_EQ(mul_input[0], "a");
   mul_input[2] = std::vector<int64_t>{3, 2};
-  const auto cbor = nlohmann::json::to_cbor(list);
-  wrong_shape.program = magic + std::string(cbor.begin(), cbor.end());
+  wrong_shape.program = magic + blocks.finish(list);
   auto wrong = kiln::backends::load_partitioned(copy_to_memory(wrong_shape), model.graph, {cpu2.get(), interpreter2.get()}, {2});
   try {
     wrong.executable->run({{"x", kiln::ir::Tensor::from_vector<float>({2, 3}, {1, -2, 3, 0, 5, -1})}});

@@ -16,6 +16,7 @@
 #include "backends/cpu/portable_bitcode.hpp"
 #include "backends/cpu/bundle/bundle_abi.h"
 #include "backends/cpu/bundle/bundle_native.h"
+#include "backends/program_blocks.hpp"
 #include "runtime/ir/error.hpp"
 
 namespace kiln::cpu {
@@ -111,10 +112,8 @@ class BundleEmitter {
   }
 
   // Raw bytes (a oneDNN descriptor), aligned for the 64-bit fields they hold.
-  llvm::Constant* blob(const nlohmann::json& j, const std::string& what) {
-    if (!j.is_binary()) ir::fail(ir::ErrorKind::Internal, "native bundle: " + what + " is not a saved oneDNN descriptor");
-    const auto& bytes = j.get_binary();
-    auto* data = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(bytes.data(), bytes.size()));
+  llvm::Constant* blob(std::string_view bytes) {
+    auto* data = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
     auto* g = new llvm::GlobalVariable(m_, data->getType(), true, llvm::GlobalValue::PrivateLinkage, data, plan_.name + "_dnnl");
     g->setAlignment(llvm::Align(16));
     g->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);  // identical descriptors are merged
@@ -135,7 +134,9 @@ class BundleEmitter {
         llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_});
     auto f = [&](float v) { return llvm::ConstantFP::get(f32, double(v)); };
     std::vector<llvm::Constant*> prims;
-    for (const nlohmann::json& k : spec.primitives) {
+    const backends::BlockReader saved(spec.primitives, "the native bundle's primitives");
+    auto blob = [&](const nlohmann::json& ref, const std::string& what) { return this->blob(saved.block(ref, what)); };
+    for (const nlohmann::json& k : saved.document()) {
       const nlohmann::json& prim = k.at("primitive");
       const int32_t kind = prim.at("kind").get<int32_t>();
       llvm::Constant *desc = null(), *dst = null();

@@ -27,10 +27,11 @@ struct BundleSpecialization {
   const Program* program = nullptr;
   int64_t batch = 1;
   std::vector<int64_t> constant_offsets;  // of each program constant in the weights data
-  // Native bundles: per oneDNN step, in step order, the kernel as
-  // OneDnnKernel::save() describes it, its constants' offsets into the
-  // bundle's weights data, and "label": the step's label.
-  std::vector<nlohmann::json> primitives;
+  // Native bundles: a document and blocks (backends/program_blocks.hpp)
+  // listing per oneDNN step, in step order, the kernel as OneDnnKernel::save()
+  // describes it, its constants' offsets into the bundle's weights data, and
+  // "label": the step's label.
+  std::string primitives;
 };
 
 struct BundlePlan {

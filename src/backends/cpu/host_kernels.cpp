@@ -115,13 +115,13 @@ void ReferenceKernel::run(void* const* args) const {
 using nlohmann::json;
 using ir::json_field;
 
-void CopyKernel::save(json& out, WeightsWriter&) const { out = {{"kind", "copy"}, {"bytes", bytes_}}; }
+void CopyKernel::save(json& out, WeightsWriter&, BlockWriter&) const { out = {{"kind", "copy"}, {"bytes", bytes_}}; }
 
 std::unique_ptr<Kernel> CopyKernel::load(const json& j, const std::string& what) {
   return std::make_unique<CopyKernel>(json_field<int64_t>(j, "bytes", what));
 }
 
-void ConcatKernel::save(json& out, WeightsWriter&) const {
+void ConcatKernel::save(json& out, WeightsWriter&, BlockWriter&) const {
   out = {{"kind", "concat"}, {"outer", outer_}, {"chunk_bytes", chunk_bytes_}};
 }
 
@@ -132,7 +132,7 @@ std::unique_ptr<Kernel> ConcatKernel::load(const json& j, const std::string& wha
   return k;
 }
 
-void StridedCopyKernel::save(json& out, WeightsWriter&) const {
+void StridedCopyKernel::save(json& out, WeightsWriter&, BlockWriter&) const {
   out = {{"kind", "strided_copy"}, {"out", out_}, {"offset", offset_}, {"strides", strides_}, {"element_size", element_size_}};
 }
 
@@ -144,7 +144,7 @@ std::unique_ptr<Kernel> StridedCopyKernel::load(const json& j, const std::string
                                              json_field<size_t>(j, "element_size", what));
 }
 
-void GatherKernel::save(json& out, WeightsWriter&) const {
+void GatherKernel::save(json& out, WeightsWriter&, BlockWriter&) const {
   out = {{"kind", "gather"}, {"node", node_}, {"outer", outer_}, {"axis_dim", axis_dim_}, {"inner_bytes", inner_bytes_},
          {"num_indices", num_indices_}, {"index_type", int(index_type_)}};
 }
@@ -180,7 +180,7 @@ std::vector<ReferenceKernel::Value> values_from_json(const json& j, const std::s
 
 }  // namespace
 
-void ReferenceKernel::save(json& out, WeightsWriter&) const {
+void ReferenceKernel::save(json& out, WeightsWriter&, BlockWriter&) const {
   out = {{"kind", "reference"}, {"node", ir::node_to_json(graph_.nodes[0])}, {"reads", values_json(reads_)},
          {"writes", values_json(writes_)}};
 }

@@ -15,7 +15,7 @@ class CopyKernel : public Kernel {
  public:
   explicit CopyKernel(int64_t bytes) : bytes_(bytes) {}
   void run(void* const* args) const override;
-  void save(nlohmann::json& out, WeightsWriter& weights) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights, BlockWriter& blocks) const override;
   static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
 
  private:
@@ -28,7 +28,7 @@ class ConcatKernel : public Kernel {
  public:
   ConcatKernel(const std::vector<ir::Dims>& inputs, int axis, size_t element_size);
   void run(void* const* args) const override;
-  void save(nlohmann::json& out, WeightsWriter& weights) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights, BlockWriter& blocks) const override;
   static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
 
  private:
@@ -44,7 +44,7 @@ class StridedCopyKernel : public Kernel {
  public:
   StridedCopyKernel(ir::Dims out, int64_t offset, std::vector<int64_t> strides, size_t element_size);
   void run(void* const* args) const override;
-  void save(nlohmann::json& out, WeightsWriter& weights) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights, BlockWriter& blocks) const override;
   static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
 
  private:
@@ -62,7 +62,7 @@ class GatherKernel : public Kernel {
   GatherKernel(std::string node, const ir::Dims& data, int axis, int64_t num_indices, ir::DType index_type,
                size_t element_size);
   void run(void* const* args) const override;
-  void save(nlohmann::json& out, WeightsWriter& weights) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights, BlockWriter& blocks) const override;
   static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
 
  private:
@@ -85,7 +85,7 @@ class ReferenceKernel : public Kernel {
   };
   ReferenceKernel(const ir::Node& node, std::vector<Value> reads, std::vector<Value> writes);
   void run(void* const* args) const override;
-  void save(nlohmann::json& out, WeightsWriter& weights) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights, BlockWriter& blocks) const override;
   static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
 
  private:

@@ -82,16 +82,12 @@ namespace {
 
 using nlohmann::json;
 
-json md_json(const dnnl_memory_desc_t* md) {
-  const auto* p = reinterpret_cast<const uint8_t*>(md);
-  return json::binary(std::vector<uint8_t>(p, p + sizeof(dnnl_memory_desc_t)));
-}
+json md_json(const dnnl_memory_desc_t* md, BlockWriter& blocks) { return blocks.add(md, sizeof *md); }
 
-dnnl_memory_desc_t md_from_json(const json& j, const std::string& what) {
-  if (!j.is_binary() || j.get_binary().size() != sizeof(dnnl_memory_desc_t))
-    ir::fail(ir::ErrorKind::InvalidModel, what + ": a oneDNN memory descriptor of the wrong size");
+dnnl_memory_desc_t md_from_json(const json& j, const BlockReader& blocks, const std::string& what) {
+  const std::string_view bytes = blocks.block(j, what + ": a oneDNN memory descriptor", sizeof(dnnl_memory_desc_t));
   dnnl_memory_desc_t md;
-  std::memcpy(&md, j.get_binary().data(), sizeof md);
+  std::memcpy(&md, bytes.data(), sizeof md);
   return md;
 }
 
@@ -120,25 +116,25 @@ const dnnl_memory_desc_t* query_md(const_dnnl_primitive_desc_t pd, dnnl_query_t 
 
 }  // namespace
 
-void OneDnnKernel::save(json& out, WeightsWriter& weights) const {
+void OneDnnKernel::save(json& out, WeightsWriter& weights, BlockWriter& blocks) const {
   const_dnnl_primitive_desc_t pd = pd_.get();
   dnnl_primitive_kind_t kind;
   dnnl::error::wrap_c_api(dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind), "query primitive kind");
   json prim = {{"kind", int(kind)}};
   if (kind == dnnl_reorder) {
-    prim["src"] = md_json(query_md(pd, dnnl_query_src_md, 0));
-    prim["dst"] = md_json(query_md(pd, dnnl_query_dst_md, 0));
+    prim["src"] = md_json(query_md(pd, dnnl_query_src_md, 0), blocks);
+    prim["dst"] = md_json(query_md(pd, dnnl_query_dst_md, 0), blocks);
   } else if (kind == dnnl_concat) {
     int n = 0;
     dnnl::error::wrap_c_api(dnnl_primitive_desc_query(pd, dnnl_query_num_of_inputs_s32, 0, &n), "query concat inputs");
     const dnnl_memory_desc_t* dst = query_md(pd, dnnl_query_dst_md, 0);
-    prim["dst"] = md_json(dst);
+    prim["dst"] = md_json(dst, blocks);
     // The axis is not queryable: it is the one dimension where a source is
     // shorter than the destination (any axis gives the same result if none is).
     int axis = 0;
     for (int i = 0; i < n; ++i) {
       const dnnl_memory_desc_t* src = query_md(pd, dnnl_query_src_md, i);
-      prim["srcs"].push_back(md_json(src));
+      prim["srcs"].push_back(md_json(src, blocks));
       for (int d = 0; d < dst->ndims; ++d)
         if (src->dims[d] != dst->dims[d]) axis = d;
     }
@@ -148,8 +144,7 @@ void OneDnnKernel::save(json& out, WeightsWriter& weights) const {
     if (size == 0) ir::fail(ir::ErrorKind::Unsupported, "oneDNN primitive kind " + std::to_string(int(kind)) + " cannot be saved");
     const void* desc = nullptr;
     dnnl::error::wrap_c_api(dnnl_primitive_desc_query(pd, dnnl_query_op_d, 0, &desc), "query operation descriptor");
-    const auto* p = static_cast<const uint8_t*>(desc);
-    prim["desc"] = json::binary(std::vector<uint8_t>(p, p + size));
+    prim["desc"] = blocks.add(desc, size);
   }
   const_dnnl_primitive_attr_t attr = nullptr;
   const_dnnl_post_ops_t post_ops = nullptr;
@@ -173,16 +168,17 @@ void OneDnnKernel::save(json& out, WeightsWriter& weights) const {
   }
   prim["post_ops"] = ops;
   json runtime = json::array(), constants = json::array();
-  for (const auto& [id, desc] : runtime_args_) runtime.push_back({id, md_json(&desc.data)});
+  for (const auto& [id, desc] : runtime_args_) runtime.push_back({id, md_json(&desc.data, blocks)});
   for (const auto& [id, memory] : constant_args_) {
     const dnnl::memory::desc desc = memory.get_desc();
     const size_t bytes = desc.get_size();
-    constants.push_back({id, md_json(&desc.data), weights.add(memory.get_data_handle(), bytes), bytes});
+    constants.push_back({id, md_json(&desc.data, blocks), weights.add(memory.get_data_handle(), bytes), bytes});
   }
   out = {{"kind", "onednn"}, {"primitive", prim}, {"runtime_args", runtime}, {"constants", constants}, {"sum_from", sum_from_}};
 }
 
-std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& weights, const std::string& what) {
+std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& weights, const BlockReader& blocks,
+                                           const std::string& what) {
   const json prim = ir::json_field<json>(j, "primitive", what);
   dnnl::post_ops ops;
   for (const json& op : ir::json_field<json>(prim, "post_ops", what)) {
@@ -198,23 +194,22 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
   dnnl_primitive_desc_t pd = nullptr;
   dnnl_status_t status;
   if (kind == dnnl_reorder) {
-    const dnnl_memory_desc_t src = md_from_json(ir::json_field<json>(prim, "src", what), what);
-    const dnnl_memory_desc_t dst = md_from_json(ir::json_field<json>(prim, "dst", what), what);
+    const dnnl_memory_desc_t src = md_from_json(ir::json_field<json>(prim, "src", what), blocks, what);
+    const dnnl_memory_desc_t dst = md_from_json(ir::json_field<json>(prim, "dst", what), blocks, what);
     status = dnnl_reorder_primitive_desc_create(&pd, &src, engine, &dst, engine, attr.get());
   } else if (kind == dnnl_concat) {
-    const dnnl_memory_desc_t dst = md_from_json(ir::json_field<json>(prim, "dst", what), what);
+    const dnnl_memory_desc_t dst = md_from_json(ir::json_field<json>(prim, "dst", what), blocks, what);
     std::vector<dnnl_memory_desc_t> srcs;
-    for (const json& s : ir::json_field<json>(prim, "srcs", what)) srcs.push_back(md_from_json(s, what));
+    for (const json& s : ir::json_field<json>(prim, "srcs", what)) srcs.push_back(md_from_json(s, blocks, what));
     status = dnnl_concat_primitive_desc_create(&pd, &dst, int(srcs.size()), ir::json_field<int>(prim, "axis", what), srcs.data(),
                                                attr.get(), engine);
   } else {
-    const json desc = ir::json_field<json>(prim, "desc", what);
     const size_t size = op_desc_size(kind);
-    if (size == 0 || !desc.is_binary() || desc.get_binary().size() != size)
-      ir::fail(ir::ErrorKind::InvalidModel, what + ": oneDNN operation descriptor of kind " + std::to_string(int(kind)) +
-                                                " has the wrong size");
+    if (size == 0) ir::fail(ir::ErrorKind::InvalidModel, what + ": a oneDNN primitive of unknown kind " + std::to_string(int(kind)));
+    const std::string_view desc = blocks.block(ir::json_field<json>(prim, "desc", what),
+                                               what + ": oneDNN operation descriptor of kind " + std::to_string(int(kind)), int64_t(size));
     std::vector<int64_t> aligned((size + 7) / 8);  // the descriptors hold 64-bit fields
-    std::memcpy(aligned.data(), desc.get_binary().data(), size);
+    std::memcpy(aligned.data(), desc.data(), size);
     status = dnnl_primitive_desc_create(&pd, aligned.data(), attr.get(), engine, nullptr);
   }
   if (status != dnnl_success)
@@ -226,7 +221,7 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
   for (const json& c : ir::json_field<json>(j, "constants", what)) {
     if (!c.is_array() || c.size() != 4) ir::fail(ir::ErrorKind::InvalidModel, what + ": a constant must be [id, desc, offset, bytes]");
     const int id = c[0].get<int>();
-    const dnnl_memory_desc_t saved = md_from_json(c[1], what);
+    const dnnl_memory_desc_t saved = md_from_json(c[1], blocks, what);
     // The weights were reordered for the layout the primitive chose when it
     // was compiled: the primitive made now must want the same one.
     const dnnl_memory_desc_t* want = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, id);
@@ -241,7 +236,7 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
   std::vector<std::pair<int, dnnl::memory::desc>> runtime;
   for (const json& r : ir::json_field<json>(j, "runtime_args", what)) {
     if (!r.is_array() || r.size() != 2) ir::fail(ir::ErrorKind::InvalidModel, what + ": a runtime argument must be [id, desc]");
-    runtime.push_back({r[0].get<int>(), dnnl::memory::desc(md_from_json(r[1], what))});
+    runtime.push_back({r[0].get<int>(), dnnl::memory::desc(md_from_json(r[1], blocks, what))});
   }
   auto kernel = std::make_unique<OneDnnKernel>(std::move(owned), std::move(runtime), std::move(constants),
                                                ir::json_field<int>(j, "sum_from", what));

@@ -32,10 +32,11 @@ class OneDnnKernel : public Kernel {
   // Not reentrant: the memory handles are rebound on every call, which
   // allocates nothing. Runs of one Runtime are serialised (cpu_backend.cpp).
   void run(void* const* args) const override;
-  void save(nlohmann::json& out, WeightsWriter& weights) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights, BlockWriter& blocks) const override;
   // The saved kernel made again, its constants pointing into `weights`.
   // Throws ir::Error(InvalidModel) if oneDNN no longer makes the same primitive.
-  static std::unique_ptr<Kernel> load(const nlohmann::json& j, const WeightsReader& weights, const std::string& what);
+  static std::unique_ptr<Kernel> load(const nlohmann::json& j, const WeightsReader& weights, const BlockReader& blocks,
+                                      const std::string& what);
   // oneDNN's name for the implementation it chose ("jit:uni", "ref:any").
   std::string implementation() const { return pd_.impl_info_str(); }
 

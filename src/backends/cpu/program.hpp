@@ -12,11 +12,14 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "backends/artifact_weights.hpp"
+#include "backends/program_blocks.hpp"
 #include "runtime/ir/tensor.hpp"
 
 namespace kiln::cpu {
 
 // The constant bytes of a saved program (for the on-disk cache).
+using backends::BlockReader;
+using backends::BlockWriter;
 using backends::WeightsReader;
 using backends::WeightsWriter;
 
@@ -30,9 +33,10 @@ class Kernel {
   // generated code (exceptions never unwind through generated frames).
   virtual void run(void* const* args) const = 0;
   // The kernel as data for the on-disk cache (a "kind" and its parameters),
-  // its constant bytes handed to `weights`; load_kernel() makes it again.
+  // its constant bytes handed to `weights`, any other long bytes (oneDNN's
+  // descriptors) to `blocks`; load_kernel() makes it again.
   // Throws ir::Error(Unsupported) if it cannot be saved, saying why.
-  virtual void save(nlohmann::json& out, WeightsWriter& weights) const = 0;
+  virtual void save(nlohmann::json& out, WeightsWriter& weights, BlockWriter& blocks) const = 0;
 };
 
 struct Buffer {

@@ -14,7 +14,7 @@ using ir::json_field;
 
 namespace {
 
-constexpr int kFormat = 2;
+constexpr int kFormat = 3;
 
 json loop_to_json(const Loop& loop) {
   json operands = json::array(), code = json::array();
@@ -40,7 +40,9 @@ std::unique_ptr<Loop> loop_from_json(const json& j, const std::string& what) {
 
 json call_to_json(const Call& call) {
   json args = json::array();
-  for (const auto& a : call.args) args.push_back({{"kind", int(a.kind)}, {"value", a.value}, {"real", a.real}, {"values", a.values}, {"offset", a.byte_offset}});
+  // Arrays, not objects: a portable resnet50 has thousands of arguments, and
+  // each key is a string nlohmann makes again on reading.
+  for (const auto& a : call.args) args.push_back({int(a.kind), a.value, a.real, a.values, a.byte_offset});
   return {{"function", call.function}, {"args", args}, {"returns_status", call.returns_status}};
 }
 
@@ -49,17 +51,17 @@ std::unique_ptr<Call> call_from_json(const json& j, const std::string& what) {
   call->function = json_field<std::string>(j, "function", what);
   call->returns_status = json_field<bool>(j, "returns_status", what);
   for (const json& a : json_field<json>(j, "args", what)) {
-    const int kind = json_field<int>(a, "kind", what);
+    if (!a.is_array() || a.size() != 5) ir::fail(ir::ErrorKind::InvalidModel, what + ": a call argument must be [kind, value, real, values, offset]");
+    const int kind = a[0].get<int>();
     if (kind < 0 || kind > int(Call::Arg::Kind::Int64Array)) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown call argument");
-    call->args.push_back({Call::Arg::Kind(kind), json_field<int64_t>(a, "value", what), json_field<float>(a, "real", what),
-                          json_field<std::vector<int64_t>>(a, "values", what), json_field<int64_t>(a, "offset", what)});
+    call->args.push_back({Call::Arg::Kind(kind), a[1].get<int64_t>(), a[2].get<float>(), a[3].get<std::vector<int64_t>>(), a[4].get<int64_t>()});
   }
   return call;
 }
 
-std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights, const std::string& what) {
+std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights, const BlockReader& blocks, const std::string& what) {
   const std::string kind = json_field<std::string>(j, "kind", what);
-  if (kind == "onednn") return OneDnnKernel::load(j, weights, what);
+  if (kind == "onednn") return OneDnnKernel::load(j, weights, blocks, what);
   if (kind == "copy") return CopyKernel::load(j, what);
   if (kind == "concat") return ConcatKernel::load(j, what);
   if (kind == "strided_copy") return StridedCopyKernel::load(j, what);
@@ -72,6 +74,7 @@ std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights,
 
 SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols, std::string_view kernels_object) {
   SavedProgram saved;
+  BlockWriter blocks;
   json buffers = json::array(), steps = json::array(), constants = json::array(), summary_steps = json::array();
   for (const Buffer& b : program.buffers) buffers.push_back({int(b.kind), b.index, b.bytes, b.offset, b.name});
   for (size_t s = 0; s < program.steps.size(); ++s) {
@@ -85,7 +88,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
       summary_steps.push_back(step.call->function + ": " + step.label);
     } else {
       try {
-        step.kernel->save(j["kernel"], saved.weights);
+        step.kernel->save(j["kernel"], saved.weights, blocks);
       } catch (const ir::Error& e) {
         ir::fail(e.kind(), "step '" + step.label + "' cannot be saved: " + e.what());
       }
@@ -114,9 +117,8 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
             {"graph_nodes", program.graph_nodes},
             {"compiled_nodes", program.compiled_nodes},
             {"fallback_nodes", program.fallback_nodes}};
-  if (!kernels_object.empty()) j["kernels_object"] = json::binary(std::vector<uint8_t>(kernels_object.begin(), kernels_object.end()));
-  const std::vector<uint8_t> cbor = json::to_cbor(j);
-  saved.bytes.assign(cbor.begin(), cbor.end());
+  if (!kernels_object.empty()) j["kernels_object"] = blocks.add(kernels_object.data(), kernels_object.size());
+  saved.bytes = blocks.finish(j);
   saved.summary = json({{"entry", kEntrySymbol},
                         {"kernels", program.family == KernelFamily::Portable ? "portable" : "native"},
                         {"arena_bytes", program.arena_bytes},
@@ -130,12 +132,8 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
                      const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object) {
   const std::string what = "cached program";
-  json j;
-  try {
-    j = json::from_cbor(bytes.begin(), bytes.end());
-  } catch (const json::exception& e) {
-    ir::fail(ir::ErrorKind::InvalidModel, what + " is not valid CBOR: " + e.what());
-  }
+  const BlockReader blocks(bytes, what);
+  const json& j = blocks.document();
   try {
     if (json_field<int>(j, "format", what) != kFormat) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown format");
     Program p;
@@ -161,7 +159,7 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
         if (a < 0 || size_t(a) >= p.buffers.size()) ir::fail(ir::ErrorKind::InvalidModel, where + ": buffer out of range");
       if (s.contains("loop")) step.loop = loop_from_json(s["loop"], where);
       else if (s.contains("call")) step.call = call_from_json(s["call"], where);
-      else step.kernel = load_kernel(json_field<json>(s, "kernel", where), weights, where);
+      else step.kernel = load_kernel(json_field<json>(s, "kernel", where), weights, blocks, where);
       step_symbols.push_back(json_field<std::string>(s, "symbol", where));
       if (!step.kernel && step_symbols.back().empty()) ir::fail(ir::ErrorKind::InvalidModel, where + ": a step without a function");
       for (const auto& a : step.call ? step.call->args : std::vector<Call::Arg>{})
@@ -198,10 +196,7 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
     p.fallback_nodes = json_field<int>(j, "fallback_nodes", what);
     if (kernels_object) {
       kernels_object->clear();
-      if (j.contains("kernels_object")) {
-        const auto& bin = j["kernels_object"].get_binary();
-        kernels_object->assign(bin.begin(), bin.end());
-      }
+      if (j.contains("kernels_object")) *kernels_object = blocks.block(j["kernels_object"], what + ": the kernel library");
     }
     for (const Buffer& b : p.buffers)
       if (b.kind == Buffer::Kind::Arena && (b.offset < 0 || b.bytes < 0 || b.offset + b.bytes > p.arena_bytes))

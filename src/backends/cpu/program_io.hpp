@@ -17,7 +17,7 @@
 namespace kiln::cpu {
 
 struct SavedProgram {
-  std::string bytes;  // CBOR
+  std::string bytes;  // CBOR and blocks (backends/program_blocks.hpp)
   WeightsWriter weights;
   std::string summary;  // JSON for the cache manifest: the memory plan and the steps, readable
 };
