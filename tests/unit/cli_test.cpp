@@ -10,6 +10,7 @@
 
 #include "cli/npy.hpp"
 #include "kiln/kiln.hpp"
+#include "model_builder.hpp"
 
 namespace fs = std::filesystem;
 
@@ -93,6 +94,33 @@ TEST(Cli, RunJsonWithRepeatAndRandomInputs) {
   for (const char* phase : {"runtime_ms", "load_ms", "first_run_ms"}) EXPECT_GT(j[phase].get<double>(), 0.0) << phase;
   // The first run includes the compile.
   EXPECT_GE(j["first_run_ms"].get<double>(), j["specializations"][0]["compile_ms"].get<double>());
+}
+
+TEST(Cli, ProfileTimesTheStepsOfCompiledAndInterpretedParts) {
+  // NonZero's count depends on the data: the interpreter runs it and what
+  // follows it up to the Mul, between compiled parts.
+  kiln::test::ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2, 3}).output("y", onnx::TensorProto::FLOAT, {2, 3});
+  b.node("Relu", {"x"}, {"a"});
+  b.node("NonZero", {"a"}, {"where"});
+  kiln::test::ModelBuilder::attr_int(b.node("Cast", {"where"}, {"where_f"}), "to", onnx::TensorProto::FLOAT);
+  b.node("ReduceSum", {"where_f"}, {"s"});
+  b.node("Mul", {"a", "s"}, {"y"});
+  const fs::path model = temp_path("kiln_cli_nonzero.onnx");
+  {
+    std::ofstream f(model, std::ios::binary);
+    ASSERT_TRUE(b.model().SerializeToOstream(&f));
+  }
+  ::setenv("KILN_PROFILE", "all", 1);
+  auto r = kiln_cmd("run " + model.string() + " --random-inputs --repeat 3");
+  ::unsetenv("KILN_PROFILE");
+  fs::remove(model);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("cpu+interpreter backend (3 parts)"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("kiln profile: 3 interpreted nodes, "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("over 3 runs after the first; every step:"), std::string::npos) << r.err;
+  for (const char* step : {"interp node 'NonZero_1' (NonZero)", "interp node 'ReduceSum_3' (ReduceSum)", "(Relu)", "(Mul)"})
+    EXPECT_NE(r.err.find(step), std::string::npos) << step << " in\n" << r.err;
 }
 
 TEST(Cli, OutputNamesAreMadeFileSafe) {

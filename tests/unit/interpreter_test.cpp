@@ -52,6 +52,7 @@ void expect_same(const std::string& op, const std::vector<std::pair<std::string,
   const Tensor got = interpreter->compile(model.graph, {}, {})->run(feeds)[0];
   const Tensor want = kiln::ref::run_graph(*model.graph, feeds)[0];
   ASSERT_EQ(got.dims(), want.dims());
+  ASSERT_EQ(got.dtype(), want.dtype());
   const auto g = got.to_float_vector(), w = want.to_float_vector();
   for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(g[i], w[i], 1e-4f * (1 + std::fabs(w[i]))) << op << " element " << i;
 }
@@ -129,6 +130,33 @@ TEST(Interpreter, ExpandBroadcastsEveryWayTheReferenceDoes) {
   expect_same("Expand", {{"x", random({0, 1}, 1)}, {"s", shape({0, 4})}});
   expect_same("Expand", {{"x", ints({2, 1}, -9, 9, 2)}, {"s", shape({2, 2, 3})}});
   EXPECT_THROW(expect_same("Expand", {{"x", random({2, 3}, 1)}, {"s", shape({4, 3})}}), kiln::ir::Error);
+}
+
+TEST(Interpreter, ComparisonsMatchTheReference) {
+  // More than one chunk of 64 Ki elements, with ties and NaNs.
+  Tensor a = random({3, 70001}, 11), b = random({3, 70001}, 12);
+  float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  for (int64_t i = 0; i < a.numel(); i += 7) pa[i] = pb[i];
+  pa[5] = std::nanf("");
+  const Tensor threshold = Tensor::from_vector<float>({}, {0.05f});
+  const Tensor one = Tensor::from_vector<float>({1, 1}, {pa[3]});
+  const Tensor ints = Tensor::from_vector<int64_t>({2, 3}, {1, 5, -3, 7, 7, 0});
+  const Tensor int_threshold = Tensor::from_vector<int64_t>({1}, {5});
+  for (const std::string op : {"Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Equal"}) {
+    SCOPED_TRACE(op);
+    expect_same(op, {{"a", a}, {"b", b}});
+    expect_same(op, {{"a", a}, {"b", threshold}});
+    expect_same(op, {{"a", threshold}, {"b", a}});
+    expect_same(op, {{"a", a}, {"b", one}});
+    expect_same(op, {{"a", ints}, {"b", int_threshold}});
+    expect_same(op, {{"a", int_threshold}, {"b", ints}});
+    // Left to the reference: a broadcast of both sides, a single value of
+    // higher rank than the other side, and a dtype with no loop here.
+    expect_same(op, {{"a", random({3, 1}, 1)}, {"b", random({1, 4}, 2)}});
+    expect_same(op, {{"a", Tensor::from_vector<float>({1, 1, 1}, {0.5f})}, {"b", random({4}, 3)}});
+    expect_same(op, {{"a", Tensor::from_vector<int32_t>({3}, {1, 2, 3})}, {"b", Tensor::from_vector<int32_t>({3}, {3, 2, 1})}});
+  }
 }
 
 TEST(Interpreter, ConstantOfShapeFillsWithItsValue) {

@@ -40,6 +40,7 @@
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/lowering.hpp"
 #include "backends/cpu/program_io.hpp"
+#include "backends/cpu/step_profile.hpp"
 #include "backends/cpu/thread_budget.hpp"
 
 namespace kiln::backends {
@@ -95,32 +96,19 @@ class CpuExecutable : public Executable {
         calls_kernels_(std::any_of(program_.steps.begin(), program_.steps.end(), [](const cpu::Step& s) { return bool(s.call); })),
         code_(cpu::link_program(object_, step_symbols_, calls_kernels_, *jit_, kernels_object)),
         budget_(std::move(budget)),
-        arenas_(program_.arena_bytes) {
+        arenas_(program_.arena_bytes),
+        profile_(program_.steps.size()) {
     for (const auto& step : program_.steps) kernels_.push_back(step.kernel.get());
     for (const auto& c : program_.constants) constants_.push_back(c.raw());
-    if (const char* p = std::getenv("KILN_PROFILE"); p && *p && std::string(p) != "0") {
-      step_ms_.assign(program_.steps.size(), 0);
-      profile_all_steps_ = std::string(p) == "all";
-    }
   }
 
   ~CpuExecutable() override {
-    if (step_ms_.empty() || profiled_runs_ == 0) return;
-    std::vector<size_t> order(step_ms_.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return step_ms_[a] > step_ms_[b]; });
-    double total = 0;
-    for (double t : step_ms_) total += t;
-    std::fprintf(stderr, "kiln profile: %zu steps, %.3f ms per run over %lld runs%s; %s:\n", step_ms_.size(),
-                 total / double(profiled_runs_), static_cast<long long>(profiled_runs_),
-                 first_run_dropped_ ? " after the first" : "", profile_all_steps_ ? "every step" : "slowest steps");
-    for (size_t i = 0; i < (profile_all_steps_ ? order.size() : std::min<size_t>(order.size(), 20)); ++i) {
-      const cpu::Step& step = program_.steps[order[i]];
+    profile_.print(std::to_string(program_.steps.size()) + " steps", [&](size_t s) {
+      const cpu::Step& step = program_.steps[s];
       // "ref" marks the nodes that fell back to the reference kernels: the first place to look.
       const char* kind = step.loop ? "loop  " : step.call ? "call  " : dynamic_cast<const cpu::ReferenceKernel*>(step.kernel.get()) ? "ref   " : "kernel";
-      std::fprintf(stderr, "  %8.3f ms  %5.1f%%  %s %s\n", step_ms_[order[i]] / double(profiled_runs_),
-                   100 * step_ms_[order[i]] / total, kind, step.label.c_str());
-    }
+      return std::string(kind) + " " + step.label;
+    });
   }
 
   ExecutableStats stats() const override {
@@ -173,7 +161,7 @@ class CpuExecutable : public Executable {
     cpu::RunStatus status;
     int32_t rc = 0;
     budget_->hold([&] {
-      rc = step_ms_.empty() ? code_.entry(kernels_.data(), constants_.data(), io, arena, &status, cpu::tbb_threads())
+      rc = !profile_.enabled() ? code_.entry(kernels_.data(), constants_.data(), io, arena, &status, cpu::tbb_threads())
                             : run_profiled(io, arena, status);
     });
     arenas_.release(arena);
@@ -187,14 +175,7 @@ class CpuExecutable : public Executable {
 
   // KILN_PROFILE: the steps one by one, timed (what the entry function does, from C++).
   int32_t run_profiled(void* const* io, char* arena, cpu::RunStatus& status) const {
-    // The first run faults in the arena and warms oneDNN's caches: averaged in,
-    // it would hide the steady state, so the second run starts the count again.
-    if (profiled_runs_ == 1 && !first_run_dropped_) {
-      std::fill(step_ms_.begin(), step_ms_.end(), 0.0);
-      profiled_runs_ = 0;
-      first_run_dropped_ = true;
-    }
-    profiled_runs_++;
+    profile_.begin_run();
     for (size_t s = 0; s < program_.steps.size(); ++s) {
       const cpu::Step& step = program_.steps[s];
       std::vector<void*> args;
@@ -222,7 +203,7 @@ class CpuExecutable : public Executable {
         cpu::tbb_threads()->parallel_for(nullptr, cpu::loop_chunks(n), reinterpret_cast<kiln_pk_task_fn>(code_.steps[s]),
                                          args.data());
       }
-      step_ms_[s] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      profile_.add(s, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     }
     return 0;
   }
@@ -234,14 +215,11 @@ class CpuExecutable : public Executable {
   std::shared_ptr<cpu::Jit> jit_;
   bool calls_kernels_;         // of the portable kernel library
   cpu::CompiledProgram code_;  // owns the linked code (before jit_ goes)
-  mutable std::vector<double> step_ms_;  // KILN_PROFILE only (runs are serialised)
-  mutable int64_t profiled_runs_ = 0;
-  mutable bool first_run_dropped_ = false;
-  bool profile_all_steps_ = false;  // KILN_PROFILE=all
   std::shared_ptr<ThreadBudget> budget_;
   std::vector<const cpu::Kernel*> kernels_;
   std::vector<const void*> constants_;
   mutable ArenaPool arenas_;
+  mutable cpu::StepProfile profile_;  // runs are serialised
 };
 
 class CpuBackend : public Backend {

@@ -1,7 +1,10 @@
 #include "backends/cpu/interpreter_backend.hpp"
 
 #include "backends/artifact_weights.hpp"
+#include <mutex>
+
 #include "backends/cpu/interpreter_kernels.hpp"
+#include "backends/cpu/step_profile.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/serialize.hpp"
 
@@ -20,11 +23,19 @@ class InterpreterExecutable : public Executable {
  public:
   // `unsaved`: why save() must refuse, if it must.
   InterpreterExecutable(std::shared_ptr<const ir::Graph> graph, std::shared_ptr<cpu::ThreadBudget> budget, std::string unsaved = {})
-      : graph_(std::move(graph)), budget_(std::move(budget)), unsaved_(std::move(unsaved)) {}
+      : graph_(std::move(graph)), budget_(std::move(budget)), unsaved_(std::move(unsaved)), profile_(graph_->nodes.size()) {}
+  ~InterpreterExecutable() override {
+    profile_.print(std::to_string(graph_->nodes.size()) + " interpreted nodes",
+                   [&](size_t n) { return "interp " + graph_->nodes[n].describe(); });
+  }
   ExecutableStats stats() const override { return {int64_t(graph_->nodes.size())}; }
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const override {
     cpu::BudgetScope scope(budget_.get());
-    return ref::run_graph(*graph_, inputs, &cpu::interpreter_kernels());
+    if (!profile_.enabled()) return ref::run_graph(*graph_, inputs, &cpu::interpreter_kernels());
+    std::lock_guard<std::mutex> serialised(profile_mutex_);
+    profile_.begin_run();
+    const ref::NodeTimer timer = [&](size_t node, double ms) { profile_.add(node, ms); };
+    return ref::run_graph(*graph_, inputs, &cpu::interpreter_kernels(), &timer);
   }
 
   Artifact save() const override {
@@ -70,6 +81,8 @@ class InterpreterExecutable : public Executable {
   std::shared_ptr<const ir::Graph> graph_;
   std::shared_ptr<cpu::ThreadBudget> budget_;
   std::string unsaved_;
+  mutable std::mutex profile_mutex_;
+  mutable cpu::StepProfile profile_;  // KILN_PROFILE
 };
 
 class InterpreterBackend : public Backend {

@@ -533,6 +533,38 @@ void resize_kernel(ref::KernelContext& ctx) {
   ctx.set_output(0, std::move(out));
 }
 
+// A comparison of float32 or int64 tensors of one shape, or of a tensor and
+// a single value (a detector's score threshold over every anchor), in
+// parallel chunks; the reference kernel works out a broadcast index for
+// every element. Anything else goes to the reference kernel.
+template <typename Cmp>
+void comparison_kernel(ref::KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  const bool same = a.dims() == b.dims(), a_one = a.numel() == 1 && a.rank() <= b.rank(),
+             b_one = b.numel() == 1 && b.rank() <= a.rank();
+  if (a.dtype() != b.dtype() || (a.dtype() != DType::Float32 && a.dtype() != DType::Int64) || !(same || a_one || b_one))
+    return run_reference(ctx);
+  Tensor out = Tensor::uninitialized(DType::Bool, same || b_one ? a.dims() : b.dims());
+  auto run = [&](auto type) {
+    using T = decltype(type);
+    const T* x = a.data<T>();
+    const T* y = b.data<T>();
+    bool* o = out.data<bool>();
+    const Cmp cmp;
+    // Chunks of 64 Ki elements: a task per element range, not per element.
+    constexpr int64_t kChunk = 1 << 16;
+    const int64_t n = out.numel();
+    on_budget((n + kChunk - 1) / kChunk, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin * kChunk, stop = std::min(n, end * kChunk); i < stop; ++i)
+        o[i] = cmp(x[a_one && !same ? 0 : i], y[b_one && !same ? 0 : i]);
+    });
+  };
+  if (a.dtype() == DType::Float32) run(float{});
+  else run(int64_t{});
+  ctx.set_output(0, std::move(out));
+}
+
 }  // namespace
 
 const ref::KernelRegistry& interpreter_kernels() {
@@ -547,6 +579,11 @@ const ref::KernelRegistry& interpreter_kernels() {
     r.add("Resize", &resize_kernel);
     r.add("Pad", &pad_kernel);
     r.add("Upsample", &resize_kernel);
+    r.add("Greater", &comparison_kernel<std::greater<>>);
+    r.add("GreaterOrEqual", &comparison_kernel<std::greater_equal<>>);
+    r.add("Less", &comparison_kernel<std::less<>>);
+    r.add("LessOrEqual", &comparison_kernel<std::less_equal<>>);
+    r.add("Equal", &comparison_kernel<std::equal_to<>>);
     return r;
   }();
   return kernels;

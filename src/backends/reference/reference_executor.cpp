@@ -1,5 +1,6 @@
 #include "backends/reference/reference_executor.hpp"
 
+#include <chrono>
 #include <set>
 
 #include "backends/reference/kernel_registry.hpp"
@@ -27,7 +28,8 @@ class Scope {
   std::map<std::string, Tensor> values_;
 };
 
-static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry);
+static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry,
+                                        const NodeTimer* timer = nullptr);
 
 static std::vector<Tensor> run_subgraph(const ir::Graph& g, const std::vector<Tensor>& inputs, const Scope& parent,
                                         const KernelRegistry& registry) {
@@ -40,7 +42,8 @@ static std::vector<Tensor> run_subgraph(const ir::Graph& g, const std::vector<Te
   return run_in_scope(g, scope, registry);
 }
 
-static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry) {
+static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry,
+                                        const NodeTimer* timer) {
 
   // Last use of each value in this graph, so intermediates are freed early.
   std::map<std::string, size_t> last_use;
@@ -69,7 +72,9 @@ static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, co
     KernelContext ctx(node, std::move(ins), [&scope, &registry](const ir::Graph& g, const std::vector<Tensor>& inputs) {
       return run_subgraph(g, inputs, scope, registry);
     });
+    const auto start = timer ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     fn(ctx);
+    if (timer) (*timer)(idx, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       if (node.outputs[i].empty()) continue;
       Tensor& t = ctx.outputs()[i];
@@ -94,11 +99,11 @@ static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, co
 }
 
 std::vector<Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
-                              const KernelRegistry* kernels) {
+                              const KernelRegistry* kernels, const NodeTimer* timer) {
   Scope scope(nullptr);
   for (const auto& [name, t] : graph.initializers) scope.set(name, t);
   for (const auto& [name, t] : inputs) scope.set(name, t);
-  return run_in_scope(graph, scope, kernels ? *kernels : KernelRegistry::instance());
+  return run_in_scope(graph, scope, kernels ? *kernels : KernelRegistry::instance(), timer);
 }
 
 bool has_kernel(const std::string& domain, const std::string& op_type) {

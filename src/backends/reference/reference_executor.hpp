@@ -1,6 +1,7 @@
 #pragma once
 // Runs a graph node by node with the reference kernels. Clarity over speed:
 // this is the oracle every compiled backend is checked against.
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,9 +16,11 @@ class KernelRegistry;
 // Outputs in the order of graph.outputs. `inputs` may also override
 // initializers that are graph inputs. `kernels` replaces the built-in table
 // (an interpreter with faster kernels for some operators). Throws ir::Error
-// naming the node.
+// naming the node. `timer`, if given, hears how long each node of `graph`
+// took, in milliseconds (a node with subgraphs includes them).
+using NodeTimer = std::function<void(size_t node, double ms)>;
 std::vector<ir::Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, ir::Tensor>& inputs,
-                                  const KernelRegistry* kernels = nullptr);
+                                  const KernelRegistry* kernels = nullptr, const NodeTimer* timer = nullptr);
 
 // Op types of `graph` (and its subgraphs) with no reference kernel.
 std::vector<std::string> unsupported_ops(const ir::Graph& graph);

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include <oneapi/tbb/scalable_allocator.h>
+
 namespace kiln::ir {
 
 int64_t checked_numel(const Dims& dims) {
@@ -41,10 +43,13 @@ Tensor::Tensor(DType dtype, Dims dims, bool zeroed) : dtype_(dtype), dims_(std::
   // 64-byte alignment suits every vector width; at least one byte so data_ is never null.
   size_t alloc = (bytes + 63) / 64 * 64;
   if (alloc == 0) alloc = 64;
-  void* p = std::aligned_alloc(64, alloc);
+  // TBB's allocator keeps freed large blocks for the next request, where
+  // glibc unmaps them: an interpreted detector head (a 50 MB tensor made,
+  // filled and freed on every run) paid for every page again on every run.
+  void* p = scalable_aligned_malloc(alloc, 64);
   if (!p) fail(ErrorKind::Internal, "out of memory allocating " + std::to_string(bytes) + " bytes");
   if (zeroed) std::memset(p, 0, alloc);
-  storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  storage_ = std::shared_ptr<void>(p, [](void* q) { scalable_aligned_free(q); });
   data_ = p;
 }
 
