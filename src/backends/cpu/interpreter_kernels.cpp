@@ -168,6 +168,15 @@ std::vector<AxisSample> axis_samples(double start, double bin, int64_t cells, in
   return out;
 }
 
+// a[i] += w * x[i]: cloned for AVX-512 and AVX2 with FMA (this library is
+// built for the baseline x86-64), the clone picked when the library loads.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#endif
+void add_scaled(float* __restrict a, const float* __restrict x, float w, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] += w * x[i];
+}
+
 // RoiAlign over float NCHW maps, as the reference kernel computes it (ONNX
 // Runtime's rules, max mode included) but in float: the sampling positions
 // and weights depend on the roi only, so they are worked out once per roi
@@ -240,17 +249,57 @@ void roi_align_kernel(ref::KernelContext& ctx) {
     }
     return avg ? acc * roi.scale : acc;
   };
-  auto channels = [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) {
-      const int64_t n = k / C, c = k % C;
-      const Roi& roi = plan[size_t(n)];
-      const float* plane = in + (image[size_t(n)] * C + c) * H * W;
-      float* o = dst + k * oh * ow;
-      for (int64_t ph = 0; ph < oh; ++ph)
-        for (int64_t pw = 0; pw < ow; ++pw) o[ph * ow + pw] = cell(roi, plane, ph, pw);
+  if (!avg) {
+    on_budget(R * C, [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin; k < end; ++k) {
+        const int64_t n = k / C, c = k % C;
+        const float* plane = in + (image[size_t(n)] * C + c) * H * W;
+        float* o = dst + k * oh * ow;
+        for (int64_t ph = 0; ph < oh; ++ph)
+          for (int64_t pw = 0; pw < ow; ++pw) o[ph * ow + pw] = cell(plan[size_t(n)], plane, ph, pw);
+      }
+    });
+    return ctx.set_output(0, std::move(out));
+  }
+  // avg, channels last: the maps transposed once, then every tap of a roi
+  // (four per sample, the weight with the cell's 1 / count folded in) adds
+  // one weighted row of channels, vectorised. Faster R-CNN's box head (150
+  // rois x 256 channels of a 10x10 map) took 12 ms sampling each channel's
+  // plane apart, 9 with the taps made once per roi.
+  std::vector<float> last(size_t(N * H * W * C));
+  on_budget(N * H * W, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t img = p / (H * W), pixel = p % (H * W);
+      for (int64_t c = 0; c < C; ++c) last[size_t(p * C + c)] = in[(img * C + c) * H * W + pixel];
     }
-  };
-  on_budget(R * C, channels);
+  });
+  on_budget(R, [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(size_t(oh * ow * C));
+    for (int64_t n = begin; n < end; ++n) {
+      const Roi& roi = plan[size_t(n)];
+      const float* map = last.data() + image[size_t(n)] * H * W * C;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t ph = 0; ph < oh; ++ph)
+        for (int64_t pw = 0; pw < ow; ++pw) {
+          float* a = acc.data() + (ph * ow + pw) * C;
+          for (int64_t iy = 0; iy < roi.grid_h; ++iy) {
+            const AxisSample& y = roi.ys[size_t(ph * roi.grid_h + iy)];
+            for (int64_t ix = 0; ix < roi.grid_w; ++ix) {
+              const AxisSample& xs = roi.xs[size_t(pw * roi.grid_w + ix)];
+              if (!y.valid || !xs.valid) continue;
+              const float s = roi.scale;
+              add_scaled(a, map + (y.lo * W + xs.lo) * C, y.w_lo * xs.w_lo * s, C);
+              add_scaled(a, map + (y.lo * W + xs.hi) * C, y.w_lo * xs.w_hi * s, C);
+              add_scaled(a, map + (y.hi * W + xs.lo) * C, y.w_hi * xs.w_lo * s, C);
+              add_scaled(a, map + (y.hi * W + xs.hi) * C, y.w_hi * xs.w_hi * s, C);
+            }
+          }
+        }
+      float* o = dst + n * C * oh * ow;
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t bin = 0; bin < oh * ow; ++bin) o[c * oh * ow + bin] = acc[size_t(bin * C + c)];
+    }
+  });
   ctx.set_output(0, std::move(out));
 }
 
