@@ -159,6 +159,69 @@ TEST(Interpreter, ComparisonsMatchTheReference) {
   }
 }
 
+TEST(Interpreter, NonZeroListsWhatTheReferenceLists) {
+  // More than one chunk of 64 Ki elements, the hits spread over them.
+  std::vector<bool> flags(3 * 70001);
+  for (size_t i = 0; i < flags.size(); ++i) flags[i] = (i * 7919) % 13 < 5;
+  std::vector<uint8_t> bytes(flags.begin(), flags.end());
+  Tensor many(kiln::ir::DType::Bool, {3, 70001});
+  std::copy(bytes.begin(), bytes.end(), many.data<bool>());
+  expect_same("NonZero", {{"x", many}});
+  expect_same("NonZero", {{"x", Tensor::from_vector<float>({2, 2, 3}, {0, -0.0f, 1, std::nanf(""), 0, 0, 2, 0, 0, 0, 0, -3})}});
+  expect_same("NonZero", {{"x", ints({5, 4}, -2, 3, 9)}});
+  expect_same("NonZero", {{"x", Tensor::from_vector<int32_t>({4}, {0, 5, 0, 7})}});
+  expect_same("NonZero", {{"x", Tensor::from_vector<float>({2, 3}, std::vector<float>(6, 0))}});  // none: 2x0
+  expect_same("NonZero", {{"x", Tensor::from_vector<float>({0, 3}, {})}});
+  // Left to the reference: a scalar, a dtype with no loop here.
+  expect_same("NonZero", {{"x", Tensor::from_vector<float>({}, {2})}});
+  expect_same("NonZero", {{"x", Tensor::from_vector<uint8_t>({3}, {1, 0, 1})}});
+}
+
+// TopK has two outputs: both must match.
+void expect_same_topk(const Tensor& x, int64_t k, int64_t axis, int64_t largest, int64_t sorted = 1) {
+  SCOPED_TRACE("k " + std::to_string(k) + " axis " + std::to_string(axis) + " largest " + std::to_string(largest));
+  ModelBuilder b(13);
+  b.graph().add_input()->set_name("x");
+  b.graph().add_input()->set_name("k");
+  b.output_untyped("values");
+  b.output_untyped("indices");
+  auto& node = b.node("TopK", {"x", "k"}, {"values", "indices"});
+  ModelBuilder::attr_int(node, "axis", axis);
+  ModelBuilder::attr_int(node, "largest", largest);
+  ModelBuilder::attr_int(node, "sorted", sorted);
+  const auto model = kiln::test::import(b);
+  const std::map<std::string, Tensor> feeds = {{"x", x}, {"k", Tensor::from_vector<int64_t>({1}, {k})}};
+  auto cpu = kiln::backends::make_backend("cpu", 2);
+  const auto got = cpu->fallback()->compile(model.graph, {}, {})->run(feeds);
+  const auto want = kiln::ref::run_graph(*model.graph, feeds);
+  for (size_t o = 0; o < 2; ++o) {
+    ASSERT_EQ(got[o].dims(), want[o].dims());
+    ASSERT_EQ(got[o].dtype(), want[o].dtype());
+    const auto g = got[o].to_float_vector(), w = want[o].to_float_vector();
+    for (size_t i = 0; i < w.size(); ++i)
+      ASSERT_TRUE(g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i]))) << "output " << o << " element " << i << ": " << g[i] << " vs " << w[i];
+  }
+}
+
+TEST(Interpreter, TopKKeepsTheReferenceOrder) {
+  // Ties (every value appears about five times) and NaNs, which rank above
+  // every number.
+  std::vector<float> v(4 * 300);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float((i * 37) % 61) - 30;
+  v[10] = v[700] = v[701] = std::nanf("");
+  const Tensor x = Tensor::from_vector<float>({4, 300}, v);
+  for (int64_t largest : {1, 0})
+    for (int64_t k : {0, 1, 17, 299, 300}) expect_same_topk(x, k, -1, largest);
+  // Along a leading axis: rows are strided.
+  const Tensor y = Tensor::from_vector<float>({300, 4}, v);
+  expect_same_topk(y, 25, 0, 1);
+  expect_same_topk(y, 25, -2, 0);
+  // Left to the reference: integers, unsorted (which it sorts anyway), k out of range.
+  expect_same_topk(ints({3, 50}, -5, 5, 3), 10, 1, 1);
+  expect_same_topk(x, 5, 1, 1, 0);
+  EXPECT_THROW(expect_same_topk(x, 301, 1, 1), kiln::ir::Error);
+}
+
 TEST(Interpreter, ConstantOfShapeFillsWithItsValue) {
   expect_same("ConstantOfShape", {{"s", shape({3, 4})}});
   expect_same("ConstantOfShape", {{"s", shape({0, 5})}});

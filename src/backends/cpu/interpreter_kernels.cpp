@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <numeric>
+#include <type_traits>
 #include <unordered_map>
 
 #include "backends/cpu/onednn_kernel.hpp"
@@ -614,6 +616,106 @@ void comparison_kernel(ref::KernelContext& ctx) {
   ctx.set_output(0, std::move(out));
 }
 
+// NonZero of a bool, float32, int64 or int32 tensor in chunks: each chunk's
+// count in parallel, then each chunk writes its coordinates from where the
+// counts before it end, stepping its multi-index along (a division per
+// element cost more than the scan: retinanet's scores are 8 million).
+void nonzero_kernel(ref::KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (x.rank() == 0 || (x.dtype() != DType::Bool && x.dtype() != DType::Float32 && x.dtype() != DType::Int64 &&
+                        x.dtype() != DType::Int32))
+    return run_reference(ctx);
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk, rank = x.rank();
+  std::vector<int64_t> first(size_t(chunks) + 1, 0);
+  Tensor out;
+  ir::dispatch_dtype(x.dtype(), [&](auto type) {
+    using T = decltype(type);
+    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, float> || std::is_same_v<T, int64_t> || std::is_same_v<T, int32_t>) {
+      const T* v = x.data<T>();
+      on_budget(chunks, [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) {
+          int64_t hits = 0;
+          for (int64_t i = c * kChunk, stop = std::min(n, i + kChunk); i < stop; ++i) hits += v[i] != T(0);
+          first[size_t(c) + 1] = hits;
+        }
+      });
+      for (int64_t c = 0; c < chunks; ++c) first[size_t(c) + 1] += first[size_t(c)];
+      const int64_t total = first.back();
+      out = Tensor::uninitialized(DType::Int64, {rank, total});
+      int64_t* o = out.data<int64_t>();
+      on_budget(chunks, [&](int64_t begin, int64_t end) {
+        Dims at(size_t(rank), 0);
+        for (int64_t c = begin; c < end; ++c) {
+          int64_t flat = c * kChunk, j = first[size_t(c)];
+          for (int64_t d = rank, rest = flat; d-- > 0;) at[size_t(d)] = rest % x.dim(int(d)), rest /= x.dim(int(d));
+          for (const int64_t stop = std::min(n, flat + kChunk); flat < stop; ++flat) {
+            if (v[flat] != T(0)) {
+              for (int64_t d = 0; d < rank; ++d) o[d * total + j] = at[size_t(d)];
+              ++j;
+            }
+            for (int64_t d = rank; d-- > 0;) {
+              if (++at[size_t(d)] < x.dim(int(d))) break;
+              at[size_t(d)] = 0;
+            }
+          }
+        }
+      });
+    }
+  });
+  ctx.set_output(0, std::move(out));
+}
+
+// TopK of float32 rows: the k best found with nth_element and only those
+// sorted, where the reference kernel sorts the whole row (retinanet keeps
+// 1000 of its scores). The same order as the reference: NaN above every
+// number, equal values by lower index first.
+void topk_kernel(ref::KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (ctx.opset() < 10 || x.dtype() != DType::Float32 || x.rank() == 0 || ctx.input(1).numel() != 1 ||
+      ctx.attr_int("sorted", 1) != 1)
+    return run_reference(ctx);
+  const int64_t k = ctx.input(1).as_int64(0);
+  int64_t axis = ctx.attr_int("axis", -1);
+  if (axis < 0) axis += x.rank();
+  if (axis < 0 || axis >= x.rank() || k < 0 || k > x.dim(int(axis))) return run_reference(ctx);  // names what is wrong
+  const bool largest = ctx.attr_int("largest", 1) != 0;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.dim(int(d));
+  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dim(int(d));
+  const int64_t dim = x.dim(int(axis));
+  Dims dims = x.dims();
+  dims[size_t(axis)] = k;
+  Tensor values = Tensor::uninitialized(DType::Float32, dims), indices = Tensor::uninitialized(DType::Int64, dims);
+  const float* in = x.data<float>();
+  float* vo = values.data<float>();
+  int64_t* io = indices.data<int64_t>();
+  on_budget(outer * inner, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(dim));
+    std::vector<int64_t> order(static_cast<size_t>(dim));
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t o = r / inner, i = r % inner;
+      for (int64_t j = 0; j < dim; ++j) row[size_t(j)] = in[(o * dim + j) * inner + i];
+      std::iota(order.begin(), order.end(), int64_t(0));
+      auto less = [](float a, float b) { return (a != a || b != b) ? (a == a && b != b) : a < b; };
+      auto before = [&](int64_t a, int64_t b) {
+        const float va = row[size_t(a)], vb = row[size_t(b)];
+        if (largest ? less(vb, va) : less(va, vb)) return true;
+        if (largest ? less(va, vb) : less(vb, va)) return false;
+        return a < b;
+      };
+      if (k < dim) std::nth_element(order.begin(), order.begin() + k, order.end(), before);
+      std::sort(order.begin(), order.begin() + k, before);
+      for (int64_t j = 0; j < k; ++j) {
+        vo[(o * k + j) * inner + i] = row[size_t(order[size_t(j)])];
+        io[(o * k + j) * inner + i] = order[size_t(j)];
+      }
+    }
+  });
+  ctx.set_output(0, std::move(values));
+  ctx.set_output(1, std::move(indices));
+}
+
 }  // namespace
 
 const ref::KernelRegistry& interpreter_kernels() {
@@ -633,6 +735,8 @@ const ref::KernelRegistry& interpreter_kernels() {
     r.add("Less", &comparison_kernel<std::less<>>);
     r.add("LessOrEqual", &comparison_kernel<std::less_equal<>>);
     r.add("Equal", &comparison_kernel<std::equal_to<>>);
+    r.add("NonZero", &nonzero_kernel);
+    r.add("TopK", &topk_kernel);
     return r;
   }();
   return kernels;
