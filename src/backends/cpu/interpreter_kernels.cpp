@@ -36,13 +36,19 @@ using ir::Tensor;
 void run_reference(ref::KernelContext& ctx) { ref::KernelRegistry::instance().find(ctx.node().op_type)(ctx); }
 
 // body(begin, end) over [0, n): split over the budget's threads (holding it,
-// as a run does), or in one call without a budget or with one thread.
+// as a run does), or in one call without a budget or with one thread. A
+// compiled run's step on these kernels is already inside its budget's hold:
+// the loop goes straight to the arena.
 template <typename Body>
 void on_budget(int64_t n, const Body& body) {
-  if (!t_budget || t_budget->threads == 1 || n <= 1) return body(0, n);
-  t_budget->hold([&] {
+  const ThreadBudget* held = ThreadBudget::held();
+  const ThreadBudget* budget = t_budget ? t_budget : held;
+  if (!budget || budget->threads == 1 || n <= 1) return body(0, n);
+  auto loop = [&] {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, n), [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
-  });
+  };
+  if (held == budget) return loop();
+  t_budget->hold(loop);
 }
 
 // dst = alpha * src x weights (+ addend), every operand described with its
@@ -551,36 +557,46 @@ void resize_kernel(ref::KernelContext& ctx) {
   Tensor out = Tensor::uninitialized(DType::Float32, plan.out_dims);
   const float* in = x.data<float>();
   float* dst = out.data<float>();
-  // Only the input rows some output row reads are resized along the row.
+  // Two passes, each in parallel over every row it makes (a detector's
+  // input is 3 planes, which split badly over threads as whole planes):
+  // along each input row some output row reads, into `across`, then down,
+  // into the output. A single tap of weight 1 (nearest) is a copy.
   std::vector<char> needed(static_cast<size_t>(H), 0);
   for (int64_t i : rows.index) needed[size_t(i)] = 1;
-  auto resize_planes = [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch(size_t(H * OW));
-    for (int64_t p = begin; p < end; ++p) {
-      const float* src = in + p * H * W;
-      for (int64_t h = 0; h < H; ++h) {
-        if (!needed[size_t(h)]) continue;
-        const float* row = src + h * W;
-        float* t = scratch.data() + h * OW;
-        for (int64_t o = 0; o < OW; ++o) {
-          float acc = 0;
-          for (int64_t k = cols.first[size_t(o)]; k < cols.first[size_t(o + 1)]; ++k) acc += cols.weight[size_t(k)] * row[cols.index[size_t(k)]];
-          t[o] = acc;
-        }
+  auto single = [](const AxisTaps& a, int64_t o) { return a.first[size_t(o + 1)] - a.first[size_t(o)] == 1 && a.weight[size_t(a.first[size_t(o)])] == 1.0f; };
+  bool cols_copy = true;
+  for (int64_t o = 0; o < OW && cols_copy; ++o) cols_copy = single(cols, o);
+  std::vector<float> across(size_t(planes * H * OW));
+  on_budget(planes * H, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      if (!needed[size_t(r % H)]) continue;
+      const float* row = in + r * W;
+      float* t = across.data() + r * OW;
+      if (cols_copy) {
+        for (int64_t o = 0; o < OW; ++o) t[o] = row[cols.index[size_t(o)]];
+        continue;
       }
-      float* o_plane = dst + p * OH * OW;
-      for (int64_t o = 0; o < OH; ++o) {
-        float* line = o_plane + o * OW;
-        std::fill(line, line + OW, 0.0f);
-        for (int64_t k = rows.first[size_t(o)]; k < rows.first[size_t(o + 1)]; ++k) {
-          const float w = rows.weight[size_t(k)];
-          const float* t = scratch.data() + rows.index[size_t(k)] * OW;
-          for (int64_t c = 0; c < OW; ++c) line[c] += w * t[c];
-        }
+      for (int64_t o = 0; o < OW; ++o) {
+        float acc = 0;
+        for (int64_t k = cols.first[size_t(o)]; k < cols.first[size_t(o + 1)]; ++k) acc += cols.weight[size_t(k)] * row[cols.index[size_t(k)]];
+        t[o] = acc;
       }
     }
-  };
-  on_budget(planes, resize_planes);
+  });
+  on_budget(planes * OH, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t p = r / OH, o = r % OH;
+      float* line = dst + r * OW;
+      const float* plane = across.data() + p * H * OW;
+      if (single(rows, o)) {
+        std::memcpy(line, plane + rows.index[size_t(rows.first[size_t(o)])] * OW, size_t(OW) * sizeof(float));
+        continue;
+      }
+      std::fill(line, line + OW, 0.0f);
+      for (int64_t k = rows.first[size_t(o)]; k < rows.first[size_t(o + 1)]; ++k)
+        add_scaled(line, plane + rows.index[size_t(k)] * OW, rows.weight[size_t(k)], OW);
+    }
+  });
   ctx.set_output(0, std::move(out));
 }
 

@@ -37,9 +37,23 @@ struct ThreadBudget {
     arena.execute([&] {
       OmpThreads omp(threads);
       prepare_omp_team(threads);
-      f();
+      const ThreadBudget* outer = held_;
+      held_ = this;
+      try {
+        f();
+      } catch (...) {
+        held_ = outer;
+        throw;
+      }
+      held_ = outer;
     });
   }
+  // The budget whose hold() this thread is inside (null if none): a kernel
+  // called from a run may use its arena's threads directly.
+  static const ThreadBudget* held() { return held_; }
+
+ private:
+  static inline thread_local const ThreadBudget* held_ = nullptr;
 };
 
 }  // namespace kiln::cpu
