@@ -1,6 +1,8 @@
 // Graph passes keep results and do what they say.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 
 #include "backends/reference/reference_executor.hpp"
 #include "imported_model.hpp"
@@ -323,4 +325,57 @@ TEST(MemoryPlan, CheckerCatchesOverlaps) {
   EXPECT_NE(kiln::passes::check_memory_plan(plan), "");
   plan.slots["q"] = {0, 128, 3, 4};  // same bytes, disjoint lifetimes: fine
   EXPECT_EQ(kiln::passes::check_memory_plan(plan), "");
+}
+
+// MnasNet and ShuffleNet end with x.mean([2, 3]).
+TEST(Passes, SpatialReductionsBecomeGlobalPools) {
+  struct Case { std::string name, op; std::vector<int64_t> axes; int64_t keepdims; std::string becomes; };
+  const std::vector<Case> cases = {
+      {"mean_flat", "ReduceMean", {2, 3}, 0, "GlobalAveragePool"},
+      {"mean_kept", "ReduceMean", {3, 2}, 1, "GlobalAveragePool"},
+      {"max_negative", "ReduceMax", {-1, -2}, 1, "GlobalMaxPool"},
+      {"with_channels", "ReduceMean", {1, 2, 3}, 1, ""},
+      {"one_axis", "ReduceMean", {3}, 1, ""},
+      {"sum", "ReduceSum", {2, 3}, 1, ""},  // not a pool's average
+  };
+  const kiln::ir::Dims x_dims{2, 3, 4, 5};
+  for (int64_t opset : {13, 18}) {
+    SCOPED_TRACE("opset " + std::to_string(opset));
+    ModelBuilder b(opset);
+    b.input("x", onnx::TensorProto::FLOAT, {2, 3, 4, 5});
+    for (const auto& c : cases) {
+      std::vector<std::string> inputs = {"x"};
+      // ReduceSum takes its axes as an input from opset 13, the others from 18.
+      if (opset >= 18 || c.op == "ReduceSum") {
+        b.initializer(ModelBuilder::int64_tensor(c.name + "_axes", {int64_t(c.axes.size())}, c.axes));
+        inputs.push_back(c.name + "_axes");
+      }
+      auto& n = b.node(c.op, inputs, {c.name}, c.name);
+      if (inputs.size() == 1) ModelBuilder::attr_ints(n, "axes", c.axes);
+      ModelBuilder::attr_int(n, "keepdims", c.keepdims);
+      b.output_untyped(c.name);
+    }
+    auto m = kiln::test::import(b);
+    const Tensor x = Tensor::from_vector<float>(x_dims, random_values(120, 7));
+    const auto before = kiln::ref::run_graph(*m.graph, {{"x", x}});
+    auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, x_dims}}}, kiln::ref::constant_evaluator());
+    EXPECT_EQ(kiln::passes::reduce_as_global_pool(*m.graph, spec), 3);
+    for (const auto& c : cases) {
+      const auto named = std::find_if(m.graph->nodes.begin(), m.graph->nodes.end(), [&](const auto& n) { return n.name == c.name; });
+      ASSERT_NE(named, m.graph->nodes.end()) << c.name;
+      EXPECT_EQ(named->op_type, c.becomes.empty() ? c.op : c.becomes) << c.name;
+    }
+    // The kept-dims-less mean: the pool's N x C x 1 x 1, flattened to N x C.
+    const auto flatten = std::find_if(m.graph->nodes.begin(), m.graph->nodes.end(), [](const auto& n) { return n.op_type == "Flatten"; });
+    ASSERT_NE(flatten, m.graph->nodes.end());
+    EXPECT_EQ(flatten->outputs[0], "mean_flat");
+    EXPECT_EQ(spec.result.values.at(flatten->inputs[0]).shape.concrete(), (kiln::ir::Dims{2, 3, 1, 1}));
+    const auto after = kiln::ref::run_graph(*m.graph, {{"x", x}});
+    ASSERT_EQ(after.size(), before.size());
+    for (size_t k = 0; k < before.size(); ++k) {
+      ASSERT_EQ(after[k].dims(), before[k].dims()) << cases[k].name;
+      const auto want = before[k].to_float_vector(), got = after[k].to_float_vector();
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5f) << cases[k].name << ": " << i;
+    }
+  }
 }

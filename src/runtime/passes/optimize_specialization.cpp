@@ -11,6 +11,7 @@ void optimize_specialization(ir::Graph& graph, ir::Specialization& spec, const i
   fold_batch_norm(graph, spec);
   batch_norm_as_conv(graph, spec);
   distribute_concat(graph, spec);
+  reduce_as_global_pool(graph, spec);
   no_ops_as_identity(graph, spec);
   remove_dead_nodes(graph);
 }

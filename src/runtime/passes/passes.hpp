@@ -53,10 +53,15 @@ int distribute_concat(ir::Graph& graph, ir::Specialization& spec);
 // to the same shape, a Cast to the same type, a Transpose that keeps the order.
 int no_ops_as_identity(ir::Graph& graph, const ir::Specialization& spec);
 
+// A float ReduceMean or ReduceMax over every spatial axis (2 and on, axes
+// constant) becomes GlobalAveragePool or GlobalMaxPool; without keepdims,
+// followed by a Flatten to N x C. Adds the new value's type to `spec`.
+int reduce_as_global_pool(ir::Graph& graph, ir::Specialization& spec);
+
 // The passes a specialization runs before its backend compiles it:
 // specialization constants baked in, constant folding, Pads folded,
-// BatchNormalization folded or made a Conv, Concats distributed, no-ops made
-// Identity, dead nodes removed. New values get their types in `spec`.
+// BatchNormalization folded or made a Conv, Concats distributed, spatial
+// reductions made global pools, no-ops made Identity, dead nodes removed. New values get their types in `spec`.
 void optimize_specialization(ir::Graph& graph, ir::Specialization& spec, const ir::ConstantEvaluator& evaluator);
 
 }  // namespace kiln::passes
