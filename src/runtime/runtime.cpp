@@ -445,6 +445,7 @@ Model Model::load(const Runtime& runtime, const std::string& path) {
   m.impl_ = translate_errors([&] {
     onnx_import::ImportOptions opts;
     opts.keep_weights_in_file = true;
+    opts.hash_threads = runtime.threads();
     return std::make_shared<Impl>(runtime, onnx_import::import_model_file(path, opts));
   });
   return m;
@@ -456,6 +457,7 @@ Model Model::load_from_memory(const Runtime& runtime, const void* data, size_t s
   m.impl_ = translate_errors([&] {
     onnx_import::ImportOptions opts;
     opts.external_data_dir = external_data_dir;
+    opts.hash_threads = runtime.threads();
     return std::make_shared<Impl>(runtime, onnx_import::import_model_bytes(data, size, "<memory>", opts));
   });
   return m;

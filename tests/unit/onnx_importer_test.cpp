@@ -1,6 +1,8 @@
 // Import of real and hostile ONNX files.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -414,4 +416,52 @@ TEST(OnnxImporter, AFileRewrittenAfterLoadingIsAnErrorAndARenamedOneIsNot) {
   fs::resize_file(path, bytes.size() / 2);
   EXPECT_THROW(kiln::onnx_import::own_weights(cut), kiln::ir::Error);
   fs::remove(path);
+}
+
+// The file is hashed in 4 MiB blocks on several threads: the identity must
+// not depend on how many, must see a change in any block, and must equal
+// that of the same bytes loaded from memory.
+TEST(OnnxImporter, ContentHashSeesEveryBlockWhateverTheThreadCount) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {3, 1100000});
+  b.output("y", onnx::TensorProto::FLOAT, {3, 1100000});
+  onnx::TensorProto w;
+  w.set_name("w");
+  w.set_data_type(onnx::TensorProto::FLOAT);
+  w.add_dims(3);
+  w.add_dims(1100000);
+  std::string data(size_t(3 * 1100000) * sizeof(float), '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = char(i * 131 % 251);
+  w.set_raw_data(data);
+  b.initializer(w);
+  b.node("Add", {"x", "w"}, {"y"});
+  const std::string bytes = b.bytes();
+  ASSERT_GT(bytes.size(), size_t(12) << 20);  // three full blocks and part of a fourth
+  const std::string path = write_temp("blocks.onnx", bytes);
+  auto hash = [](const std::string& file, int threads) {
+    kiln::onnx_import::ImportOptions opts;
+    opts.keep_weights_in_file = true;
+    opts.hash_threads = threads;
+    return import_model_file(file, opts).content_hash;
+  };
+  const std::string one = hash(path, 1);
+  EXPECT_EQ(hash(path, 2), one);
+  EXPECT_EQ(hash(path, 7), one);
+  kiln::onnx_import::ImportOptions opts;
+  opts.hash_threads = 3;
+  EXPECT_EQ(kiln::onnx_import::import_model_bytes(bytes.data(), bytes.size(), "<memory>", opts).content_hash, one);
+  // A weight's byte changed in the first, a middle and the last (partial) block.
+  const size_t start = bytes.find(data.substr(0, 256)), end = start + data.size();
+  ASSERT_LT(start, size_t(4) << 20);
+  ASSERT_GT(end, size_t(12) << 20);
+  std::set<std::string> seen = {one};
+  for (size_t at : {start + 1, (size_t(6) << 20) + 5, end - 3}) {
+    std::string changed = bytes;
+    changed[at] = char(changed[at] ^ 0x40);
+    const std::string other = write_temp("blocks_changed.onnx", changed);
+    EXPECT_TRUE(seen.insert(hash(other, 2)).second) << "byte " << at;
+  }
+  // Weights still in the file are checked against the same identity before a compile copies them.
+  auto kept = import_keeping_weights(path);
+  EXPECT_NO_THROW(kiln::onnx_import::own_weights(kept));
 }

@@ -17,6 +17,9 @@ struct ImportOptions {
   // the mapped file (no copy at load), and the model's mapped_file is set.
   // Call own_weights before anything reads them.
   bool keep_weights_in_file = false;
+  // Threads that hash the model's bytes for its identity (the caller's and
+  // hash_threads - 1 more, started for it and joined before returning).
+  int hash_threads = 1;
 };
 
 ir::Model import_model_file(const std::string& path, const ImportOptions& options = {});
