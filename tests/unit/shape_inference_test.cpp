@@ -159,3 +159,20 @@ TEST(ShapeInference, ResizeWithConstantScalesOrSizesAndNonZero) {
   EXPECT_EQ(out[1].dims(), (Dims{2, 3, 4, 9}));
   EXPECT_EQ(out[2].dims(), (Dims{4, 0}));
 }
+
+// ONNX's own NonZero test declares its output 2x3, the count for the one
+// input it ships; another input has another count.
+TEST(ShapeInference, ADeclaredCountDoesNotFixWhatTheDataDecides) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2, 2});
+  b.output("where", onnx::TensorProto::INT64, {2, 3});
+  b.output("y", onnx::TensorProto::FLOAT, {2, 2});
+  b.node("NonZero", {"x"}, {"where"});
+  b.node("Relu", {"x"}, {"y"});
+  const auto m = kiln::test::import(b);
+  const auto spec = kiln::ir::specialize(*m.graph, {{"x", {DType::Float32, {2, 2}}}}, kiln::ref::constant_evaluator());
+  EXPECT_EQ(spec.result.values.at("where").shape.to_string(), "[2,?]");
+  EXPECT_EQ(spec.result.values.at("y").shape.to_string(), "[2,2]");
+  const auto out = kiln::ref::run_graph(*m.graph, {{"x", kiln::ir::Tensor::from_vector<float>({2, 2}, {1, 2, 0, 3})}});
+  EXPECT_EQ(out[0].dims(), (Dims{2, 3}));
+}
