@@ -419,6 +419,26 @@ TEST_P(OperatorTest, ConvSiLU) {
   }));
 }
 
+// Two post-ops on cpu (oneDNN 2.6 has no HardSigmoid): inputs up to 3 so
+// that both bounds are crossed.
+TEST_P(OperatorTest, ConvHardSigmoid) {
+  run(conv_then([](Case& c) { c.node("HardSigmoid", {"c"}, {"y"}, {{"alpha", 0.3f}, {"beta", 0.4f}}); }, 3));
+}
+
+// Hardswish as PyTorch writes it before opset 14, one post-op on cpu; with
+// any other alpha it is not Hardswish and must not become one.
+TEST_P(OperatorTest, ConvHardSwishAsMulOfHardSigmoid) {
+  for (float alpha : {1.0f / 6, 0.2f}) {
+    SCOPED_TRACE(alpha);
+    run(conv_then(
+        [&](Case& c) {
+          c.node("HardSigmoid", {"c"}, {"s"}, {{"alpha", alpha}, {"beta", 0.5f}});
+          c.node("Mul", {"s", "c"}, {"y"});
+        },
+        3));
+  }
+}
+
 void add_gelu(Case& c, const std::string& x, const std::string& y) {
   c.scalar("sqrt2", 1.4142135f).scalar("one", 1).scalar("half", 0.5f);
   c.node("Div", {x, "sqrt2"}, {x + "_d"});

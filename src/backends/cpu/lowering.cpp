@@ -469,10 +469,18 @@ class Lowering {
     for (;;) {
       if (f.eltwise.size() >= max_eltwise) break;
       const std::string v = f.value;
-      if (auto silu = match_silu(v)) {
+      if (auto silu = match_gated(v, "Sigmoid")) {
         f.eltwise.push_back({dnnl::algorithm::eltwise_swish, 1.0f, 0});
         f.nodes.insert(f.nodes.end(), silu->second.begin(), silu->second.end());
         f.value = silu->first;
+        continue;
+      }
+      // Before opset 14 PyTorch exports Hardswish as x * HardSigmoid(x)
+      // (alpha 1/6, beta 1/2): MobileNetV3 has one after most convolutions.
+      if (auto hard_swish = match_gated(v, "HardSigmoid")) {
+        f.eltwise.push_back({dnnl::algorithm::eltwise_hardswish, 0, 0});
+        f.nodes.insert(f.nodes.end(), hard_swish->second.begin(), hard_swish->second.end());
+        f.value = hard_swish->first;
         continue;
       }
       if (auto gelu = match_gelu(v)) {
@@ -488,6 +496,12 @@ class Lowering {
       std::optional<PostOp> post = activation(n);
       if (post) {
         f.eltwise.push_back(*post);
+      } else if (n.op_type == "HardSigmoid") {
+        // max(0, min(1, alpha x + beta)); oneDNN 2.6 has no such eltwise, so two.
+        if (f.eltwise.size() + 2 > max_eltwise) break;
+        ref::KernelContext ctx(n, {}, nullptr);
+        f.eltwise.push_back({dnnl::algorithm::eltwise_linear, ctx.attr_float("alpha", 0.2f), ctx.attr_float("beta", 0.5f)});
+        f.eltwise.push_back({dnnl::algorithm::eltwise_clip_v2, 0, 1});
       } else if ((n.op_type == "Add" || n.op_type == "Mul" || n.op_type == "Sub" || n.op_type == "Div") &&
                  n.inputs.size() == 2) {
         const bool first = n.inputs[0] == v;
@@ -559,15 +573,21 @@ class Lowering {
   size_t index_of(const ir::Node* n) const { return size_t(n - g_.nodes.data()); }
 
   // x * Sigmoid(x): exactly those two consumers of x.
-  std::optional<std::pair<std::string, std::vector<size_t>>> match_silu(const std::string& x) {
+  // x * gate(x), x read by nothing else: SiLU (gate Sigmoid) and Hardswish
+  // (gate HardSigmoid with alpha 1/6 and beta 1/2, what PyTorch writes).
+  std::optional<std::pair<std::string, std::vector<size_t>>> match_gated(const std::string& x, const char* gate_op) {
     const auto& cs = consumers(x);
     if (cs.size() != 2 || output_of_.count(x)) return std::nullopt;
     for (int s = 0; s < 2; ++s) {
-      const ir::Node& sig = g_.nodes[cs[size_t(s)]];
+      const ir::Node& gate = g_.nodes[cs[size_t(s)]];
       const ir::Node& mul = g_.nodes[cs[size_t(1 - s)]];
-      if (sig.op_type != "Sigmoid" || mul.op_type != "Mul" || !sig.domain.empty() || !mul.domain.empty()) continue;
-      if (!only_consumer(sig.outputs[0], "Mul") || index_of(only_consumer(sig.outputs[0], "Mul")) != cs[size_t(1 - s)])
+      if (gate.op_type != gate_op || mul.op_type != "Mul" || !gate.domain.empty() || !mul.domain.empty()) continue;
+      if (!only_consumer(gate.outputs[0], "Mul") || index_of(only_consumer(gate.outputs[0], "Mul")) != cs[size_t(1 - s)])
         continue;
+      if (gate.op_type == "HardSigmoid") {
+        ref::KernelContext ctx(gate, {}, nullptr);
+        if (std::fabs(ctx.attr_float("alpha", 0.2f) - 1.0f / 6) > 1e-6f || ctx.attr_float("beta", 0.5f) != 0.5f) continue;
+      }
       return std::make_pair(mul.outputs[0], std::vector<size_t>{cs[size_t(s)], cs[size_t(1 - s)]});
     }
     return std::nullopt;
