@@ -273,7 +273,8 @@ void roi_align_kernel(ref::KernelContext& ctx) {
   // (four per sample, the weight with the cell's 1 / count folded in) adds
   // one weighted row of channels, vectorised. Faster R-CNN's box head (150
   // rois x 256 channels of a 10x10 map) took 12 ms sampling each channel's
-  // plane apart, 9 with the taps made once per roi.
+  // plane apart, 9 with the taps made once per roi and applied per channel,
+  // 3.6-4 this way.
   std::vector<float> last(size_t(N * H * W * C));
   on_budget(N * H * W, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {

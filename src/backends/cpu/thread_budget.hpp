@@ -37,15 +37,12 @@ struct ThreadBudget {
     arena.execute([&] {
       OmpThreads omp(threads);
       prepare_omp_team(threads);
-      const ThreadBudget* outer = held_;
+      struct Restore {
+        const ThreadBudget* outer;
+        ~Restore() { held_ = outer; }
+      } restore{held_};
       held_ = this;
-      try {
-        f();
-      } catch (...) {
-        held_ = outer;
-        throw;
-      }
-      held_ = outer;
+      f();
     });
   }
   // The budget whose hold() this thread is inside (null if none): a kernel
