@@ -315,7 +315,25 @@ TEST(Interpreter, PadMatchesTheReference) {
     expect_same("Pad", {{"x", x}, {"pads", p}});
     expect_same("Pad", {{"x", x}, {"pads", p}, {"value", Tensor::from_vector<float>({}, {1.5f})}});
     expect_same("Pad", {{"x", ints({2, 3, 5, 4}, -9, 9, 3)}, {"pads", p}, {"value", Tensor::from_vector<int64_t>({}, {7})}});
-    expect_same("Pad", {{"x", x}, {"pads", p}}, {}, 1, 1, string_attrs({{"mode", "edge"}}));
+    for (const char* mode : {"edge", "wrap", "reflect"}) {
+      SCOPED_TRACE(mode);
+      expect_same("Pad", {{"x", x}, {"pads", p}}, {}, 1, 1, string_attrs({{"mode", mode}}));
+      expect_same("Pad", {{"x", ints({2, 3, 5, 4}, -9, 9, 3)}, {"pads", p}}, {}, 1, 1, string_attrs({{"mode", mode}}));
+    }
+  }
+  // Pads longer than the axis (wrap and reflect go round more than once), an
+  // axis of one, a 1-D tensor, a crop of the last axis past its start.
+  for (const char* mode : {"edge", "wrap", "reflect"}) {
+    SCOPED_TRACE(mode);
+    expect_same("Pad", {{"x", random({3, 1, 4}, 2)}, {"pads", Tensor::from_vector<int64_t>({6}, {2, 3, 9, 4, 2, 7})}}, {}, 1, 1,
+                string_attrs({{"mode", mode}}));
+    expect_same("Pad", {{"x", random({6}, 3)}, {"pads", Tensor::from_vector<int64_t>({2}, {5, 0})}}, {}, 1, 1, string_attrs({{"mode", mode}}));
+    expect_same("Pad", {{"x", random({2, 6}, 4)}, {"pads", Tensor::from_vector<int64_t>({4}, {1, -2, 0, 3})}}, {}, 1, 1,
+                string_attrs({{"mode", mode}}));
+    // Left to the reference, which says why: padding an empty axis.
+    EXPECT_THROW(expect_same("Pad", {{"x", random({0, 3}, 5)}, {"pads", Tensor::from_vector<int64_t>({4}, {1, 0, 0, 0})}}, {}, 1, 1,
+                             string_attrs({{"mode", mode}})),
+                 kiln::ir::Error);
   }
   expect_same("Pad", {{"x", x}, {"pads", Tensor::from_vector<int64_t>({8}, {0, 0, -5, 0, 0, 0, 0, 0})}});  // nothing left of x
 }

@@ -384,15 +384,76 @@ void constant_of_shape_kernel(ref::KernelContext& ctx) {
   ctx.set_output(0, std::move(out));
 }
 
-// Pad with a constant (opset 11 on, pads for every axis): the output is
+// Pad in edge, wrap or reflect mode: per axis, the input coordinate each
+// output coordinate reads (the reference kernel's rules), then each output
+// row in parallel, its stretch that is the input row as is in one copy.
+// Style-transfer and super-resolution networks pad every convolution this way.
+void pad_from_input(ref::KernelContext& ctx, const std::string& mode) {
+  const Tensor& x = ctx.input(0);
+  const int64_t rank = x.rank();
+  const int64_t* pads = ctx.input(1).data<int64_t>();
+  Dims out_dims(static_cast<size_t>(rank));
+  std::vector<std::vector<int64_t>> from(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t n = x.dim(int(d)), out = n + pads[d] + pads[d + rank];
+    if (out < 0 || (n == 0 && out > 0)) return run_reference(ctx);  // names the problem
+    out_dims[size_t(d)] = out;
+    for (int64_t o = 0; o < out; ++o) {
+      int64_t i = o - pads[d];
+      if (i < 0 || i >= n) {
+        if (mode == "edge") {
+          i = std::clamp<int64_t>(i, 0, n - 1);
+        } else if (mode == "wrap") {
+          i = ((i % n) + n) % n;
+        } else if (n == 1) {
+          i = 0;
+        } else {
+          const int64_t period = 2 * (n - 1);
+          i = ((i % period) + period) % period;
+          if (i >= n) i = period - i;
+        }
+      }
+      from[size_t(d)].push_back(i);
+    }
+  }
+  Tensor out = Tensor::uninitialized(x.dtype(), out_dims);
+  const size_t esize = ir::dtype_size(x.dtype());
+  const int64_t width = out_dims.back(), rows = width ? out.numel() / width : 0, n_last = x.dim(-1);
+  // Where the last axis reads the input row unshifted: one copy.
+  const int64_t copy_lo = std::clamp<int64_t>(pads[rank - 1], 0, width), copy_hi = std::clamp<int64_t>(pads[rank - 1] + n_last, copy_lo, width);
+  const std::vector<int64_t>& last = from.back();
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(out.raw());
+  on_budget(rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t in_row = 0, stride = n_last;
+      for (int64_t d = rank - 2, rest = r; d >= 0; --d) {
+        in_row += from[size_t(d)][size_t(rest % out_dims[size_t(d)])] * stride;
+        rest /= out_dims[size_t(d)];
+        stride *= x.dim(int(d));
+      }
+      const char* s = src + in_row * int64_t(esize);
+      char* o = dst + r * width * int64_t(esize);
+      for (int64_t c = 0; c < copy_lo; ++c) std::memcpy(o + c * int64_t(esize), s + last[size_t(c)] * int64_t(esize), esize);
+      if (copy_hi > copy_lo)
+        std::memcpy(o + copy_lo * int64_t(esize), s + last[size_t(copy_lo)] * int64_t(esize), size_t(copy_hi - copy_lo) * esize);
+      for (int64_t c = copy_hi; c < width; ++c) std::memcpy(o + c * int64_t(esize), s + last[size_t(c)] * int64_t(esize), esize);
+    }
+  });
+  ctx.set_output(0, std::move(out));
+}
+
+// Pad (opset 11 on, pads for every axis). With a constant: the output is
 // filled with the value, then the input's overlap with it is copied in
 // rows. Cropping pads are handled the same way.
 void pad_kernel(ref::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const int64_t rank = x.rank();
-  if (ctx.opset() < 11 || ctx.attr_string("mode", "constant") != "constant" || rank == 0 || ctx.has_input(3) ||
-      ctx.input(1).dtype() != DType::Int64 || ctx.input(1).numel() != 2 * rank)
+  const std::string mode = ctx.attr_string("mode", "constant");
+  if (ctx.opset() < 11 || rank == 0 || ctx.has_input(3) || ctx.input(1).dtype() != DType::Int64 ||
+      ctx.input(1).numel() != 2 * rank || (mode != "constant" && mode != "edge" && mode != "wrap" && mode != "reflect"))
     return run_reference(ctx);
+  if (mode != "constant") return pad_from_input(ctx, mode);
   const bool has_value = ctx.has_input(2) && ctx.input(2).numel() > 0;
   if (has_value && ctx.input(2).dtype() != x.dtype()) return run_reference(ctx);  // names the type
   const int64_t* pads = ctx.input(1).data<int64_t>();
