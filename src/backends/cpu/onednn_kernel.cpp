@@ -1,4 +1,5 @@
 #include "backends/cpu/onednn_kernel.hpp"
+#include "backends/program_blocks.hpp"
 
 #include <cstring>
 

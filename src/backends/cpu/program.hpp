@@ -12,12 +12,16 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "backends/artifact_weights.hpp"
-#include "backends/program_blocks.hpp"
 #include "runtime/ir/tensor.hpp"
+
+namespace kiln::backends {
+class BlockReader;  // program_blocks.hpp
+class BlockWriter;
+}  // namespace kiln::backends
 
 namespace kiln::cpu {
 
-// The constant bytes of a saved program (for the on-disk cache).
+// What a saved program (for the on-disk cache) is written to and read from.
 using backends::BlockReader;
 using backends::BlockWriter;
 using backends::WeightsReader;

@@ -1,4 +1,5 @@
 #include "backends/cpu/program_io.hpp"
+#include "backends/program_blocks.hpp"
 
 #include <nlohmann/json.hpp>
 
