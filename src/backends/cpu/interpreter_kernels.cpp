@@ -385,7 +385,7 @@ void constant_of_shape_kernel(ref::KernelContext& ctx) {
 }
 
 // Pad in edge, wrap or reflect mode: per axis, the input coordinate each
-// output coordinate reads (the reference kernel's rules), then each output
+// output coordinate reads (ref::pad_source, as the reference kernel), then each output
 // row in parallel, its stretch that is the input row as is in one copy.
 // Style-transfer and super-resolution networks pad every convolution this way.
 void pad_from_input(ref::KernelContext& ctx, const std::string& mode) {
@@ -398,23 +398,7 @@ void pad_from_input(ref::KernelContext& ctx, const std::string& mode) {
     const int64_t n = x.dim(int(d)), out = n + pads[d] + pads[d + rank];
     if (out < 0 || (n == 0 && out > 0)) return run_reference(ctx);  // names the problem
     out_dims[size_t(d)] = out;
-    for (int64_t o = 0; o < out; ++o) {
-      int64_t i = o - pads[d];
-      if (i < 0 || i >= n) {
-        if (mode == "edge") {
-          i = std::clamp<int64_t>(i, 0, n - 1);
-        } else if (mode == "wrap") {
-          i = ((i % n) + n) % n;
-        } else if (n == 1) {
-          i = 0;
-        } else {
-          const int64_t period = 2 * (n - 1);
-          i = ((i % period) + period) % period;
-          if (i >= n) i = period - i;
-        }
-      }
-      from[size_t(d)].push_back(i);
-    }
+    for (int64_t o = 0; o < out; ++o) from[size_t(d)].push_back(ref::pad_source(mode, o - pads[d], n));
   }
   Tensor out = Tensor::uninitialized(x.dtype(), out_dims);
   const size_t esize = ir::dtype_size(x.dtype());

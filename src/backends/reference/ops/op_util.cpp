@@ -1,6 +1,8 @@
 #include "backends/reference/ops/op_util.hpp"
 #include "backends/reference/ops/tensor_common.hpp"
 
+#include <algorithm>
+
 namespace kiln::ref {
 
 using tensor_detail::ints_to_string;
@@ -26,6 +28,16 @@ std::vector<int64_t> strides_of(const Dims& dims) {
     acc *= dims[i];
   }
   return s;
+}
+
+int64_t pad_source(const std::string& mode, int64_t i, int64_t n) {
+  if (i >= 0 && i < n) return i;
+  if (mode == "edge") return std::clamp<int64_t>(i, 0, n - 1);
+  if (mode == "wrap") return ((i % n) + n) % n;
+  if (n == 1) return 0;
+  const int64_t period = 2 * (n - 1);
+  i = ((i % period) + period) % period;
+  return i >= n ? period - i : i;
 }
 
 std::vector<int64_t> broadcast_strides(const Dims& in, const Dims& out) {

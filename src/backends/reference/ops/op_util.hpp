@@ -21,6 +21,11 @@ std::vector<int64_t> strides_of(const Dims& dims);
 // input's strides laid over the output's axes (0 on broadcast axes).
 std::vector<int64_t> broadcast_strides(const Dims& in, const Dims& out);
 
+// Pad's rule for the input coordinate that output coordinate `i` (already
+// shifted by the leading pad) reads on an axis of n > 0 elements, in mode
+// "edge", "wrap" or "reflect" (anything but "edge" and "wrap" reflects).
+int64_t pad_source(const std::string& mode, int64_t i, int64_t n);
+
 // Maps a possibly negative axis into [0, rank); fails naming the node.
 int64_t normalize_axis(const KernelContext& ctx, int64_t axis, int64_t rank);
 

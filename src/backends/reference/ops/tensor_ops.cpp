@@ -524,22 +524,9 @@ void pad_kernel(KernelContext& ctx) {
   ctx.set_output(0, remap(x, out, [&](const std::vector<int64_t>& idx) {
     int64_t s = 0;
     for (size_t d = 0; d < idx.size(); ++d) {
-      int64_t n = x.dims()[d], i = idx[d] - begin[d];
-      if (i < 0 || i >= n) {
-        if (mode == "constant") return int64_t(-1);
-        if (mode == "edge") {
-          i = std::clamp<int64_t>(i, 0, n - 1);
-        } else if (mode == "wrap") {
-          i = ((i % n) + n) % n;
-        } else if (n == 1) {
-          i = 0;
-        } else {
-          int64_t period = 2 * (n - 1);
-          i = ((i % period) + period) % period;
-          if (i >= n) i = period - i;
-        }
-      }
-      s += i * strides[d];
+      const int64_t n = x.dims()[d], i = idx[d] - begin[d];
+      if ((i < 0 || i >= n) && mode == "constant") return int64_t(-1);
+      s += pad_source(mode, i, n) * strides[d];
     }
     return s;
   }, &value));
