@@ -572,7 +572,6 @@ class Lowering {
   }
   size_t index_of(const ir::Node* n) const { return size_t(n - g_.nodes.data()); }
 
-  // x * Sigmoid(x): exactly those two consumers of x.
   // x * gate(x), x read by nothing else: SiLU (gate Sigmoid) and Hardswish
   // (gate HardSigmoid with alpha 1/6 and beta 1/2, what PyTorch writes).
   std::optional<std::pair<std::string, std::vector<size_t>>> match_gated(const std::string& x, const char* gate_op) {

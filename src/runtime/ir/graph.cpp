@@ -112,6 +112,29 @@ std::vector<std::string> values_read(const Node& node) {
   return out;
 }
 
+Attribute int_attribute(int64_t value) {
+  Attribute a;
+  a.kind = Attribute::Kind::Int;
+  a.i = value;
+  return a;
+}
+
+Attribute ints_attribute(std::vector<int64_t> values) {
+  Attribute a;
+  a.kind = Attribute::Kind::Ints;
+  a.ints = std::move(values);
+  return a;
+}
+
+int erase_nodes(Graph& graph, const std::vector<bool>& drop) {
+  std::vector<Node> kept;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!drop[i]) kept.push_back(std::move(graph.nodes[i]));
+  const int erased = int(graph.nodes.size() - kept.size());
+  graph.nodes = std::move(kept);
+  return erased;
+}
+
 std::map<std::string, int> use_counts(const Graph& graph) {
   std::map<std::string, int> uses;
   for (const auto& n : graph.nodes)

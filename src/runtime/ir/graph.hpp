@@ -63,6 +63,9 @@ struct Attribute {
   std::vector<std::shared_ptr<Graph>> graphs;
 };
 const char* attribute_kind_name(Attribute::Kind k);
+// Attributes the graph passes write.
+Attribute int_attribute(int64_t value);
+Attribute ints_attribute(std::vector<int64_t> values);
 
 struct Node {
   std::string name;     // may be empty in the file; importer assigns "<op>_<index>"
@@ -103,6 +106,10 @@ std::vector<std::string> values_read(const Node& node);
 // How often each value is read: once per node input (values_read) and once
 // per graph output naming it.
 std::map<std::string, int> use_counts(const Graph& graph);
+
+// Removes the nodes whose `drop` entry is true, keeping the others' order;
+// returns how many went.
+int erase_nodes(Graph& graph, const std::vector<bool>& drop);
 
 // Calls f on every node of `graph` and of its subgraphs, depth first.
 void visit_nodes(const Graph& graph, const std::function<void(const Node&)>& f);

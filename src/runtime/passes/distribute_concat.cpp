@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 
+#include "runtime/passes/new_value.hpp"
 #include "runtime/passes/passes.hpp"
 
 namespace kiln::passes {
@@ -19,7 +20,7 @@ namespace {
 class Distributor {
  public:
   Distributor(ir::Graph& g, ir::Specialization& spec)
-      : g_(g), values_(spec.result.values), constants_(spec.result.constants), uses_(ir::use_counts(g)) {}
+      : g_(g), spec_(spec), values_(spec.result.values), constants_(spec.result.constants), uses_(ir::use_counts(g)) {}
 
   int run() {
     int changed = 0;
@@ -44,16 +45,8 @@ class Distributor {
     return it == values_.end() || !it->second.shape.is_concrete() ? nullptr : &it->second;
   }
 
-  std::string fresh(const std::string& base) {
-    std::string name = base;
-    for (int i = 1; values_.count(name) || g_.initializers.count(name); ++i) name = base + "_" + std::to_string(i);
-    return name;
-  }
-
   std::string new_value(const std::string& base, ir::DType dtype, const ir::Dims& dims) {
-    const std::string name = fresh(base);
-    values_[name] = ir::ValueInfo{name, dtype, ir::Shape::from_dims(dims)};
-    return name;
+    return passes::new_value(g_, spec_, base, dtype, dims);
   }
 
   // The inputs of the float Concat along axis 1 that produces `value` and
@@ -166,6 +159,7 @@ class Distributor {
   }
 
   ir::Graph& g_;
+  ir::Specialization& spec_;
   std::map<std::string, ir::ValueInfo>& values_;
   std::map<std::string, ir::Tensor>& constants_;
   std::map<std::string, int> uses_;

@@ -9,17 +9,12 @@
 #include <optional>
 #include <vector>
 
+#include "runtime/passes/new_value.hpp"
 #include "runtime/passes/passes.hpp"
 
 namespace kiln::passes {
 
 namespace {
-
-std::string fresh_name(const ir::Graph& g, const std::string& base) {
-  std::string name = base;
-  for (int i = 1; g.initializers.count(name); ++i) name = base + "_" + std::to_string(i);
-  return name;
-}
 
 // A BatchNormalization in inference mode with constant parameters for
 // `channels` channels, as its per-channel factor s and offset t.
@@ -49,8 +44,7 @@ std::optional<Affine> affine(const ir::Graph& graph, const ir::Node& bn, int64_t
   return a;
 }
 
-// A new initializer named after `base`, with its type in `spec` too: a
-// backend plans only values the specialization knows.
+// A new initializer named after `base`, with its type in `spec` too.
 std::string add_weight(ir::Graph& graph, ir::Specialization& spec, const std::string& base, ir::DType dtype, const ir::Dims& dims,
                        const std::vector<double>& values) {
   ir::Tensor t(dtype, dims);
@@ -58,9 +52,8 @@ std::string add_weight(ir::Graph& graph, ir::Specialization& spec, const std::st
     if (dtype == ir::DType::Float32) t.data<float>()[i] = float(values[i]);
     else t.data<double>()[i] = values[i];
   }
-  const std::string name = fresh_name(graph, base);
+  const std::string name = new_value(graph, spec, base, dtype, dims);
   graph.initializers[name] = t;
-  spec.result.values[name] = ir::ValueInfo{name, dtype, ir::Shape::from_dims(dims)};
   spec.result.constants[name] = t;
   return name;
 }
@@ -105,10 +98,7 @@ int fold_batch_norm(ir::Graph& graph, ir::Specialization& spec) {
     removed[b] = true;
     ++folded;
   }
-  std::vector<ir::Node> kept;
-  for (size_t i = 0; i < graph.nodes.size(); ++i)
-    if (!removed[i]) kept.push_back(std::move(graph.nodes[i]));
-  graph.nodes = std::move(kept);
+  ir::erase_nodes(graph, removed);
   if (folded) remove_dead_nodes(graph);  // the old weights
   return folded;
 }
@@ -134,9 +124,7 @@ int batch_norm_as_conv(ir::Graph& graph, ir::Specialization& spec) {
     conv.inputs = {bn.inputs[0], add_weight(graph, spec, bn.name + "_as_conv_weight", dtype, w_dims, a->s),
                    add_weight(graph, spec, bn.name + "_as_conv_bias", dtype, {dims[1]}, a->t)};
     conv.outputs = {bn.outputs[0]};
-    ir::Attribute group;
-    group.i = dims[1];
-    conv.attributes["group"] = group;
+    conv.attributes["group"] = ir::int_attribute(dims[1]);
     bn = std::move(conv);
     ++changed;
   }

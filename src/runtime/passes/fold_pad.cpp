@@ -75,29 +75,19 @@ class PadFolder {
       ir::Node& consumer = g_.nodes[r->second];
       const size_t rank = pads->size() / 2, spatial = rank - 2;
       if (!absorbs(consumer, rank)) continue;
-      ir::Attribute merged;
-      merged.kind = ir::Attribute::Kind::Ints;
-      merged.ints.assign(2 * spatial, 0);
-      if (const ir::Attribute* own = consumer.attr("pads")) merged.ints = own->ints;
+      const ir::Attribute* own = consumer.attr("pads");
+      std::vector<int64_t> merged = own ? own->ints : std::vector<int64_t>(2 * spatial, 0);
       for (size_t d = 0; d < spatial; ++d) {
-        merged.ints[d] += (*pads)[2 + d];
-        merged.ints[spatial + d] += (*pads)[rank + 2 + d];
+        merged[d] += (*pads)[2 + d];
+        merged[spatial + d] += (*pads)[rank + 2 + d];
       }
-      consumer.attributes["pads"] = merged;
-      if (consumer.op_type == "AveragePool") {
-        ir::Attribute include;
-        include.kind = ir::Attribute::Kind::Int;
-        include.i = 1;
-        consumer.attributes["count_include_pad"] = include;
-      }
+      consumer.attributes["pads"] = ir::ints_attribute(std::move(merged));
+      if (consumer.op_type == "AveragePool") consumer.attributes["count_include_pad"] = ir::int_attribute(1);
       consumer.inputs[0] = pad.inputs[0];
       removed[i] = true;
       ++folded;
     }
-    std::vector<ir::Node> kept;
-    for (size_t i = 0; i < g_.nodes.size(); ++i)
-      if (!removed[i]) kept.push_back(std::move(g_.nodes[i]));
-    g_.nodes = std::move(kept);
+    ir::erase_nodes(g_, removed);
     return folded;
   }
 

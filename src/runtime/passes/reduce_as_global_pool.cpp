@@ -4,6 +4,7 @@
 // kernels: 0.5 of MnasNet's 2.6 ms).
 #include <algorithm>
 
+#include "runtime/passes/new_value.hpp"
 #include "runtime/passes/passes.hpp"
 
 namespace kiln::passes {
@@ -64,11 +65,9 @@ int reduce_as_global_pool(ir::Graph& graph, ir::Specialization& spec) {
       continue;
     }
     // Without the kept axes: the pool's N x C x 1 x ... then Flatten to N x C.
-    std::string pooled = n.outputs[0] + "/pooled";
-    for (int i = 1; values.count(pooled) || graph.initializers.count(pooled); ++i) pooled = n.outputs[0] + "/pooled_" + std::to_string(i);
     ir::Dims pooled_dims = dims;
     std::fill(pooled_dims.begin() + 2, pooled_dims.end(), 1);
-    values[pooled] = ir::ValueInfo{pooled, ir::DType::Float32, ir::Shape::from_dims(pooled_dims)};
+    const std::string pooled = new_value(graph, spec, n.outputs[0] + "/pooled", ir::DType::Float32, pooled_dims);
     pool.outputs = {pooled};
     ir::Node flatten;
     flatten.name = n.name + "/flatten";
@@ -76,10 +75,7 @@ int reduce_as_global_pool(ir::Graph& graph, ir::Specialization& spec) {
     flatten.opset = n.opset;
     flatten.inputs = {pooled};
     flatten.outputs = n.outputs;
-    ir::Attribute axis;
-    axis.kind = ir::Attribute::Kind::Int;
-    axis.i = 1;
-    flatten.attributes["axis"] = axis;
+    flatten.attributes["axis"] = ir::int_attribute(1);
     nodes.push_back(std::move(pool));
     nodes.push_back(std::move(flatten));
     ++changed;
