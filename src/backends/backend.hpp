@@ -3,8 +3,10 @@
 // it can take and compiles a specialization (a graph with every input shape
 // fixed) into an Executable that the runtime calls for each run. The plugin
 // C ABI of a later issue wraps exactly this shape: claim, compile, run.
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +36,25 @@ struct Artifact {
   std::string summary;  // JSON object for the manifest, for people reading it
 };
 
+// A check of a loaded artifact that the loader may run beside its own work,
+// on its own threads (the cache's checksum of the weights: 8 ms of
+// resnet50's warm start). It runs once, in whichever call comes first; the
+// runtime calls it after every load and before any run.
+class LoadCheck {
+ public:
+  explicit LoadCheck(std::function<std::string()> check) : check_(std::move(check)) {}
+  // What is wrong, "" if nothing.
+  const std::string& run() {
+    std::call_once(once_, [this] { problem_ = check_(); });
+    return problem_;
+  }
+
+ private:
+  std::function<std::string()> check_;
+  std::once_flag once_;
+  std::string problem_;
+};
+
 // The same, read back: views into mapped files kept alive by `keep_alive`.
 struct LoadedArtifact {
   std::string_view object;
@@ -41,6 +62,7 @@ struct LoadedArtifact {
   const char* weights = nullptr;  // 64-byte aligned
   size_t weights_bytes = 0;
   std::shared_ptr<void> keep_alive;
+  std::shared_ptr<LoadCheck> check;  // may be null
 };
 
 // `artifact` as the cache would hand it back, but from memory: its files

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/reference/reference_backend.hpp"
+#include "runtime/ir/huge_pages.hpp"
 
 namespace kiln::backends {
 
@@ -44,7 +45,7 @@ void Executable::run_into(const std::map<std::string, ir::Tensor>& inputs, std::
 LoadedArtifact copy_to_memory(const Artifact& artifact) {
   const size_t weights_at = (artifact.object.size() + artifact.program.size() + 63) / 64 * 64;
   const size_t bytes = weights_at + size_t(artifact.weights_bytes);
-  std::shared_ptr<char> block(static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), &std::free);
+  std::shared_ptr<char> block(static_cast<char*>(ir::allocate_buffer(bytes)), &std::free);
   if (!block) ir::fail(ir::ErrorKind::Internal, "cannot allocate " + std::to_string(bytes) + " bytes for an artifact");
   char* p = block.get();
   std::memcpy(p, artifact.object.data(), artifact.object.size());

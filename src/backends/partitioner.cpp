@@ -278,6 +278,7 @@ std::unique_ptr<PartitionedExecutable> PartitionedExecutable::load(const LoadedA
       part.weights = part_weights;
       part.weights_bytes = size_t(weights_bytes);
       part.keep_alive = artifact.keep_alive;
+      part.check = artifact.check;
       try {
         step.executable = (*backend)->load(part, graph, options);
       } catch (const ir::Error& e) {

@@ -122,7 +122,7 @@ std::string iso_time(std::time_t t) {
 // none); with `out`, also maps the files (and keeps `lock`).
 std::string check_entry(const std::string& dir, const std::string& key, bool checksums, json& manifest,
                         std::shared_ptr<OpenEntry> entry, backends::LoadedArtifact* out,
-                        std::function<std::string()>* weights_check = nullptr) {
+                        bool defer_weights_check = false) {
   const std::string manifest_path = dir + "/manifest.json";
   Fd mf(::open(manifest_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (mf.fd < 0) return std::string("no readable manifest (") + std::strerror(errno) + ")";
@@ -162,7 +162,7 @@ std::string check_entry(const std::string& dir, const std::string& key, bool che
     auto check = [name, entry, data = map ? map : "", size = size_t(st.st_size), want = f["xxh3_128"].get<std::string>()] {
       return hash_hex(data, size) == want ? std::string() : std::string(name) + " does not match its checksum (corrupted)";
     };
-    if (weights_check && std::strcmp(name, "weights.bin") == 0) *weights_check = check;
+    if (out && defer_weights_check && std::strcmp(name, "weights.bin") == 0) out->check = std::make_shared<backends::LoadCheck>(check);
     else if (std::string bad = check(); !bad.empty()) return bad;
     if (out) {
       std::string_view view(static_cast<const char*>(map), size_t(st.st_size));
@@ -196,7 +196,7 @@ std::string default_dir() {
 std::string Store::entry_dir(const std::string& key) const { return dir_ + "/entries/" + key; }
 
 std::optional<backends::LoadedArtifact> Store::open(const std::string& key, std::string& problem,
-                                                    std::function<std::string()>* weights_check) const {
+                                                    bool defer_weights_check) const {
   problem.clear();
   const std::string dir = entry_dir(key);
   auto entry = std::make_shared<OpenEntry>();
@@ -210,7 +210,7 @@ std::optional<backends::LoadedArtifact> Store::open(const std::string& key, std:
   if (::flock(entry->lock.fd, LOCK_SH | LOCK_NB) != 0) return std::nullopt;
   backends::LoadedArtifact artifact;
   json manifest;
-  problem = check_entry(dir, key, true, manifest, entry, &artifact, weights_check);
+  problem = check_entry(dir, key, true, manifest, entry, &artifact, defer_weights_check);
   if (!problem.empty()) return std::nullopt;
   ::futimens(entry->lock.fd, nullptr);  // last use, for eviction; fails harmlessly when read-only
   artifact.keep_alive = entry;

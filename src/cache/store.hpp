@@ -46,11 +46,11 @@ class Store {
 
   // The entry for `key`, checked and mapped, or nullopt. `problem` is set
   // when an entry exists but is unusable (what is wrong with it). With
-  // `weights_check`, the weights' checksum is left to the caller, who may
-  // compute it while loading the rest and must not run the entry before:
-  // it returns the problem, "" if the weights are whole.
+  // `defer_weights_check`, the weights' checksum is the artifact's `check`,
+  // which the caller must run before running the entry (a loader may run it
+  // while loading the rest).
   std::optional<backends::LoadedArtifact> open(const std::string& key, std::string& problem,
-                                               std::function<std::string()>* weights_check = nullptr) const;
+                                               bool defer_weights_check = false) const;
 
   // Creates the directory layout; throws ir::Error(Io) if it cannot be written.
   void create() const;

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <future>
 #include <mutex>
 #include <set>
 #include <cstdlib>
@@ -538,25 +537,16 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
       cache_key = cache::make_key({model.content_hash, model.source_path, key, backends::partitioned_identity(order, options)});
       stats.cache_key = cache_key.hex;
       std::string problem;
-      // With a second thread in the budget, the weights' checksum (8 ms of
-      // resnet50's warm start) runs while the backend loads the rest.
-      std::function<std::string()> weights_check;
-      if (auto artifact = store->open(cache_key.hex, problem, runtime.threads() > 1 ? &weights_check : nullptr)) {
-        std::future<std::string> weights_problem;
-        if (weights_check) {
-          try {
-            weights_problem = std::async(std::launch::async, weights_check);
-          } catch (const std::system_error&) {
-            weights_problem = std::async(std::launch::deferred, weights_check);  // no thread to be had: checked below
-          }
-        }
+      // With a second thread in the budget, the backend computes the
+      // weights' checksum on its threads while it loads the rest.
+      if (auto artifact = store->open(cache_key.hex, problem, runtime.threads() > 1)) {
         try {
           made = backends::load_partitioned(*artifact, model.graph, order, options);
         } catch (const ir::Error& e) {
           problem = e.what();
         }
-        if (weights_problem.valid()) {
-          if (std::string bad = weights_problem.get(); !bad.empty()) {
+        if (artifact->check) {
+          if (const std::string& bad = artifact->check->run(); !bad.empty()) {
             made.executable.reset();
             problem = bad;
           }

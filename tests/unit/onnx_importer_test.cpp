@@ -1,6 +1,7 @@
 // Import of real and hostile ONNX files.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include <cstring>
@@ -464,4 +465,44 @@ TEST(OnnxImporter, ContentHashSeesEveryBlockWhateverTheThreadCount) {
   // Weights still in the file are checked against the same identity before a compile copies them.
   auto kept = import_keeping_weights(path);
   EXPECT_NO_THROW(kiln::onnx_import::own_weights(kept));
+}
+
+TEST(OnnxImporter, WeightsCopiedFromTheFileInPiecesAreTheFilesBytes) {
+  // A weight of more than three 4 MiB pieces, one of an odd size, one of one
+  // element: every copy piece must land where its tensor's view says.
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1});
+  b.output("y", onnx::TensorProto::FLOAT, {1});
+  std::map<std::string, std::string> data;
+  int64_t lengths[] = {3300001, 1001, 1};
+  for (int i = 0; i < 3; ++i) {
+    onnx::TensorProto w;
+    w.set_name("w" + std::to_string(i));
+    w.set_data_type(onnx::TensorProto::FLOAT);
+    w.add_dims(lengths[i]);
+    std::string bytes(size_t(lengths[i]) * sizeof(float), '\0');
+    for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = char((k * 131 + size_t(i) * 7) % 251);
+    w.set_raw_data(bytes);
+    data[w.name()] = bytes;
+    b.initializer(w);
+    b.node("ReduceSum", {w.name()}, {"s" + std::to_string(i)});
+  }
+  b.node("Sum", {"x", "s0", "s1", "s2"}, {"y"});
+  const std::string path = write_temp("pieces.onnx", b.bytes());
+  for (int threads : {1, 3}) {
+    SCOPED_TRACE(std::to_string(threads) + " thread(s)");
+    kiln::onnx_import::ImportOptions opts;
+    opts.keep_weights_in_file = true;
+    opts.hash_threads = threads;
+    auto kept = import_model_file(path, opts);
+    kiln::onnx_import::own_weights(kept);
+    EXPECT_FALSE(kept.mapped_file);
+    for (const auto& [name, bytes] : data) {
+      const auto& t = kept.graph->initializers.at(name);
+      ASSERT_EQ(t.nbytes(), bytes.size()) << name;
+      EXPECT_EQ(std::memcmp(t.raw(), bytes.data(), bytes.size()), 0) << name;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % 64, 0u) << name;
+    }
+  }
+  fs::remove(path);
 }

@@ -42,6 +42,7 @@
 #include "backends/cpu/program_io.hpp"
 #include "backends/cpu/step_profile.hpp"
 #include "backends/cpu/thread_budget.hpp"
+#include "runtime/ir/huge_pages.hpp"
 
 namespace kiln::backends {
 
@@ -67,7 +68,7 @@ class ArenaPool {
       }
     }
     if (bytes_ == 0) return nullptr;
-    char* a = static_cast<char*>(std::aligned_alloc(64, size_t(bytes_)));
+    char* a = static_cast<char*>(ir::allocate_buffer(size_t(bytes_)));
     if (!a) ir::fail(ir::ErrorKind::Internal, "cannot allocate a scratch arena of " + std::to_string(bytes_) + " bytes");
     return a;
   }
@@ -269,7 +270,11 @@ class CpuBackend : public Backend {
     std::vector<std::string> step_symbols;
     std::string kernels_object;
     cpu::Program program = cpu::load_program(artifact.program, WeightsReader(artifact.weights, artifact.weights_bytes),
-                                             artifact.keep_alive, *graph, step_symbols, &kernels_object);
+                                             artifact.keep_alive, *graph, step_symbols, &kernels_object,
+                                             [&](cpu::DeferredWork& loads) {
+                                               if (artifact.check) loads.insert(loads.begin(), [&] { artifact.check->run(); });
+                                               run_beside(loads, [] {});
+                                             });
     return std::make_unique<CpuExecutable>(std::move(program), std::string(artifact.object), std::move(step_symbols), jit_shared(),
                                            budget_, artifact.keep_alive, kernels_object);
   }
@@ -289,23 +294,35 @@ class CpuBackend : public Backend {
 
  private:
   // LLVM code generation, and beside it the deferred work (oneDNN's own
-  // code generation, weight reorders), about as long as each other. The
-  // other threads of the budget help only when no run is using them, so a
-  // compile never adds to a run's N busy threads.
+  // code generation, weight reorders), about as long as each other.
   void generate_code(const cpu::Program& program, cpu::DeferredWork& deferred, std::string& object,
                      std::vector<std::string>& step_symbols) const {
+    run_beside(deferred, [&] { object = cpu::compile_program(program, jit(), step_symbols); });
+  }
+
+  // Runs `main` on the calling thread and the tasks on the budget's threads,
+  // the calling one included once `main` is done. The other threads help only
+  // when no run is using them, so a compile or a load never adds to a run's
+  // N busy threads. Each task makes oneDNN primitives for an OpenMP team of
+  // the budget's size, whichever thread it runs on.
+  void run_beside(cpu::DeferredWork& tasks, const std::function<void()>& main) const {
     std::unique_lock<std::mutex> idle(budget_->running, std::try_to_lock);
-    if (!idle.owns_lock() || budget_->threads == 1 || deferred.empty()) {
-      for (auto& task : deferred) task();
-      object = cpu::compile_program(program, jit(), step_symbols);
+    if (!idle.owns_lock() || budget_->threads == 1 || tasks.size() < 2) {
+      for (auto& task : tasks) task();
+      main();
       return;
     }
     budget_->arena.execute([&] {
       tbb::task_group helpers;
-      helpers.run([&] { tbb::parallel_for(size_t(0), deferred.size(), [&](size_t i) { deferred[i](); }); });
+      helpers.run([&] {
+        tbb::parallel_for(size_t(0), tasks.size(), [&](size_t i) {
+          OmpThreads omp(budget_->threads);
+          tasks[i]();
+        });
+      });
       std::exception_ptr failed;
       try {
-        object = cpu::compile_program(program, jit(), step_symbols);
+        main();
       } catch (...) {
         failed = std::current_exception();
       }

@@ -131,7 +131,8 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
 }
 
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
-                     const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object) {
+                     const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object,
+                     const RunAll& run_all) {
   const std::string what = "cached program";
   const BlockReader blocks(bytes, what);
   const json& j = blocks.document();
@@ -150,7 +151,11 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
                            b.at(4).get<std::string>()});
     }
     step_symbols.clear();
-    for (const json& s : json_field<json>(j, "steps", what)) {
+    DeferredWork kernel_loads;
+    // By reference: the kernels are made from the document after this loop.
+    const auto steps = j.find("steps");
+    if (steps == j.end() || !steps->is_array()) ir::fail(ir::ErrorKind::InvalidModel, what + ": field 'steps' is missing or not a list");
+    for (const json& s : *steps) {
       Step step;
       step.label = json_field<std::string>(s, "label", what);
       const std::string where = what + " step '" + step.label + "'";
@@ -160,9 +165,17 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
         if (a < 0 || size_t(a) >= p.buffers.size()) ir::fail(ir::ErrorKind::InvalidModel, where + ": buffer out of range");
       if (s.contains("loop")) step.loop = loop_from_json(s["loop"], where);
       else if (s.contains("call")) step.call = call_from_json(s["call"], where);
-      else step.kernel = load_kernel(json_field<json>(s, "kernel", where), weights, blocks, where);
+      else {
+        // Made once every step is read (by index: the vector grows until
+        // then), possibly on other threads.
+        if (!s.is_object() || !s.contains("kernel")) ir::fail(ir::ErrorKind::InvalidModel, where + ": field 'kernel' is missing");
+        const json& kernel = s.at("kernel");
+        kernel_loads.push_back([&p, &kernel, &weights, &blocks, index = p.steps.size(), where] {
+          p.steps[index].kernel = load_kernel(kernel, weights, blocks, where);
+        });
+      }
       step_symbols.push_back(json_field<std::string>(s, "symbol", where));
-      if (!step.kernel && step_symbols.back().empty()) ir::fail(ir::ErrorKind::InvalidModel, where + ": a step without a function");
+      if (!s.contains("kernel") && step_symbols.back().empty()) ir::fail(ir::ErrorKind::InvalidModel, where + ": a step without a function");
       for (const auto& a : step.call ? step.call->args : std::vector<Call::Arg>{})
         if (a.kind == Call::Arg::Kind::Buffer && (a.value < 0 || size_t(a.value) >= step.args.size()))
           ir::fail(ir::ErrorKind::InvalidModel, where + ": a call argument names no buffer");
@@ -202,6 +215,9 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
     for (const Buffer& b : p.buffers)
       if (b.kind == Buffer::Kind::Arena && (b.offset < 0 || b.bytes < 0 || b.offset + b.bytes > p.arena_bytes))
         ir::fail(ir::ErrorKind::InvalidModel, what + ": buffer '" + b.name + "' lies outside the arena");
+    if (run_all) run_all(kernel_loads);
+    else
+      for (auto& load : kernel_loads) load();
     return p;
   } catch (const json::exception& e) {
     ir::fail(ir::ErrorKind::InvalidModel, what + " is malformed: " + e.what());

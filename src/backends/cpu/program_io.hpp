@@ -31,8 +31,13 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
 // `graph`: the model's graph, for the initializers behind inputs with
 // defaults. `keep_alive` owns the weights' memory (constants view it).
 // `kernels_object` receives the saved kernel library ("" if none).
-// Throws ir::Error(InvalidModel) naming what is inconsistent.
+// Throws ir::Error(InvalidModel) naming what is inconsistent. Remaking the
+// kernels (oneDNN creating its primitives: most of a load) is independent
+// work per kernel, handed to `run_all`, which may run it on any threads;
+// by default it runs on the calling one.
+using RunAll = std::function<void(DeferredWork&)>;
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
-                     const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object = nullptr);
+                     const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object = nullptr,
+                     const RunAll& run_all = nullptr);
 
 }  // namespace kiln::cpu

@@ -1,5 +1,7 @@
 #include "runtime/ir/tensor.hpp"
 
+#include "runtime/ir/huge_pages.hpp"
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -46,8 +48,9 @@ Tensor::Tensor(DType dtype, Dims dims, bool zeroed) : dtype_(dtype), dims_(std::
   // TBB's allocator keeps freed large blocks for the next request, where
   // glibc unmaps them: an interpreted detector head (a 50 MB tensor made,
   // filled and freed on every run) paid for every page again on every run.
-  void* p = scalable_aligned_malloc(alloc, 64);
+  void* p = scalable_aligned_malloc(alloc, buffer_alignment(alloc));
   if (!p) fail(ErrorKind::Internal, "out of memory allocating " + std::to_string(bytes) + " bytes");
+  advise_huge_pages(p, alloc);
   if (zeroed) std::memset(p, 0, alloc);
   storage_ = std::shared_ptr<void>(p, [](void* q) { scalable_aligned_free(q); });
   data_ = p;
