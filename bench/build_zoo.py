@@ -12,7 +12,8 @@ backends, not accuracy.
 (one 3x320x320 image; their post-processing has data-dependent shapes, so
 they exercise the partitioner and the interpreter, see the README).
 --classifiers also writes torchvision's other classification architectures
-to OUT_DIR/classifiers/ (dynamic batch): operators and patterns the zoo does
+to OUT_DIR/classifiers/ (dynamic batch; random weights made informative, see
+informative()): operators and patterns the zoo does
 not have (DenseNet's BatchNormalization after a Concat, RegNet's grouped
 convolutions with squeeze-and-excitation, vision transformers).
 """
@@ -70,6 +71,31 @@ def export(model, example, path, input_name, dynamic):
     print(f"wrote {path}")
 
 
+def informative(model, side):
+    """Random weights whose outputs say something about the inputs. As
+    initialised, ViT's head is zeros (every output 0), and BatchNorms keep
+    their initial statistics (mean 0, variance 1), so activations shrink layer
+    by layer: mobilenet_v3_small's outputs were about 1e-9 and inception_v3's
+    differed between inputs by 1e-7 of their size, so comparing backends'
+    outputs said little about the layers before the last. Parameters that are
+    all zeros get small random values, and every BatchNorm's statistics are
+    measured on random images (as calibrating them on data would)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if not torch.any(p):
+                p.normal_(0, 0.02)
+        norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None  # a plain average over the batches below
+        if norms:
+            model.train()
+            for _ in range(2):
+                model(torch.randn(8, 3, side, side))
+    model.eval()
+    return model
+
+
 def export_detector(model, path):
     model.eval()
     torch.onnx.export(model, ([torch.rand(3, 320, 320)],), path, input_names=["image"],
@@ -122,7 +148,7 @@ def main():
             # Without their auxiliary classifiers, which only training uses.
             extra = {"aux_logits": False, "init_weights": False} if name in ("googlenet", "inception_v3") else {}
             side = 299 if name == "inception_v3" else 224
-            export(getattr(torchvision.models, name)(weights=None, **extra), torch.randn(1, 3, side, side),
+            export(informative(getattr(torchvision.models, name)(weights=None, **extra), side), torch.randn(1, 3, side, side),
                    os.path.join(args.out, "classifiers", name + ".onnx"), "input", {0: "batch"})
 
 
