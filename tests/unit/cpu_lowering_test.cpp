@@ -216,3 +216,37 @@ TEST(CpuLowering, PerChannelScalesNeverRunOneDnnsReferenceBinaryKernel) {
             << "group " << group << ": " << step.label;
   }
 }
+
+TEST(CpuLowering, ResizesWithOneDnnsTapsBecomeItsResampling) {
+  struct Resize {
+    std::string mode, coordinates, nearest;
+    int64_t out;
+    bool onednn;
+  };
+  for (const Resize& r : std::vector<Resize>{{"nearest", "asymmetric", "floor", 12, true},
+                                             {"nearest", "half_pixel", "round_prefer_floor", 18, true},
+                                             {"linear", "half_pixel", "", 15, true},
+                                             {"linear", "pytorch_half_pixel", "", 4, true},
+                                             {"nearest", "asymmetric", "floor", 9, false},  // oneDNN would round
+                                             {"nearest", "half_pixel", "floor", 12, false},
+                                             {"linear", "align_corners", "", 12, false},
+                                             {"cubic", "half_pixel", "", 12, false}}) {
+    SCOPED_TRACE(r.mode + " " + r.coordinates + " " + r.nearest + " to " + std::to_string(r.out));
+    ModelBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, {2, 16, 6, 6}).output("y", onnx::TensorProto::FLOAT, {2, 16, r.out, r.out});
+    b.initializer(ModelBuilder::int64_tensor("sizes", {4}, {2, 16, r.out, r.out}));
+    auto& resize = b.node("Resize", {"x", "", "", "sizes"}, {"y"});
+    ModelBuilder::attr_string(resize, "mode", r.mode);
+    ModelBuilder::attr_string(resize, "coordinate_transformation_mode", r.coordinates);
+    if (!r.nearest.empty()) ModelBuilder::attr_string(resize, "nearest_mode", r.nearest);
+    auto m = kiln::test::import(b);
+    auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {2, 16, 6, 6}}}}, kiln::ref::constant_evaluator());
+    const auto p = kiln::cpu::lower(*m.graph, spec);
+    EXPECT_EQ(p.fallback_nodes, r.onednn ? 0 : 1);
+    const bool resampling = std::any_of(p.steps.begin(), p.steps.end(), [](const kiln::cpu::Step& s) {
+      return s.kernel && kiln::cpu::is_onednn_kernel(*s.kernel) &&
+             static_cast<const kiln::cpu::OneDnnKernel&>(*s.kernel).primitive_kind() == dnnl::primitive::kind::resampling;
+    });
+    EXPECT_EQ(resampling, r.onednn);
+  }
+}

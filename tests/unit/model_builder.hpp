@@ -109,6 +109,12 @@ class ModelBuilder {
     a->set_type(onnx::AttributeProto::INTS);
     for (auto x : v) a->add_ints(x);
   }
+  static void attr_string(onnx::NodeProto& n, const std::string& name, const std::string& v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  }
   static void attr_graph(onnx::NodeProto& n, const std::string& name, const onnx::GraphProto& g) {
     auto* a = n.add_attribute();
     a->set_name(name);

@@ -1140,6 +1140,49 @@ TEST_P(UnaryOpTest, MatchesTheReference) {
   check(backend_name, c);
 }
 
+// FPN's top-down path: a Conv's output resized to the lateral's size and
+// added to it. The cpu backend runs a Resize as oneDNN's resampling when its
+// taps are oneDNN's, else on the reference kernel: both must be right.
+struct ResizeCase {
+  std::string name;
+  std::vector<Attr> attrs;
+  Dims out;                        // [1, 16, H, W]
+  std::vector<float> scales = {};  // given instead of sizes
+};
+
+std::vector<ResizeCase> resize_cases() {
+  const Attr nearest("mode", "nearest"), linear("mode", "linear"), asymmetric("coordinate_transformation_mode", "asymmetric"),
+      floor_("nearest_mode", "floor");
+  return {
+      {"NearestAsymmetricFloorTwice", {nearest, asymmetric, floor_}, {1, 16, 12, 12}},
+      {"NearestAsymmetricFloorByScales", {nearest, asymmetric, floor_}, {1, 16, 12, 18}, {1, 1, 2, 3}},
+      {"NearestHalfPixelTwice", {nearest}, {1, 16, 12, 12}},
+      {"NearestByOneAndAHalf", {nearest, asymmetric, floor_}, {1, 16, 9, 9}},  // oneDNN would round otherwise
+      {"LinearHalfPixel", {linear}, {1, 16, 15, 10}},
+      {"LinearAlignCorners", {linear, {"coordinate_transformation_mode", "align_corners"}}, {1, 16, 12, 12}},
+      {"Cubic", {{"mode", "cubic"}}, {1, 16, 12, 12}},
+  };
+}
+
+TEST_P(OperatorTest, ResizeAfterAConvAddedToALateral) {
+  for (const ResizeCase& r : resize_cases()) {
+    SCOPED_TRACE(r.name);
+    Case c({"Conv"});
+    c.input("x", {1, 16, 6, 6}).weight("w", {16, 16, 3, 3}).weight("w2", {16, 16, 1, 1}).input("lateral", r.out).output("y");
+    c.node("Conv", {"x", "w"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
+    if (r.scales.empty()) {
+      c.int_constant("sizes", {4}, std::vector<int64_t>(r.out.begin(), r.out.end()));
+      c.node("Resize", {"c", "", "", "sizes"}, {"up"}, r.attrs);
+    } else {
+      c.constant("scales", {4}, r.scales);
+      c.node("Resize", {"c", "", "scales"}, {"up"}, r.attrs);
+    }
+    c.node("Conv", {"lateral", "w2"}, {"l"});
+    c.node("Add", {"l", "up"}, {"y"});
+    run(c);
+  }
+}
+
 // Generated loops compute exp themselves (to vectorise), so its edges are
 // checked here: every binade of the normal range to 1e-6 relative, and the
 // values where it underflows, overflows or is not a number.

@@ -17,6 +17,7 @@
 #include "backends/reference/kernel_context.hpp"
 #include "backends/reference/ops/op_util.hpp"
 #include "backends/reference/reference_executor.hpp"
+#include "backends/reference/resize_plan.hpp"
 #include "runtime/passes/memory_plan.hpp"
 
 namespace kiln::cpu {
@@ -386,6 +387,7 @@ class Lowering {
     if (op == "Softmax" || op == "LogSoftmax") return lower_softmax(n);
     if (op == "LayerNormalization") return lower_layer_norm(n);
     if (op == "BatchNormalization") return lower_batch_norm(n);
+    if (op == "Resize" || op == "Upsample") return lower_resize(n);
     if (op == "Transpose") return lower_transpose(n) || (!host_kernels_ && portable_transpose(n));
     if (op == "Concat") return lower_concat(n);
     if (op == "Slice") return host_kernels_ ? lower_slice(n) : portable_slice(n);
@@ -954,6 +956,81 @@ class Lowering {
     compiled();
     emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, src_md}}, {val(n.inputs[0]).buffer}, {}, f,
                   pd.dst_desc(), is_plain(pd.dst_desc(), out));
+    return true;
+  }
+
+  // ---- Resize ------------------------------------------------------------------
+  // A float Resize or Upsample of the spatial axes whose plan of taps (the
+  // reference kernel's own) is what oneDNN's resampling computes: FPN's
+  // nearest upsampling by whole factors, a detector's bilinear image resize.
+  // It then runs in the activations' blocked layout; as a reference-kernel
+  // step it needed them plain, with reorders on both sides.
+  bool lower_resize(const ir::Node& n) {
+    if (n.inputs.empty() || !is_f32(n.inputs[0]) || !only_first_output_wanted(n)) return false;
+    const Dims in = dims(n.inputs[0]), out = dims(n.outputs[0]);
+    if (in.size() < 3 || in.size() > 5 || in[0] != out[0] || in[1] != out[1]) return false;
+    if (ir::checked_numel(in) == 0 || ir::checked_numel(out) == 0) return false;
+    // The plan reads the other inputs' values (constants here) and only the shape of X.
+    static const char shape_only = 0;
+    const ir::Tensor x = ir::Tensor::view(DType::Float32, in, const_cast<char*>(&shape_only));
+    std::vector<const ir::Tensor*> inputs{&x};
+    for (size_t i = 1; i < n.inputs.size(); ++i) {
+      inputs.push_back(n.inputs[i].empty() ? nullptr : constant(n.inputs[i]));
+      if (!n.inputs[i].empty() && !inputs.back()) return false;
+    }
+    const ref::KernelContext ctx(n, inputs, nullptr);
+    const std::string mode = ctx.attr_string("mode", "nearest");
+    if (mode != "nearest" && mode != "linear") return false;
+    ref::ResizePlan plan;
+    try {
+      plan = ref::resize_plan(ctx);
+    } catch (const ir::Error&) {
+      return false;  // the reference kernel reports it at run time
+    }
+    if (plan.out_dims != out) return false;
+    for (size_t d = 0; d < in.size(); ++d)
+      if (!onednn_takes_these_taps(plan.taps[d], in[d], mode == "linear")) return false;
+    const md src_md = val(n.inputs[0]).layout;
+    dnnl::resampling_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                        mode == "linear" ? dnnl::algorithm::resampling_linear : dnnl::algorithm::resampling_nearest,
+                                        src_md, md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any));
+    dnnl::resampling_forward::primitive_desc pd(desc, user_scratchpad(), cpu_engine());
+    Fused f;
+    f.value = n.outputs[0];
+    compiled();
+    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, src_md}}, {val(n.inputs[0]).buffer}, {}, f, pd.dst_desc(),
+                  is_plain(pd.dst_desc(), out));
+    return true;
+  }
+
+  // Whether oneDNN's resampling reads these taps along an axis of `in`
+  // samples (one list per output coordinate). Its mapping, in float: source
+  // s = (o + 0.5) * in / out - 0.5; nearest takes round(s), halves away from
+  // zero; linear floor(s) and floor(s) + 1 weighted by the distance, indices
+  // clamped to the axis. An axis that keeps its length maps o to o. The
+  // reference works in double: linear weights may differ by the rounding of
+  // s in float (a few ulp of `in`; RetinaNet's 320 -> 800 image resize).
+  static bool onednn_takes_these_taps(const std::vector<std::vector<ref::ResizeTap>>& taps, int64_t in, bool linear) {
+    const int64_t out = int64_t(taps.size());
+    const double tolerance = 1e-6 + 4 * double(std::numeric_limits<float>::epsilon()) * double(in);
+    auto clamp = [&](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
+    for (int64_t o = 0; o < out; ++o) {
+      const float s = (float(o) + 0.5f) * float(in) / float(out) - 0.5f;
+      std::map<int64_t, double> want, have;
+      if (linear) {
+        const float lo = std::floor(s);
+        want[clamp(int64_t(lo))] += 1.0 - double(s - lo);
+        want[clamp(int64_t(lo) + 1)] += double(s - lo);
+      } else {
+        want[clamp(int64_t(std::round(s)))] = 1;
+      }
+      for (const ref::ResizeTap& t : taps[size_t(o)]) have[t.index] += t.weight;
+      for (auto* m : {&want, &have})
+        for (auto it = m->begin(); it != m->end();) it = std::fabs(it->second) < 1e-6 ? m->erase(it) : std::next(it);
+      if (want.size() != have.size()) return false;
+      for (auto w = want.begin(), h = have.begin(); w != want.end(); ++w, ++h)
+        if (w->first != h->first || std::fabs(w->second - h->second) > tolerance) return false;
+    }
     return true;
   }
 

@@ -105,6 +105,7 @@ size_t op_desc_size(dnnl_primitive_kind_t kind) {
     case dnnl_inner_product: return sizeof(dnnl_inner_product_desc_t);
     case dnnl_binary: return sizeof(dnnl_binary_desc_t);
     case dnnl_matmul: return sizeof(dnnl_matmul_desc_t);
+    case dnnl_resampling: return sizeof(dnnl_resampling_desc_t);
     default: return 0;
   }
 }

@@ -39,6 +39,7 @@ class OneDnnKernel : public Kernel {
                                       const std::string& what);
   // oneDNN's name for the implementation it chose ("jit:uni", "ref:any").
   std::string implementation() const { return pd_.impl_info_str(); }
+  dnnl::primitive::kind primitive_kind() const { return pd_.get_kind(); }
 
  private:
   dnnl::primitive_desc_base pd_;
