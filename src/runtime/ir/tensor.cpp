@@ -1,13 +1,13 @@
 #include "runtime/ir/tensor.hpp"
 
-#include "runtime/ir/huge_pages.hpp"
-
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 
 #include <oneapi/tbb/scalable_allocator.h>
+
+#include "runtime/ir/huge_pages.hpp"
 
 namespace kiln::ir {
 

@@ -1,5 +1,4 @@
 #include "runtime/onnx/onnx_importer.hpp"
-#include "runtime/ir/huge_pages.hpp"
 
 #include <onnx/onnx_pb.h>
 
@@ -25,6 +24,8 @@
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+
+#include "runtime/ir/huge_pages.hpp"
 
 namespace kiln::onnx_import {
 
