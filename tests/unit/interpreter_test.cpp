@@ -235,7 +235,8 @@ TEST(Interpreter, ConstantOfShapeFillsWithItsValue) {
 }
 
 // Indices of every sign, on every axis, with index shapes smaller than the
-// data's, in both index types and for data of another element size.
+// data's (and larger along the axis), in both index types and for data of
+// another element size.
 TEST(Interpreter, ScatterElementsPutsEachUpdateWhereTheReferenceDoes) {
   const Tensor data = random({5, 4, 3, 3}, 1);
   expect_same("ScatterElements", {{"x", data}, {"i", ints({2, 4, 3, 3}, -5, 5, 2)}, {"u", random({2, 4, 3, 3}, 3)}});
@@ -245,6 +246,12 @@ TEST(Interpreter, ScatterElementsPutsEachUpdateWhereTheReferenceDoes) {
               {{"axis", 2}});
   expect_same("ScatterElements", {{"x", ints({6, 3}, -100, 100, 4)}, {"i", ints({2, 3}, 0, 6, 5)}, {"u", ints({2, 3}, -100, 100, 6)}});
   expect_same("ScatterElements", {{"x", random({4}, 1)}, {"i", ints({0}, 0, 4, 2)}, {"u", random({0}, 3)}});
+  // Many updates of each element, spread over the budget's threads: the last
+  // one in order must win, on every axis.
+  const Tensor big = random({16, 24, 40}, 7);
+  expect_same("ScatterElements", {{"x", big}, {"i", ints({200, 24, 40}, 0, 16, 8)}, {"u", random({200, 24, 40}, 9)}});
+  expect_same("ScatterElements", {{"x", big}, {"i", ints({16, 300, 40}, -24, 24, 8)}, {"u", random({16, 300, 40}, 9)}}, {{"axis", 1}});
+  expect_same("ScatterElements", {{"x", big}, {"i", ints({16, 24, 500}, 0, 40, 8)}, {"u", random({16, 24, 500}, 9)}}, {{"axis", 2}});
   // Out of range: the reference's error, and nothing else.
   EXPECT_THROW(expect_same("ScatterElements", {{"x", data}, {"i", ints({1, 1, 1, 1}, 5, 6, 2)}, {"u", random({1, 1, 1, 1}, 3)}}),
                kiln::ir::Error);
