@@ -70,7 +70,7 @@ def check(args, model, work):
         "-DOUTPUT_ITEM_BYTES={" + ",".join(map(str, out_items)) + "}",
         os.path.join(os.path.dirname(__file__), "bundle_check.c"), os.path.join(out, f"{name}.o"), *libs, "-o", driver])
     rng = np.random.default_rng(7)
-    worst = []
+    rows = []
     for batch in [int(b) for b in args.batches.split(",")]:
         feeds, cmd = [], [args.kiln, "run", model, "--threads", "2", "-o", os.path.join(work, f"jit{batch}")]
         for i, (iname, dtype, dims) in enumerate(inputs):
@@ -94,8 +94,8 @@ def check(args, model, work):
             # How much the outputs of different items differ: near 0, the
             # output hardly depends on the input, and agreeing says little.
             spread = float(np.max(np.abs(want - want[:1]), initial=0.0)) / scale if batch > 1 and scale else None
-            worst.append((batch, oname, diff, scale, spread, ok))
-    return worst
+            rows.append((batch, oname, diff, scale, spread, ok))
+    return rows
 
 
 def main():

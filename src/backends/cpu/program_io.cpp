@@ -168,7 +168,7 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
       else {
         // Made once every step is read (by index: the vector grows until
         // then), possibly on other threads.
-        if (!s.is_object() || !s.contains("kernel")) ir::fail(ir::ErrorKind::InvalidModel, where + ": field 'kernel' is missing");
+        if (!s.contains("kernel")) ir::fail(ir::ErrorKind::InvalidModel, where + ": field 'kernel' is missing");
         const json& kernel = s.at("kernel");
         kernel_loads.push_back([&p, &kernel, &weights, &blocks, index = p.steps.size(), where] {
           p.steps[index].kernel = load_kernel(kernel, weights, blocks, where);

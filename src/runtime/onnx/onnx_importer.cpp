@@ -615,10 +615,11 @@ void own_weights(ir::Model& model) {
     char* to;
     size_t bytes;
   };
+  auto padded = [](const ir::Tensor& t) { return (t.nbytes() + 63) / 64 * 64; };  // each 64-byte aligned
   std::vector<Piece> pieces;
   size_t total = 0;
   for (auto& [name, t] : model.graph->initializers)
-    if (t.owner() == model.mapped_file) total += (t.nbytes() + 63) / 64 * 64;
+    if (t.owner() == model.mapped_file) total += padded(t);
   std::shared_ptr<void> block(ir::allocate_buffer(total), &std::free);
   if (!block) fail(ErrorKind::Internal, "out of memory copying the weights of '" + file.path + "' (" + std::to_string(total) + " bytes)");
   char* to = static_cast<char*>(block.get());
@@ -627,7 +628,7 @@ void own_weights(ir::Model& model) {
     for (size_t at = 0; at < t.nbytes(); at += kBlock)
       pieces.push_back({static_cast<const char*>(t.raw()) + at, to + at, std::min(kBlock, t.nbytes() - at)});
     t = ir::Tensor::view(t.dtype(), t.dims(), to, block);
-    to += (t.nbytes() + 63) / 64 * 64;
+    to += padded(t);
   }
   for_each_on_threads(pieces.size(), file.hash_threads, [&](size_t i) { std::memcpy(pieces[i].to, pieces[i].from, pieces[i].bytes); });
   model.mapped_file.reset();
