@@ -595,6 +595,10 @@ std::vector<ConvCase> conv_shapes() {
   { ConvCase c{1, 3, 4, 4, 5, 4, 4}; add(c); }
   // Enough depth for two k panels and a long row of outputs.
   { ConvCase c{1, 48, 10, 10, 9, 3, 3}; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  // A late layer's shape (B packed whole): a 7x7 plane (a full sliver and
+  // one column left, every tile width), three k panels, rows that end in a
+  // short tile, the output as its own residual.
+  { ConvCase c{1, 100, 7, 7, 19, 3, 3}; c.pt = c.pl = c.pb = c.pr = 1; c.alias = true; add(c); }
   // More output positions than one column chunk (kNC = 3072).
   { ConvCase c{1, 3, 60, 60, 8, 3, 3}; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
   return v;
