@@ -599,8 +599,12 @@ std::vector<ConvCase> conv_shapes() {
   // one column left, every tile width), three k panels, rows that end in a
   // short tile, the output as its own residual.
   { ConvCase c{1, 100, 7, 7, 19, 3, 3}; c.pt = c.pl = c.pb = c.pr = 1; c.alias = true; add(c); }
-  // More output positions than one column chunk (kNC = 3072).
+  // More output positions than one column chunk (kNC = 3072): a stem's
+  // shallow im2col (27 rows, each sliver packed by the task that uses it)
+  // and a deeper one (72 rows, packed a column chunk at a time).
   { ConvCase c{1, 3, 60, 60, 8, 3, 3}; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  { ConvCase c{1, 8, 60, 60, 5, 3, 3}; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  { ConvCase c{1, 3, 57, 61, 11, 3, 3}; c.sh = c.sw = 2; c.pt = c.pl = 1; add(c); }  // stride 2, odd sizes
   return v;
 }
 

@@ -469,6 +469,30 @@ void gemm_whole_b(const kiln_pk_threads* threads, const Problem& pr, const BSour
   });
 }
 
+// A shallow B that must be packed (a stem's im2col: 27 rows for a 3x3
+// window over 3 channels, thousands of columns) with A read in place: each
+// task packs one sliver on its stack and computes every row tile with it.
+// One parallel step instead of two per column chunk, and the sliver never
+// leaves L1. k is one panel, so the sums are gemm_packed's.
+template <int W, int MR, int NV, class BSource>
+void gemm_sliver_local(const kiln_pk_threads* threads, const Problem& pr, const BSource& bsrc) {
+  constexpr int NR = NV * W;
+  const int64_t m = pr.m, n = pr.n, k = pr.k;
+  const int64_t mt = ceil_div(m, MR), nt = ceil_div(n, NR);
+  parallel_for_grain(threads, nt, grain_for(2 * m * NR * k), [&](int64_t begin, int64_t end) {
+    float sliver[kDirectBDepth * kMaxNR] __attribute__((aligned(64)));
+    for (int64_t jt = begin; jt < end; ++jt) {
+      const int64_t j0 = jt * NR, c = min64(NR, n - j0);
+      pack_sliver<W, NV>(bsrc, sliver, true, 0, k, j0, c);
+      for (int64_t it = 0; it < mt; ++it) {
+        const int64_t i0 = it * MR;
+        compute_any<W, MR, NV>(pr, kFirstPanel | kLastPanel, k, true, pr.a + i0 * pr.lda, sliver, false, 0, i0,
+                               min64(MR, m - i0), j0, c);
+      }
+    }
+  });
+}
+
 // Loops, outer to inner: row chunks of MC, k panels of kc, column chunks of
 // NC; per (chunk, panel, chunk) one parallel step packs B's slivers (and, for
 // the first column chunk, A's), the next computes the tiles. The tiles of a
@@ -490,6 +514,7 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
   const bool direct_a = !pr.trans_a && pr.alpha == 1.0f;
   const float* const direct_b = direct_rows(bsrc, k);
   const int64_t ldb = direct_ld(bsrc);
+  if (direct_a && !direct_b && k <= kDirectBDepth) return gemm_sliver_local<W, MR, NV>(threads, pr, bsrc);
   if (direct_a && !direct_b && whole_b_floats(n, k) > 0) return gemm_whole_b<W, MR, NV>(threads, pr, bsrc, scratch);
   float* const bpack = scratch + round_up((min64(m, kMC) + kMaxMR) * min64(k, kKC), 16);
 
