@@ -503,10 +503,15 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
   constexpr int NR = NV * W;
   static_assert(MR <= kMaxMR && NR <= kMaxNR, "scratch bounds");
   static_assert(NR >= 2 * W, "an edge sliver's slot has room for its columns transposed (dot_edge)");
+  static_assert(kNC % NR == 0, "equal column chunks stay within kNC");
   const int64_t m = pr.m, n = pr.n, k = pr.k;
   const int64_t panels = ceil_div(k, kKC);
   const int64_t kc_max = ceil_div(k, panels);
   const int64_t mc = (kMC / MR) * MR;
+  // Column chunks of equal width (whole slivers, at most kNC, which is a
+  // multiple of every NR): 56x56 planes were 3072 + 64 columns, the second
+  // chunk a pair of steps with a few tiles each.
+  const int64_t nc = round_up(ceil_div(n, ceil_div(n, kNC)), NR);
   float* const apack = scratch;
   // A plain, unscaled A is read where it is (the micro-kernel takes its
   // rows as they are): packing it would copy every weight of a
@@ -529,8 +534,8 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
       const int64_t p0 = q * kc_max;
       const int64_t kc = min64(kc_max, k - p0);
       const int phase = (q == 0 ? kFirstPanel : 0) | (q == panels - 1 ? kLastPanel : 0);
-      for (int64_t j0 = 0; j0 < n; j0 += kNC) {
-        const int64_t cols = min64(kNC, n - j0);
+      for (int64_t j0 = 0; j0 < n; j0 += nc) {
+        const int64_t cols = min64(nc, n - j0);
         const int64_t nt = ceil_div(cols, NR);
         const int64_t a_items = j0 == 0 && !direct_a ? mt : 0;
         // With B read in place only the last, partial sliver is packed.
