@@ -136,7 +136,7 @@ void run_all(double seconds, int nthreads) {
       {64, 56, 64, 3, 1, 1, "resnet50"},       {64, 56, 256, 1, 1, 1, "resnet50"},
       {128, 28, 512, 1, 1, 1, "resnet50"},     {512, 7, 512, 3, 1, 1, "resnet50 layer4"},
       {256, 14, 256, 3, 1, 1, "resnet50 layer3"}, {128, 28, 128, 3, 1, 1, "resnet50 layer2"},
-      {576, 14, 96, 1, 1, 1, "mobilenet_v2 14x14"}, {160, 7, 960, 1, 1, 1, "mobilenet_v2 7x7"}, {1024, 14, 2048, 1, 2, 1, "resnet50 downsample"},
+      {576, 14, 96, 1, 1, 1, "mobilenet_v2 14x14"}, {192, 28, 32, 1, 1, 1, "mobilenet_v2 small m"}, {160, 7, 960, 1, 1, 1, "mobilenet_v2 7x7"}, {1024, 14, 2048, 1, 2, 1, "resnet50 downsample"},
       {2048, 7, 512, 1, 1, 1, "resnet50 layer4"}, {3, 224, 64, 7, 2, 1, "resnet50 stem"},
       {3, 224, 32, 3, 2, 1, "mobilenet_v2 stem"},     {16, 112, 96, 1, 1, 1, "mobilenet_v2, small k"},
       {24, 56, 144, 1, 1, 1, "mobilenet_v2, small k"}, {144, 56, 24, 1, 1, 1, "mobilenet_v2, small m"},

@@ -309,6 +309,13 @@ std::vector<GemmCase> gemm_shapes() {
   wide.trans_a = true;
   wide.residual = true;
   cases.push_back(wide);
+  // Few rows and a B deeper than kDirectBDepth, read in place over two
+  // column chunks.
+  GemmCase few_rows_deep{1, 20, 3100, 100};
+  few_rows_deep.bias = kRowBias;
+  few_rows_deep.residual = true;
+  few_rows_deep.act = {KILN_PK_ACT_CLIP, 0.0f, 6.0f};
+  cases.push_back(few_rows_deep);
   GemmCase wide_small{1, 3, 3100, 9};  // small path, many column blocks
   wide_small.bias = kFullBias;
   cases.push_back(wide_small);
@@ -595,6 +602,9 @@ std::vector<ConvCase> conv_shapes() {
   { ConvCase c{1, 3, 4, 4, 5, 4, 4}; add(c); }
   // Enough depth for two k panels and a long row of outputs.
   { ConvCase c{1, 48, 10, 10, 9, 3, 3}; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  // A projection: 1x1, more input channels than kDirectBDepth, few outputs
+  // (B read in place).
+  { ConvCase c{1, 150, 7, 9, 21, 1, 1}; c.residual = true; add(c); }
   // A late layer's shape (B packed whole): a 7x7 plane (a full sliver and
   // one column left, every tile width), three k panels, rows that end in a
   // short tile, the output as its own residual.

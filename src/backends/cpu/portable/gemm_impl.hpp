@@ -141,11 +141,11 @@ struct MatrixB {
 // depths of mobile networks' 1x1 convolutions, where packing B cost as much
 // as the product).
 constexpr int64_t kDirectBDepth = 64;
-KILN_PK_INLINE const float* direct_rows(const MatrixB& b, int64_t k) {
-  return !b.trans && k <= kDirectBDepth ? b.b : nullptr;
+KILN_PK_INLINE const float* direct_rows(const MatrixB& b, int64_t k, int64_t m) {
+  return !b.trans && (k <= kDirectBDepth || (m <= 4 * kMaxMR && k <= kKC)) ? b.b : nullptr;
 }
 template <class BSource>
-KILN_PK_INLINE const float* direct_rows(const BSource&, int64_t) {
+KILN_PK_INLINE const float* direct_rows(const BSource&, int64_t, int64_t) {
   return nullptr;
 }
 KILN_PK_INLINE int64_t direct_ld(const MatrixB& b) { return b.ldb; }
@@ -517,7 +517,7 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
   // rows as they are): packing it would copy every weight of a
   // convolution on every call.
   const bool direct_a = !pr.trans_a && pr.alpha == 1.0f;
-  const float* const direct_b = direct_rows(bsrc, k);
+  const float* const direct_b = direct_rows(bsrc, k, m);
   const int64_t ldb = direct_ld(bsrc);
   if (direct_a && !direct_b && k <= kDirectBDepth) return gemm_sliver_local<W, MR, NV>(threads, pr, bsrc);
   // Whole B only where it saves steps: with one panel and one row chunk the
