@@ -143,8 +143,8 @@ void run_all(double seconds, int nthreads) {
       {3, 224, 32, 3, 2, 1, "mobilenet_v2 stem"},     {16, 112, 96, 1, 1, 1, "mobilenet_v2, small k"},
       {24, 56, 144, 1, 1, 1, "mobilenet_v2, small k"}, {144, 56, 24, 1, 1, 1, "mobilenet_v2, small m"},
       {32, 112, 32, 3, 1, 32, "mobilenet_v2 depthwise"}, {96, 112, 96, 3, 2, 96, "mobilenet_v2 depthwise"},
-      {144, 56, 144, 3, 1, 144, "mobilenet_v2 depthwise"}, {192, 28, 192, 3, 1, 192, "mobilenet_v2 depthwise"}, {576, 14, 576, 3, 1, 576, "mobilenet_v2 depthwise"},
-      {960, 7, 960, 3, 1, 960, "mobilenet_v2 depthwise"},  {240, 28, 240, 5, 1, 240, "efficientnet_b0 depthwise"},  {1, 28, 6, 5, 1, 1, "lenet"}, {6, 14, 16, 5, 1, 1, "lenet"},
+      {144, 56, 144, 3, 1, 144, "mobilenet_v2 depthwise"}, {192, 28, 192, 3, 1, 192, "mobilenet_v2 depthwise"}, {576, 14, 576, 3, 1, 576, "mobilenet_v2 depthwise 14x14"},
+      {960, 7, 960, 3, 1, 960, "mobilenet_v2 depthwise 7x7"},  {240, 28, 240, 5, 1, 240, "efficientnet_b0 depthwise"},  {1, 28, 6, 5, 1, 1, "lenet"}, {6, 14, 16, 5, 1, 1, "lenet"},
   };
   for (const Conv& v : convs)
     if (std::strstr(v.what, filter))
