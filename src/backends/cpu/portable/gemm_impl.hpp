@@ -524,12 +524,14 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
   const bool direct_a = !pr.trans_a && pr.alpha == 1.0f;
   const float* const direct_b = direct_rows(bsrc, k, m);
   const int64_t ldb = direct_ld(bsrc);
-  if (direct_a && !direct_b && k <= kDirectBDepth) return gemm_sliver_local<W, MR, NV>(threads, pr, bsrc);
-  // Whole B only where it saves steps: with one panel and one row chunk the
-  // schedule below has as few, and finer tasks (lenet's second convolution
-  // ran a third slower on two threads as two tasks).
-  if (direct_a && !direct_b && (k > kKC || m > kMC) && whole_b_floats(n, k) > 0)
-    return gemm_whole_b<W, MR, NV>(threads, pr, bsrc, scratch);
+  if (direct_a && !direct_b) {
+    // A B to pack whose depth fits the task's stack.
+    if (k <= kDirectBDepth) return gemm_sliver_local<W, MR, NV>(threads, pr, bsrc);
+    // Whole B only where it saves steps: with one panel and one row chunk the
+    // schedule below has as few, and finer tasks (lenet's second convolution
+    // ran a third slower on two threads as two tasks).
+    if ((k > kKC || m > kMC) && whole_b_floats(n, k) > 0) return gemm_whole_b<W, MR, NV>(threads, pr, bsrc, scratch);
+  }
   float* const bpack = scratch + round_up((min64(m, kMC) + kMaxMR) * min64(k, kKC), 16);
 
   for (int64_t i0 = 0; i0 < m; i0 += mc) {
