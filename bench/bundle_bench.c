@@ -24,34 +24,52 @@
 /* Workers spin on the generation counter for a while before sleeping, as
  * the pools of TBB and ONNX Runtime do: a model runs dozens of parallel
  * steps per call, and waking a sleeping thread costs more than most steps. */
-enum { SPIN_ROUNDS = 200000 };
+enum { SPIN_ROUNDS = 200000, MAX_THREADS = 64 };
+
+/* One thread's share of the items, claimed a chunk at a time. */
+typedef struct share {
+  atomic_llong next;
+  int64_t end;
+  char pad[48]; /* a cache line each */
+} share;
 
 typedef struct pool {
   pthread_mutex_t mutex;
   pthread_cond_t go;
   atomic_long generation;
   atomic_int pending;
-  atomic_llong next;
   int threads;
   FN(_task_fn) fn;
   void* task;
-  int64_t n;
+  int64_t n, chunk;
+  share shares[MAX_THREADS];
 } pool;
 
-/* Every thread takes chunks of about an eighth of its share from a shared
- * counter until none is left: a static split would leave one thread waiting
- * whenever the items differ in cost (a GEMM's edge tiles). */
-static void part(pool* p) {
-  const int64_t chunk = p->n / (8 * p->threads) > 1 ? p->n / (8 * p->threads) : 1;
-  for (;;) {
-    const int64_t begin = atomic_fetch_add_explicit(&p->next, chunk, memory_order_relaxed);
-    if (begin >= p->n) return;
-    p->fn(p->task, begin, begin + chunk < p->n ? begin + chunk : p->n);
+/* Thread t owns the t-th contiguous share of the items, the same one at
+ * every call (as OpenMP's static schedule does): the data a step wrote
+ * (its part of the channels, say) is still in that thread's cache when the
+ * next step reads it. A thread done with its share helps with the others',
+ * a chunk (an eighth of a share) at a time, so uneven items (a GEMM's edge
+ * tiles) do not leave it waiting. */
+static void part(pool* p, int self) {
+  for (int k = 0; k < p->threads; ++k) {
+    share* s = &p->shares[(self + k) % p->threads];
+    for (;;) {
+      const int64_t begin = atomic_fetch_add_explicit(&s->next, p->chunk, memory_order_relaxed);
+      if (begin >= s->end) break;
+      p->fn(p->task, begin, begin + p->chunk < s->end ? begin + p->chunk : s->end);
+    }
   }
 }
 
+typedef struct worker {
+  pool* p;
+  int self;
+} worker;
+
 static void* work(void* arg) {
-  pool* p = (pool*)arg;
+  pool* p = ((worker*)arg)->p;
+  const int self = ((worker*)arg)->self;
   long seen = 0;
   for (;;) {
     int spins = 0;
@@ -62,7 +80,7 @@ static void* work(void* arg) {
       pthread_mutex_unlock(&p->mutex);
     }
     seen = atomic_load(&p->generation);
-    part(p);
+    part(p, self);
     atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
   }
   return NULL;
@@ -77,13 +95,17 @@ static void parallel_for(void* host, int64_t n, FN(_task_fn) fn, void* task) {
   p->fn = fn;
   p->task = task;
   p->n = n;
-  atomic_store(&p->next, 0);
+  p->chunk = n / (8 * p->threads) > 1 ? n / (8 * p->threads) : 1;
+  for (int t = 0; t < p->threads; ++t) {
+    atomic_store(&p->shares[t].next, n * t / p->threads);
+    p->shares[t].end = n * (t + 1) / p->threads;
+  }
   atomic_store(&p->pending, p->threads - 1);
   pthread_mutex_lock(&p->mutex);
   atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
   pthread_cond_broadcast(&p->go);
   pthread_mutex_unlock(&p->mutex);
-  part(p);
+  part(p, 0);
   while (atomic_load_explicit(&p->pending, memory_order_acquire)) cpu_relax();
 }
 
@@ -102,6 +124,7 @@ int main(int argc, char** argv) {
   if (argc < 5) return 2;
   const long batch = atol(argv[2]);
   const int threads = atoi(argv[3]), runs = atoi(argv[4]);
+  if (threads < 1 || threads > MAX_THREADS) return 2;
   const double start = now_ms();
   FN() * model = NULL;
   if (FN(_create)(argv[1], &model) != K(_OK)) {
@@ -111,9 +134,11 @@ int main(int argc, char** argv) {
   const double created = now_ms();
   static pool p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
   p.threads = threads;
+  static worker workers[MAX_THREADS];
   for (int t = 1; t < threads; ++t) {
     pthread_t id;
-    pthread_create(&id, NULL, work, &p);
+    workers[t] = (worker){&p, t};
+    pthread_create(&id, NULL, work, &workers[t]);
   }
   if (threads > 1) FN(_set_parallel_for)(model, parallel_for, &p);
   float* in = calloc((size_t)batch, K(_INPUT_0_ITEM_BYTES));

@@ -81,7 +81,7 @@ double bench_conv(int64_t c, int64_t hw, int64_t k, int64_t ks, int64_t stride, 
   void* scratch = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
   auto run = [&] {
     kiln_pk_conv2d(threads, 1, c, hw, hw, k, ohw, ohw, ks, ks, stride, stride, pad, pad, 1, 1, group, x.data(),
-                   w.data(), nullptr, nullptr, y.data(), KILN_PK_ACT_RELU, 0.0f, 0.0f, scratch);
+                   w.data(), nullptr, nullptr, y.data(), KILN_PK_ACT_RELU, 0.0f, 0.0f, KILN_PK_SPLIT_ANY, scratch);
   };
   run();
   double best = 1e30;

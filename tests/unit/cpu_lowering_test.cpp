@@ -5,6 +5,7 @@
 
 #include "backends/cpu/lowering.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
+#include "backends/cpu/portable/kernels.h"
 #include "backends/reference/reference_executor.hpp"
 #include "imported_model.hpp"
 #include "random_data.hpp"
@@ -249,4 +250,35 @@ TEST(CpuLowering, ResizesWithOneDnnsTapsBecomeItsResampling) {
     });
     EXPECT_EQ(resampling, r.onednn);
   }
+}
+
+// The split hint of portable convolutions: a convolution read only by
+// depthwise convolutions (an inverted residual block's expansion) splits by
+// channel, as they do; the others (the projection, read by the model's
+// output; the depthwise one, read by a 1x1 product) leave it to the kernel.
+TEST(CpuLowering, ExpansionsReadByDepthwiseConvolutionsSplitByChannel) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 4, 8, 8}).output("y", onnx::TensorProto::FLOAT, {1, 4, 8, 8});
+  b.initializer(ModelBuilder::float_tensor("we", {24, 4, 1, 1}, random_values(96, 1)));
+  b.initializer(ModelBuilder::float_tensor("wd", {24, 1, 3, 3}, random_values(216, 2)));
+  b.initializer(ModelBuilder::float_tensor("wp", {4, 24, 1, 1}, random_values(96, 3)));
+  b.node("Conv", {"x", "we"}, {"e"}, "expand");
+  b.node("Relu", {"e"}, {"re"});
+  auto& dw = b.node("Conv", {"re", "wd"}, {"d"}, "depthwise");
+  ModelBuilder::attr_int(dw, "group", 24);
+  ModelBuilder::attr_ints(dw, "pads", {1, 1, 1, 1});
+  b.node("Conv", {"d", "wp"}, {"y"}, "project");
+  auto m = kiln::test::import(b);
+  auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {1, 4, 8, 8}}}}, kiln::ref::constant_evaluator());
+  const auto p = kiln::cpu::lower(*m.graph, spec, kiln::cpu::KernelFamily::Portable);
+  auto split = [&](const char* node) {
+    const kiln::cpu::Step& s = step_of(p, node);
+    if (!s.call || s.call->function != "kiln_pk_conv2d") throw std::runtime_error(std::string(node) + " is no kiln_pk_conv2d call");
+    const auto& arg = s.call->args[s.call->args.size() - 2];  // before the scratch
+    EXPECT_EQ(arg.kind, kiln::cpu::Call::Arg::Kind::Int32) << node;
+    return arg.value;
+  };
+  EXPECT_EQ(split("expand"), KILN_PK_SPLIT_CHANNELS);
+  EXPECT_EQ(split("depthwise"), KILN_PK_SPLIT_ANY);
+  EXPECT_EQ(split("project"), KILN_PK_SPLIT_ANY);
 }

@@ -521,7 +521,7 @@ void check_conv(const ConvCase& cc, const Config* cfg, unsigned seed) {
           ref[at] = act_ref(s, cc.act);
           tol[at] = act_tolerance(1e-5 * mag + 1e-6, ref[at]);
         }
-  auto run = [&](const kiln_pk_threads* threads) {
+  auto run = [&](const kiln_pk_threads* threads, int32_t split = KILN_PK_SPLIT_ANY) {
     std::vector<float> y(y_size, kSentinel);
     if (cc.alias) y = residual;
     const float* res = cc.alias ? y.data() : cc.residual ? residual.data() : nullptr;
@@ -531,10 +531,10 @@ void check_conv(const ConvCase& cc, const Config* cfg, unsigned seed) {
     if (cfg)
       kiln::pk::conv2d_with_config(*cfg, threads, cc.n, cc.c, cc.h, cc.w, cc.k, oh, ow, cc.kh, cc.kw, cc.sh, cc.sw, cc.pt,
                                    cc.pl, cc.dh, cc.dw, cc.group, x.data(), wt.data(), b, res, y.data(), cc.act.kind,
-                                   cc.act.alpha, cc.act.beta, scratch.get());
+                                   cc.act.alpha, cc.act.beta, split, scratch.get());
     else
       kiln_pk_conv2d(threads, cc.n, cc.c, cc.h, cc.w, cc.k, oh, ow, cc.kh, cc.kw, cc.sh, cc.sw, cc.pt, cc.pl, cc.dh, cc.dw,
-                     cc.group, x.data(), wt.data(), b, res, y.data(), cc.act.kind, cc.act.alpha, cc.act.beta,
+                     cc.group, x.data(), wt.data(), b, res, y.data(), cc.act.kind, cc.act.alpha, cc.act.beta, split,
                      scratch.get());
     EXPECT_TRUE(scratch.guards_intact()) << "scratch overrun";
     return y;
@@ -542,6 +542,7 @@ void check_conv(const ConvCase& cc, const Config* cfg, unsigned seed) {
   const std::vector<float> serial = run(nullptr);
   EXPECT_TRUE(near_all(serial, ref, tol));
   EXPECT_TRUE(same_bits(serial, run(&kThreaded))) << "threaded result differs from serial";
+  EXPECT_TRUE(same_bits(serial, run(&kThreaded, KILN_PK_SPLIT_CHANNELS))) << "split by channels changes the result";
   EXPECT_TRUE(same_bits(serial, run(&kNullFor))) << "a NULL parallel_for is not serial";
 }
 

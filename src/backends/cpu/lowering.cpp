@@ -1540,6 +1540,23 @@ class Lowering {
     return residual;
   }
 
+  // How a convolution writing `v` splits its outputs over threads: by
+  // channel when only depthwise convolutions (one input channel per group)
+  // read it, as they split their work by channel too. In mobilenet_v2 the
+  // expansions then leave each depthwise step its input in the same core's
+  // cache (the bundle 3% faster on 2 threads).
+  int32_t conv_split(const std::string& v) {
+    const auto& readers = consumers(v);
+    if (readers.empty()) return KILN_PK_SPLIT_ANY;
+    for (size_t i : readers) {
+      const ir::Node& c = g_.nodes[i];
+      if (c.op_type != "Conv" || !c.domain.empty() || c.inputs.size() < 2 || c.inputs[0] != v) return KILN_PK_SPLIT_ANY;
+      const Dims wd = dims(c.inputs[1]);
+      if (wd.size() < 3 || wd[1] != 1 || ref::KernelContext(c, {}, nullptr).attr_int("group", 1) <= 1) return KILN_PK_SPLIT_ANY;
+    }
+    return KILN_PK_SPLIT_CHANNELS;
+  }
+
   bool portable_conv(const ir::Node& n) {
     if (n.inputs.size() < 2 || !is_f32(n.inputs[0]) || !is_f32(n.inputs[1]) || n.outputs.size() != 1) return false;
     const bool has_bias = n.inputs.size() > 2 && !n.inputs[2].empty();
@@ -1573,7 +1590,8 @@ class Lowering {
               {Call::i64(in[0]), Call::i64(in[1]), Call::i64(hw[0]), Call::i64(hw[1]), Call::i64(wd[0]), Call::i64(o[0]),
                Call::i64(o[1]), Call::i64(k[0]), Call::i64(k[1]), Call::i64(st[0]), Call::i64(st[1]), Call::i64(pad[0]),
                Call::i64(pad[1]), Call::i64(dil[0]), Call::i64(dil[1]), Call::i64(group), Call::buffer(0), Call::buffer(1), bias,
-               residual, Call::buffer(dst), Call::i32(e.act), Call::f32(e.alpha), Call::f32(e.beta), work},
+               residual, Call::buffer(dst), Call::i32(e.act), Call::f32(e.alpha), Call::f32(e.beta),
+               Call::i32(conv_split(e.fused.value)), work},
               false};
     compiled();
     absorb(e.fused);

@@ -444,7 +444,7 @@ bool is_depthwise(int64_t c, int64_t k, int64_t group, int64_t kh, int64_t kw, i
 template <class V>
 void conv2d_variant(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int64_t group,
                     const ConvShape& s, const float* x, const float* weights, const float* bias,
-                    const float* residual, float* y, const Activation& act, void* scratch) {
+                    const float* residual, float* y, const Activation& act, int32_t split, void* scratch) {
   if (is_depthwise(c, k, group, s.kh, s.kw, s.sw, s.dh, s.dw)) {
     if (is_flat_depthwise(s)) return flat_depthwise_any<V::W>(threads, n, c, k, s, x, weights, bias, residual, y, act);
     return depthwise<V::W>(threads, n, c, k, s, x, weights, bias, residual, y, act);
@@ -459,6 +459,7 @@ void conv2d_variant(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_
   pr.ldc = out_plane;
   pr.bias_rs = 1, pr.bias_cs = 0, pr.beta = 1.0f;
   pr.act = act;
+  pr.rows_first = split == KILN_PK_SPLIT_CHANNELS;
   for (int64_t img = 0; img < n; ++img)
     for (int64_t g = 0; g < group; ++g) {
       pr.a = weights + g * kg * depth;
@@ -481,12 +482,12 @@ void conv2d_with_config(Config cfg, const kiln_pk_threads* threads, int64_t n, i
                         int64_t stride_w, int64_t pad_t, int64_t pad_l, int64_t dilation_h, int64_t dilation_w,
                         int64_t group, const float* x, const float* weights, const float* bias,
                         const float* residual, float* y, int32_t act, float act_alpha, float act_beta,
-                        void* scratch) {
+                        int32_t split, void* scratch) {
   if (n <= 0 || k <= 0 || oh <= 0 || ow <= 0 || group <= 0) return;
   const ConvShape s{c / group, h, w, oh, ow, kh, kw, stride_h, stride_w, pad_t, pad_l, dilation_h, dilation_w};
   const Activation a{act, act_alpha, act_beta};
   with_variant(cfg, [&](auto variant) {
-    conv2d_variant<decltype(variant)>(threads, n, c, k, group, s, x, weights, bias, residual, y, a, scratch);
+    conv2d_variant<decltype(variant)>(threads, n, c, k, group, s, x, weights, bias, residual, y, a, split, scratch);
   });
 }
 
@@ -498,10 +499,10 @@ void kiln_pk_conv2d(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_
                     int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w,
                     int64_t pad_t, int64_t pad_l, int64_t dilation_h, int64_t dilation_w, int64_t group,
                     const float* x, const float* weights, const float* bias, const float* residual, float* y,
-                    int32_t act, float act_alpha, float act_beta, void* scratch) {
+                    int32_t act, float act_alpha, float act_beta, int32_t split, void* scratch) {
   kiln::pk::conv2d_with_config(kiln::pk::target_config(), threads, n, c, h, w, k, oh, ow, kh, kw, stride_h, stride_w,
                                pad_t, pad_l, dilation_h, dilation_w, group, x, weights, bias, residual, y, act,
-                               act_alpha, act_beta, scratch);
+                               act_alpha, act_beta, split, scratch);
 }
 
 size_t kiln_pk_conv2d_scratch_bytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t oh, int64_t ow,

@@ -40,6 +40,9 @@ struct Problem {
   int64_t bias_rs, bias_cs;
   float beta;
   Activation act;
+  // Tiles row by row (each task a range of C's rows) instead of sliver by
+  // sliver: see KILN_PK_SPLIT_CHANNELS.
+  bool rows_first;
 };
 
 // A B of at most kWholeBColumns columns (the 7x7 and 14x14 planes of late
@@ -563,7 +566,7 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
         // sliver (L1) and walk the A chunk (L2).
         parallel_for_grain(threads, mt * nt, grain_for(2 * MR * NR * kc), [&](int64_t begin, int64_t end) {
           for (int64_t t = begin; t < end; ++t) {
-            const int64_t jt = t / mt, it = t - jt * mt;
+            const int64_t jt = pr.rows_first ? t % nt : t / mt, it = pr.rows_first ? t / nt : t % mt;
             const int64_t r = min64(MR, rows - it * MR), c = min64(NR, cols - jt * NR);
             const float* a = direct_a ? pr.a + (i0 + it * MR) * pr.lda + p0 : apack + it * MR * kc;
             const bool in_place = direct_b && jt < full_slivers;

@@ -66,17 +66,25 @@ void kiln_pk_gemm(const kiln_pk_threads* threads, int64_t batch, int64_t m, int6
                   const float* residual, int32_t act, float act_alpha, float act_beta, void* scratch);
 size_t kiln_pk_gemm_scratch_bytes(int64_t batch, int64_t m, int64_t n, int64_t k);
 
+/* How a convolution spreads its outputs over the threads. SPLIT_CHANNELS:
+ * each task a range of output channels, for a consumer that reads whole
+ * channels (a depthwise convolution), so that what a thread wrote is in its
+ * cache when it reads it (with a host that gives a thread the same share of
+ * every loop). SPLIT_ANY: the kernel's choice. */
+enum { KILN_PK_SPLIT_ANY = 0, KILN_PK_SPLIT_CHANNELS = 1 };
+
 /* 2-D convolution (ONNX Conv on NCHW; a 1-D conv is h = kh = 1), grouped and
  * depthwise included. x: [n, c, h, w]; w: [k, c / group, kh, kw];
  * bias: [k] or NULL; residual: NULL or y's shape (may alias y);
  * y: [n, k, oh, ow] = act(conv + bias + residual). pad_t / pad_l are the
- * leading pads; trailing pads follow from oh / ow. */
+ * leading pads; trailing pads follow from oh / ow. `split`, a
+ * KILN_PK_SPLIT_* hint, changes no result. */
 void kiln_pk_conv2d(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t h, int64_t w,
                     int64_t k, int64_t oh, int64_t ow, int64_t kh, int64_t kw,
                     int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l,
                     int64_t dilation_h, int64_t dilation_w, int64_t group,
                     const float* x, const float* weights, const float* bias, const float* residual, float* y,
-                    int32_t act, float act_alpha, float act_beta, void* scratch);
+                    int32_t act, float act_alpha, float act_beta, int32_t split, void* scratch);
 size_t kiln_pk_conv2d_scratch_bytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t oh,
                                     int64_t ow, int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w,
                                     int64_t dilation_h, int64_t dilation_w, int64_t group);

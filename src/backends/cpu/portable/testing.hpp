@@ -21,7 +21,7 @@ void conv2d_with_config(Config cfg, const kiln_pk_threads* threads, int64_t n, i
                         int64_t stride_w, int64_t pad_t, int64_t pad_l, int64_t dilation_h, int64_t dilation_w,
                         int64_t group, const float* x, const float* weights, const float* bias,
                         const float* residual, float* y, int32_t act, float act_alpha, float act_beta,
-                        void* scratch);
+                        int32_t split, void* scratch);
 
 }  // namespace kiln::pk
 
