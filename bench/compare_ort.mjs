@@ -21,6 +21,8 @@ const USAGE = `usage: bench/compare_ort [MODEL.onnx ...] [options]
   --kiln-repeat N      timed Kiln runs (default: about 10 s worth, 1..ORT's count)
   --kiln-timeout S     skip Kiln when load + two runs exceed S seconds (default 120)
   --kiln PATH          Kiln binary (default build/bin/kiln)
+  --rounds K           time ORT and Kiln K times each, alternating; the medians and Kiln/ORT
+                       are then the medians over the rounds and of the K paired ratios (default 1)
   --json FILE          also write the raw numbers`;
 
 const { values: opt, positionals } = parseArgs({
@@ -34,6 +36,7 @@ const { values: opt, positionals } = parseArgs({
     'kiln-repeat': { type: 'string' },
     'kiln-timeout': { type: 'string', default: '120' },
     kiln: { type: 'string', default: 'build/bin/kiln' },
+    rounds: { type: 'string', default: '1' },
     json: { type: 'string' },
     'first-call-child': { type: 'boolean' },  // internal: time one first call in this fresh process and exit
     help: { type: 'boolean', short: 'h' },
@@ -45,6 +48,8 @@ const threads = Number(opt.threads);
 const batches = opt.batch.split(',').map(Number);
 const dims = Object.fromEntries(opt.dim.map((d) => { const [k, v] = d.split('='); return [k, Number(v)]; }));
 const kilnTimeoutS = Number(opt['kiln-timeout']);
+const rounds = Number(opt.rounds);
+if (!Number.isInteger(rounds) || rounds < 1) { console.error(`--rounds wants a whole number >= 1, not '${opt.rounds}'`); process.exit(2); }
 const clamp = (x, lo, hi) => Math.max(lo, Math.min(hi, Math.round(x)));
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.ceil(s.length / 2) - 1]; };
 const firstLine = (e) => String(e?.message ?? e).trim().split('\n')[0].slice(0, 160);
@@ -140,6 +145,20 @@ if (opt['first-call-child']) {
   process.exit(0);
 }
 
+// Another round of ORT's steady state: a new session, its warm-up run, `runs` timed.
+async function ortMedian(model, shapes, runs) {
+  const session = await ort.InferenceSession.create(model, sessionOptions);
+  try {
+    const feeds = randomFeeds(shapes);
+    await session.run(feeds);
+    const times = [];
+    for (let i = 0; i < runs; i++) times.push(await timeRun(session, feeds));
+    return median(times);
+  } finally {
+    await session.release();
+  }
+}
+
 async function timeOrt(model, batch) {
   const { session, shapes, feeds, session_ms: sessionMs, first_run_ms: firstInProcessMs } = await firstCall(model, batch);
   let timed;
@@ -150,7 +169,7 @@ async function timeOrt(model, batch) {
     const times = [];
     for (let i = 0; i < runs; i++) times.push(await timeRun(session, feeds));
     const batchSymbols = [...new Set(shapes.map((s) => s.batchSymbol).filter(Boolean))];
-    timed = { session_ms: sessionMs, first_run_in_process_ms: firstInProcessMs, median_ms: median(times), runs, batchSymbols };
+    timed = { session_ms: sessionMs, first_run_in_process_ms: firstInProcessMs, median_ms: median(times), runs, batchSymbols, shapes };
   } finally {
     await session.release();
   }
@@ -174,16 +193,32 @@ function kilnRun(model, batch, batchSymbols, repeat, timeoutS, cacheDir) {
 
 // Two processes on a fresh cache directory: the first compiles (cold: load +
 // compile + store + run), the second loads what it stored (warm: load + cache
-// hit + run) and is the one timed in a loop.
-function timeKiln(model, batch, batchSymbols, ortRuns) {
+// hit + run) and is the one timed in a loop. With --rounds, `ort` (the row's
+// ORT timing) gets K-1 more rounds, alternating with as many warm Kiln ones:
+// where the machine's speed drifts from one minute to the next, pairs taken
+// close together compare better than one long run of each.
+async function timeKiln(model, batch, batchSymbols, ort) {
+  const ortRuns = ort?.runs;
   const cacheDir = fs.mkdtempSync(path.join(os.tmpdir(), 'compare_ort-cache-'));
   try {
     // The cold run also decides whether Kiln is worth waiting for and how
     // many runs fit, since the reference interpreter can be 100x slower than ORT.
     const cold = kilnRun(model, batch, batchSymbols, 1, kilnTimeoutS, cacheDir);
     const runs = opt['kiln-repeat'] ? Number(opt['kiln-repeat']) : clamp(10000 / cold.median_ms, 1, ortRuns ?? 50);
-    const warm = kilnRun(model, batch, batchSymbols, Math.max(runs, 1), kilnTimeoutS + (3 * runs * cold.median_ms) / 1000, cacheDir);
-    return { ...warm, cold_first_run_ms: cold.first_run_ms, warm_first_run_ms: warm.cache === 'hit' ? warm.first_run_ms : null };
+    const timeoutS = kilnTimeoutS + (3 * runs * cold.median_ms) / 1000;
+    const warm = kilnRun(model, batch, batchSymbols, Math.max(runs, 1), timeoutS, cacheDir);
+    const result = { ...warm, cold_first_run_ms: cold.first_run_ms, warm_first_run_ms: warm.cache === 'hit' ? warm.first_run_ms : null };
+    if (ort && rounds > 1) {
+      const pairs = [[ort.median_ms, warm.median_ms]];
+      for (let r = 1; r < rounds; r++)
+        pairs.push([await ortMedian(model, ort.shapes, ort.runs), kilnRun(model, batch, batchSymbols, Math.max(runs, 1), timeoutS, cacheDir).median_ms]);
+      ort.round_medians_ms = pairs.map((p) => p[0]);
+      result.round_medians_ms = pairs.map((p) => p[1]);
+      ort.median_ms = median(ort.round_medians_ms);
+      result.median_ms = median(result.round_medians_ms);
+      result.paired_ratio = median(pairs.map(([o, k]) => k / o));
+    }
+    return result;
   } finally {
     fs.rmSync(cacheDir, { recursive: true, force: true });
   }
@@ -238,15 +273,15 @@ for (const model of models) {
     else {
       try {
         const symbols = row.ort?.batchSymbols ?? ['batch'];
-        row.kiln = timeKiln(model, batch, symbols, row.ort?.runs);
+        row.kiln = await timeKiln(model, batch, symbols, row.ort);
       } catch (e) {
         row.notes.push(`Kiln: ${firstLine(e)}`);
         kilnTimedOut ||= /timed out/.test(e.message);
       }
     }
-    if (row.ort && row.kiln) row.ratio = row.kiln.median_ms / row.ort.median_ms;
+    if (row.ort && row.kiln) row.ratio = row.kiln.paired_ratio ?? row.kiln.median_ms / row.ort.median_ms;
     const fixed = row.ort?.batchSymbols.length === 0;
-    if (row.ort) delete row.ort.batchSymbols;
+    if (row.ort) delete row.ort.batchSymbols, delete row.ort.shapes;
     process.stderr.write(`${name} batch ${batch}: done\n`);
     if (fixed) {
       row.batch = 'fixed';
@@ -263,6 +298,7 @@ const table = rows.map((r) => [r.model, String(r.batch), fmt(r.ort?.first_run_ms
 const widths = header.map((h, i) => Math.max(h.length, ...table.map((t) => t[i].length)));
 const line = (cells) => cells.map((c, i) => (i < 1 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
 console.log(`ONNX Runtime ${ORT_VERSION} (onnxruntime-node, CPU) vs Kiln, ${threads} thread(s); first = ORT session / Kiln Runtime + load, plus the first run,`);
+if (rounds > 1) console.log(`medians over ${rounds} alternating rounds; Kiln/ORT is the median of the ${rounds} paired ratios`);
 console.log('each in a new process; Kiln cold = compiling (and storing) it, warm = loading it from the cache the cold process filled');
 console.log(line(header));
 console.log(widths.map((w) => '-'.repeat(w)).join('  '));
@@ -274,6 +310,6 @@ console.log(`ORT per-call overhead (1-node Identity, median of 1000): ${overhead
 for (const r of rows) for (const n of r.notes) console.log(`note: ${r.model} batch ${r.batch}: ${n}`);
 
 if (opt.json) {
-  const out = { ort_version: ORT_VERSION, threads, batches, dims, identity_overhead_ms: overheadMs, geomean_ratio: geomean, rows };
+  const out = { ort_version: ORT_VERSION, threads, batches, dims, rounds, identity_overhead_ms: overheadMs, geomean_ratio: geomean, rows };
   fs.writeFileSync(opt.json, JSON.stringify(out, null, 2) + '\n');
 }
