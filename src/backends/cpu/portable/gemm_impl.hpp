@@ -563,7 +563,7 @@ void gemm_packed(const kiln_pk_threads* threads, const Problem& pr, const BSourc
           }
         });
         // Column-sliver-major: a thread's consecutive tiles share the B
-        // sliver (L1) and walk the A chunk (L2).
+        // sliver (L1) and walk the A chunk (L2). Row-major with rows_first.
         parallel_for_grain(threads, mt * nt, grain_for(2 * MR * NR * kc), [&](int64_t begin, int64_t end) {
           for (int64_t t = begin; t < end; ++t) {
             const int64_t jt = pr.rows_first ? t % nt : t / mt, it = pr.rows_first ? t / nt : t % mt;
