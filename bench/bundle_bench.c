@@ -41,7 +41,7 @@ typedef struct pool {
   int threads;
   FN(_task_fn) fn;
   void* task;
-  int64_t n, chunk;
+  int64_t chunk;
   share shares[MAX_THREADS];
 } pool;
 
@@ -94,7 +94,6 @@ static void parallel_for(void* host, int64_t n, FN(_task_fn) fn, void* task) {
   }
   p->fn = fn;
   p->task = task;
-  p->n = n;
   p->chunk = n / (8 * p->threads) > 1 ? n / (8 * p->threads) : 1;
   for (int t = 0; t < p->threads; ++t) {
     atomic_store(&p->shares[t].next, n * t / p->threads);
