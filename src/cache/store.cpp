@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cache/cache_key.hpp"
+#include "cache/hash_memo.hpp"
 #include "runtime/ir/error.hpp"
 
 namespace kiln::cache {
@@ -147,6 +148,7 @@ std::string check_entry(const std::string& dir, const std::string& key, bool che
     const json& f = manifest["files"].value(name, json());
     if (!f.is_object() || !f.contains("bytes") || !f.contains("xxh3_128")) return std::string("manifest does not describe ") + name;
     const std::string path = dir + "/" + name;
+    const timespec looked_at = coarse_now();
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     struct stat st {};
     if (fd.fd < 0 || ::fstat(fd.fd, &st) != 0) return std::string(name) + " is missing";
@@ -159,11 +161,21 @@ std::string check_entry(const std::string& dir, const std::string& key, bool che
       if (map == MAP_FAILED) return std::string("cannot map ") + name + ": " + std::strerror(errno);
       entry->maps.push_back({map, size_t(st.st_size)});
     }
-    auto check = [name, entry, data = map ? map : "", size = size_t(st.st_size), want = f["xxh3_128"].get<std::string>()] {
-      return hash_hex(data, size) == want ? std::string() : std::string(name) + " does not match its checksum (corrupted)";
+    const std::string want_hash = f["xxh3_128"].get<std::string>();
+    // Only the weights are remembered: the other files are small, and read
+    // whole by the loader anyway. `kiln cache verify` (no `out`) always reads.
+    const bool memo = out && std::strcmp(name, "weights.bin") == 0;
+    const std::string record = path + ".checked";
+    const bool known = memo && recall_hash(record, st) == want_hash;
+    auto check = [name, entry, data = map ? map : "", size = size_t(st.st_size), want_hash, memo, record, st, looked_at] {
+      if (hash_hex(data, size) != want_hash) return std::string(name) + " does not match its checksum (corrupted)";
+      if (memo) remember_hash(record, st, looked_at, want_hash, "checked against the manifest");
+      return std::string();
     };
-    if (out && defer_weights_check && std::strcmp(name, "weights.bin") == 0) out->check = std::make_shared<backends::LoadCheck>(check);
-    else if (std::string bad = check(); !bad.empty()) return bad;
+    if (!known) {
+      if (out && defer_weights_check && std::strcmp(name, "weights.bin") == 0) out->check = std::make_shared<backends::LoadCheck>(check);
+      else if (std::string bad = check(); !bad.empty()) return bad;
+    }
     if (out) {
       std::string_view view(static_cast<const char*>(map), size_t(st.st_size));
       if (std::strcmp(name, "object.o") == 0) out->object = view;
@@ -244,6 +256,13 @@ bool Store::put(const std::string& key, const json& key_inputs, const backends::
       weights.push_back({artifact.weight_offsets[i], {static_cast<const char*>(artifact.weights[i].first), artifact.weights[i].second}});
     put_file("weights.bin", weights, artifact.weights_bytes);
     write_file(tmp + "/lock", {});
+    // The weights were hashed as they were written and nobody else writes
+    // into tmp, so the writer may remember them too (if the clock has moved
+    // on since it wrote them) and the first warm start need not read them.
+    const timespec looked_at = coarse_now();
+    if (struct stat st {}; ::stat((tmp + "/weights.bin").c_str(), &st) == 0)
+      remember_hash(tmp + "/weights.bin.checked", st, looked_at, files["weights.bin"]["xxh3_128"].get<std::string>(),
+                    "written with the entry");
     const std::time_t now = std::time(nullptr);
     json summary = json::parse(artifact.summary, nullptr, false);
     const json manifest = {{"format", kFormatVersion},
@@ -318,6 +337,26 @@ std::vector<std::string> Store::prune(int64_t max_bytes) const {
     }
   }
   return removed;
+}
+
+std::string Store::recall_model_hash(const struct stat& st) const {
+  return recall_hash(dir_ + "/hashes/" + std::to_string(st.st_dev) + "." + std::to_string(st.st_ino), st);
+}
+
+void Store::remember_model_hash(const struct stat& st, const timespec& looked_at, const std::string& hash,
+                                const std::string& path) const {
+  std::error_code ec;
+  fs::create_directories(dir_ + "/hashes", ec);
+  remember_hash(dir_ + "/hashes/" + std::to_string(st.st_dev) + "." + std::to_string(st.st_ino), st, looked_at, hash, path);
+}
+
+void Store::forget_model_hashes(std::chrono::seconds age) const {
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (const auto& f : fs::directory_iterator(dir_ + "/hashes", ec)) {
+    auto t = f.last_write_time(ec);
+    if (!ec && now - t >= age) fs::remove(f.path(), ec);
+  }
 }
 
 void Store::clean_tmp(std::chrono::seconds age) const {

@@ -3,6 +3,7 @@
 //
 //   DIR/entries/KEY/   manifest.json  object.o  program.bin  weights.bin  lock
 //   DIR/tmp/           entries being written, and entries being removed
+//   DIR/hashes/DEV.INO model files' hashes, remembered (see hash_memo.hpp)
 //
 // - Atomic: an entry is written into a private directory under tmp/, every
 //   file flushed, the manifest last, then renamed into entries/. Readers see
@@ -16,6 +17,8 @@
 //   without waiting and skips entries in use.
 // - Bounded: after each write, least-recently-used entries (by the lock
 //   file's mtime, touched on every open) go until the store fits max_bytes.
+#include <sys/stat.h>
+
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -70,6 +73,16 @@ class Store {
   std::vector<std::string> prune(int64_t max_bytes) const;
   // Leftovers of killed writers older than `age`.
   void clean_tmp(std::chrono::seconds age) const;
+
+  // A model file's hash remembered by its identity (hash_memo.hpp), "" if
+  // none; remembering never fails.
+  std::string recall_model_hash(const struct stat& st) const;
+  void remember_model_hash(const struct stat& st, const timespec& looked_at, const std::string& hash,
+                           const std::string& path) const;
+  // Removes remembered model hashes written more than `age` ago (they are
+  // rewritten only when a file changes, so an old one costs a model's load
+  // one more read of the file), or all of them.
+  void forget_model_hashes(std::chrono::seconds age) const;
 
  private:
   std::string entry_dir(const std::string& key) const;

@@ -100,7 +100,7 @@ void add_cache_command(CLI::App& app) {
     std::printf("%lld entries removed; %s remain\n", static_cast<long long>(removed), bytes_to_string(total).c_str());
   });
 
-  auto* clear = cmd->add_subcommand("clear", "Remove every entry (entries in use by a running process stay)");
+  auto* clear = cmd->add_subcommand("clear", "Remove every entry and remembered model hash (entries in use by a running process stay)");
   clear->callback([args] {
     Cache cache = open_cache(*args);
     std::printf("%lld entries removed\n", static_cast<long long>(cache.clear()));

@@ -8,6 +8,9 @@ namespace kiln {
 
 namespace {
 
+// Model files loaded within a month keep their remembered hashes.
+constexpr std::chrono::hours kForgetHashesAfter(24 * 30);
+
 CacheEntry to_entry(const cache::EntryInfo& e) {
   CacheEntry out;
   out.key = e.key;
@@ -49,6 +52,7 @@ std::vector<CacheEntry> Cache::verify() const {
       bad.push_back(to_entry(e));
     }
   store.clean_tmp(std::chrono::hours(1));
+  store.forget_model_hashes(kForgetHashesAfter);
   return bad;
 }
 
@@ -56,6 +60,7 @@ int64_t Cache::prune(int64_t max_bytes) const {
   if (max_bytes < 0) throw Error(ErrorCode::InvalidArgument, "Cache::prune: max_bytes is negative");
   const cache::Store store(dir_, 0);
   store.clean_tmp(std::chrono::hours(1));
+  store.forget_model_hashes(kForgetHashesAfter);
   return int64_t(store.prune(max_bytes).size());
 }
 
@@ -64,6 +69,7 @@ int64_t Cache::clear() const {
   int64_t removed = 0;
   for (const auto& e : store.list(false)) removed += store.remove(e.key) ? 1 : 0;
   store.clean_tmp(std::chrono::hours(1));
+  store.forget_model_hashes(std::chrono::seconds(0));
   return removed;
 }
 

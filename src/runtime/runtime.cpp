@@ -445,6 +445,12 @@ Model Model::load(const Runtime& runtime, const std::string& path) {
     onnx_import::ImportOptions opts;
     opts.keep_weights_in_file = true;
     opts.hash_threads = runtime.threads();
+    if (const cache::Store* store = runtime.impl_->store.get()) {
+      opts.recall_file_hash = [store](const struct stat& st) { return store->recall_model_hash(st); };
+      opts.remember_file_hash = [store, path](const struct stat& st, const timespec& looked_at, const std::string& hex) {
+        store->remember_model_hash(st, looked_at, hex, path);
+      };
+    }
     return std::make_shared<Impl>(runtime, onnx_import::import_model_file(path, opts));
   });
   return m;

@@ -274,6 +274,65 @@ TEST_F(CacheTest, DamagedOrForeignEntriesAreRebuilt) {
   }
 }
 
+// A warm start reads neither the model file nor the entry's weights when it
+// remembers their hashes; a change made in place afterwards, even one that
+// puts the file's modification time back, must still be seen.
+TEST_F(CacheTest, RememberedHashesNeverHideAChangeInPlace) {
+  const fs::path model = root_ / "digits.onnx";
+  fs::copy_file(kModel, model);
+  auto run_model = [&](const fs::path& out) {
+    Result r = kiln({"run", model.string(), "--json", "--threads", "1", "--input", "image=" + kDigit, "--output-dir", out.string()});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return json::parse(r.out, nullptr, false);
+  };
+  // A pause past the filesystem clock's tick after each write: nothing is
+  // remembered of a file changed in the tick it was looked at.
+  auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); };
+  auto rewrite_in_place = [&](const fs::path& p, int64_t at) {
+    const auto mtime = fs::last_write_time(p);
+    {
+      std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(at);
+      char c = 0;
+      f.get(c);
+      f.seekp(at);
+      f.put(char(c ^ 0x01));
+    }
+    fs::last_write_time(p, mtime);
+  };
+  pause();
+  EXPECT_EQ(outcome(run_model(root_ / "a")), "miss");
+  ASSERT_EQ(entries().size(), 1u);
+  const fs::path entry = entries()[0];
+  pause();
+  EXPECT_EQ(outcome(run_model(root_ / "b")), "hit");
+  ASSERT_TRUE(fs::exists(entry / "weights.bin.checked"));
+  ASSERT_EQ(std::distance(fs::directory_iterator(dir_ / "hashes"), fs::directory_iterator()), 1);
+  const std::string expected = read_file(root_ / "a" / "probabilities.npy");
+  EXPECT_EQ(read_file(root_ / "b" / "probabilities.npy"), expected);
+
+  rewrite_in_place(entry / "weights.bin", int64_t(fs::file_size(entry / "weights.bin")) / 2);
+  const json rebuilt = run_model(root_ / "c");
+  EXPECT_EQ(outcome(rebuilt), "rebuild");
+  EXPECT_NE(rebuilt["specializations"][0]["cache_note"].get<std::string>().find("checksum"), std::string::npos);
+  EXPECT_EQ(read_file(root_ / "c" / "probabilities.npy"), expected);
+
+  // A weight of the model itself (the first initializer's data follows the
+  // graph's name): another model, so another key, not the remembered one.
+  const std::string bytes = read_file(model);
+  const size_t name = bytes.find("digits");
+  ASSERT_NE(name, std::string::npos);
+  pause();
+  rewrite_in_place(model, int64_t(name) + 200);
+  const json changed = run_model(root_ / "d");
+  EXPECT_EQ(outcome(changed), "miss");
+  EXPECT_NE(changed["specializations"][0]["cache_key"], rebuilt["specializations"][0]["cache_key"]);
+  EXPECT_EQ(entries().size(), 2u);
+
+  ASSERT_EQ(kiln({"cache", "clear"}).code, 0);
+  EXPECT_FALSE(fs::exists(dir_ / "hashes") && !fs::is_empty(dir_ / "hashes"));
+}
+
 TEST_F(CacheTest, EvictionKeepsTheLimitAndNeverRemovesAnEntryInUse) {
   // Entry A, written by another process; this process then reads it (a hit
   // maps its files) for as long as `model` lives. A process that compiled an

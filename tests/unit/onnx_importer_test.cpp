@@ -467,6 +467,40 @@ TEST(OnnxImporter, ContentHashSeesEveryBlockWhateverTheThreadCount) {
   EXPECT_NO_THROW(kiln::onnx_import::own_weights(kept));
 }
 
+// A remembered file hash stands in for reading the file (the cache's memo,
+// src/cache/hash_memo.hpp); a file it does not know is hashed and told.
+TEST(OnnxImporter, ARememberedFileHashIsUsedAndAnUnknownOneIsTold) {
+  const std::string path = write_temp("memo.onnx", mixed_weights_model());
+  struct stat file {};
+  ASSERT_EQ(::stat(path.c_str(), &file), 0);
+  std::string told;
+  kiln::onnx_import::ImportOptions opts;
+  opts.keep_weights_in_file = true;
+  opts.recall_file_hash = [&](const struct stat& st) {
+    EXPECT_EQ(st.st_ino, file.st_ino);
+    return std::string();
+  };
+  opts.remember_file_hash = [&](const struct stat& st, const timespec& looked_at, const std::string& hex) {
+    EXPECT_EQ(st.st_ino, file.st_ino);
+    EXPECT_LE(looked_at.tv_sec, ::time(nullptr));
+    told = hex;
+  };
+  const std::string read = import_model_file(path, opts).content_hash;
+  ASSERT_EQ(told.size(), 32u);
+  EXPECT_EQ(read, import_keeping_weights(path).content_hash);
+
+  // Recalled: the file is not hashed (another recalled hash, another identity) nor told again.
+  opts.recall_file_hash = [known = told](const struct stat&) { return known; };
+  told.clear();
+  EXPECT_EQ(import_model_file(path, opts).content_hash, read);
+  EXPECT_TRUE(told.empty());
+  opts.recall_file_hash = [&](const struct stat&) { return std::string(32, '0'); };
+  EXPECT_NE(import_model_file(path, opts).content_hash, read);
+  opts.recall_file_hash = [&](const struct stat&) { return std::string("not a hash"); };
+  EXPECT_EQ(import_model_file(path, opts).content_hash, read);
+  fs::remove(path);
+}
+
 TEST(OnnxImporter, WeightsCopiedFromTheFileInPiecesAreTheFilesBytes) {
   // A weight of more than three 4 MiB pieces, one of an odd size, one of one
   // element: every copy piece must land where its tensor's view says.

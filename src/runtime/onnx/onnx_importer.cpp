@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdio>
+#include <ctime>
 #include <cstring>
 #include <filesystem>
 #include <fcntl.h>
@@ -124,6 +126,30 @@ XXH128_hash_t hash_blocks(const uint8_t* data, size_t size, int threads) {
   XXH3_freeState(state);
   return h;
 }
+
+std::string hex_of(XXH128_hash_t hash) {
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, hash);
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : c.digest) {
+    out += digits[b >> 4];
+    out += digits[b & 15];
+  }
+  return out;
+}
+
+std::optional<XXH128_hash_t> hash_from_hex(const std::string& hex) {
+  XXH128_canonical_t c;
+  if (hex.size() != 2 * sizeof c.digest) return std::nullopt;
+  for (size_t i = 0; i < sizeof c.digest; ++i) {
+    unsigned v = 0;
+    if (std::sscanf(hex.c_str() + 2 * i, "%2x", &v) != 1) return std::nullopt;
+    c.digest[i] = static_cast<unsigned char>(v);
+  }
+  return XXH128_hashFromCanonical(&c);
+}
+
 using RawSpans = std::unordered_map<const onnx::TensorProto*, Span>;
 
 // Walks the fields of one serialized message: each length-delimited field
@@ -234,13 +260,7 @@ class Importer {
     if (!mp.has_graph()) fail(ErrorKind::InvalidModel, label_ + ": the model has no graph");
     m.graph = import_graph(mp.graph(), "graph");
     if (!raw_in_file_.empty()) m.mapped_file = file_;
-    XXH128_canonical_t digest;
-    XXH128_canonicalFromHash(&digest, this->digest());
-    static const char* hex = "0123456789abcdef";
-    for (unsigned char b : digest.digest) {
-      m.content_hash += hex[b >> 4];
-      m.content_hash += hex[b & 15];
-    }
+    m.content_hash = hex_of(digest());
     return m;
   }
 
@@ -568,6 +588,8 @@ ir::Model import_model_file(const std::string& path, const ImportOptions& option
     fs::path parent = fs::path(path).parent_path();
     opts.external_data_dir = parent.empty() ? "." : parent.string();
   }
+  timespec looked_at{};  // before the file is examined (see ImportOptions::remember_file_hash)
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &looked_at);
   std::error_code ec;
   if (fs::is_directory(path, ec)) fail(ErrorKind::Io, "cannot read model '" + path + "': is a directory");
   auto file = std::make_shared<MappedFile>();
@@ -589,7 +611,10 @@ ir::Model import_model_file(const std::string& path, const ImportOptions& option
   RawSpans raw;
   if (!parse_model_keeping_weights(file->data, file->size, mp, raw)) return import_model_bytes(file->data, file->size, path, opts);
   Importer importer(path, opts);
-  file->hash = hash_blocks(file->data, file->size, opts.hash_threads);
+  std::optional<XXH128_hash_t> known;
+  if (opts.recall_file_hash) known = hash_from_hex(opts.recall_file_hash(st));
+  file->hash = known ? *known : hash_blocks(file->data, file->size, opts.hash_threads);
+  if (!known && opts.remember_file_hash) opts.remember_file_hash(st, looked_at, hex_of(file->hash));
   file->hash_threads = opts.hash_threads;
   importer.hash_file(file->hash);
   importer.keep_weights_in(file, std::move(raw));

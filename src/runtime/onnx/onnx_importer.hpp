@@ -2,7 +2,11 @@
 // ONNX protobuf -> Kiln graph IR. The file is untrusted: every size, index
 // and offset read from it is checked before use, and every problem is an
 // ir::Error whose message names the file and the offending element.
+#include <sys/stat.h>
+
 #include <cstddef>
+#include <ctime>
+#include <functional>
 #include <string>
 
 #include "runtime/ir/graph.hpp"
@@ -20,6 +24,13 @@ struct ImportOptions {
   // Threads that hash the model's bytes for its identity (the caller's and
   // hash_threads - 1 more, started for it and joined before returning).
   int hash_threads = 1;
+  // import_model_file with keep_weights_in_file: a memo of the file's hash
+  // (hash_blocks, as hex) by its identity, so that loading an unchanged file
+  // again need not read it. recall gets the file's fstat and answers "" if
+  // it does not know it; remember also gets a coarse clock reading
+  // (CLOCK_REALTIME_COARSE) taken before the file was opened.
+  std::function<std::string(const struct stat&)> recall_file_hash;
+  std::function<void(const struct stat&, const timespec& looked_at, const std::string& hex)> remember_file_hash;
 };
 
 ir::Model import_model_file(const std::string& path, const ImportOptions& options = {});

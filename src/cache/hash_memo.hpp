@@ -1,0 +1,39 @@
+#pragma once
+// A file's hash remembered by the file's identity, so that a warm start need
+// not read a large file again to learn what it already knew: the model file
+// (its hash is part of every cache key) and an entry's weights (checked
+// against the manifest). Reading them cost resnet50's warm start about 17 ms
+// of its 50.
+//
+// A record holds the file's device, inode, size, mtime and ctime as they were
+// before the file was hashed. It is trusted only while all of them still
+// match. The kernel sets ctime on every change of content and no call can set
+// it back, so a change made after the record was written changes ctime,
+// unless it falls in the same tick of the filesystem's clock (4 ms here) as
+// the change before it. Hence the rule when remembering: only if the file
+// last changed strictly before `looked_at`, a coarse clock reading taken
+// before the file was examined; any later change then gets a ctime at or
+// after `looked_at`, which the record cannot hold (git's "racily clean"
+// entries, for the same reason).
+#include <sys/stat.h>
+
+#include <ctime>
+#include <string>
+
+namespace kiln::cache {
+
+// The clock file times are taken from, read before examining a file.
+timespec coarse_now();
+
+// The hash recorded at `record` for exactly this identity, or "".
+std::string recall_hash(const std::string& record, const struct stat& st);
+
+// Records `hash` for the file with identity `st` (its fstat after
+// `looked_at`; `hash` describes its content as of then). Nothing happens if
+// the file changed too recently to tell a later change apart, or if `record`
+// cannot be written (a read-only cache): a memo, never an error. `about` is
+// written for people reading the record.
+void remember_hash(const std::string& record, const struct stat& st, const timespec& looked_at, const std::string& hash,
+                   const std::string& about);
+
+}  // namespace kiln::cache
