@@ -912,6 +912,24 @@ TEST_P(OperatorTest, DropoutTrainingWithRatioZeroUnreadMask) {
   run(c);
 }
 
+// In inference the mask is all ones: a constant, so a read mask keeps the
+// Dropout on the compiled path too.
+TEST_P(OperatorTest, DropoutInferenceReadMask) {
+  Case c({"Dropout"}, 13);
+  c.input("x", {2, 3, 4}).output("y").output("mask", onnx::TensorProto::BOOL);
+  c.node("Dropout", {"x"}, {"d", "mask"});
+  c.node("Relu", {"d"}, {"y"});
+  run(c);
+}
+
+// Before opset 10 the mask has the input's type.
+TEST_P(OperatorTest, DropoutMaskOfTheInputTypeBeforeOpset10) {
+  Case c({"Dropout"}, 9);
+  c.input("x", {3, 5}).output("y").output("mask");
+  c.node("Dropout", {"x"}, {"y", "mask"}, {{"ratio", 0.3f}});
+  run(c);
+}
+
 // ---- BatchNormalization (inference) ----------------------------------------------
 
 // Not after a Conv: the graph passes make it a depthwise 1x1 Conv, with the

@@ -99,7 +99,7 @@ const std::map<std::string, LoopOpInfo>& loop_ops() {
 }
 
 const std::set<std::string>& alias_ops() {
-  static const std::set<std::string> ops = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout"};
+  static const std::set<std::string> ops = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze"};
   return ops;
 }
 
@@ -219,7 +219,7 @@ class Lowering {
     return it != consumers_.end() && it->second.size() == 1 && !output_of_.count(name);
   }
   // Whether only a node's first output is read: the kernels here make no
-  // other (Dropout's mask, MaxPool's Indices, LayerNormalization's Mean and
+  // other (MaxPool's Indices, LayerNormalization's Mean and
   // InvStdDev, BatchNormalization's training statistics). One the exporter
   // named but nothing reads needs none.
   bool only_first_output_wanted(const ir::Node& n) const {
@@ -420,22 +420,11 @@ class Lowering {
   void compiled(int nodes = 1) { p_.compiled_nodes += nodes; }
 
   // ---- views: no work, the output names the input's plain bytes -------------
-  // Dropout copies its input unless it trains with a ratio above zero. Some
-  // exporters (torchvision's Swin) write training_mode = true with ratio 0.
-  bool dropout_is_identity(const ir::Node& n) const {
-    ref::KernelContext ctx(n, {}, nullptr);
-    if (n.opset < 7) return ctx.attr_int("is_test", 0) != 0 || ctx.attr_float("ratio", 0.5f) == 0.0f;
-    if (n.opset < 12 || n.inputs.size() < 3 || n.inputs[2].empty()) return true;  // no training mode
-    const ir::Tensor *training = constant(n.inputs[2]), *ratio = n.inputs[1].empty() ? nullptr : constant(n.inputs[1]);
-    if (training && training->numel() == 1 && training->as_int64(0) == 0) return true;
-    return ratio && ratio->numel() == 1 && ratio->as_double(0) == 0.0;
-  }
   bool lower_alias(const ir::Node& n) {
     if (n.inputs.empty() || n.inputs[0].empty() || n.outputs.empty()) return false;
     if (!only_first_output_wanted(n)) return false;
     const std::string &in = n.inputs[0], &out = n.outputs[0];
     if (dtype(in) != dtype(out) || bytes_of(in) != bytes_of(out)) return false;
-    if (n.op_type == "Dropout" && !dropout_is_identity(n)) return false;
     Val v;
     v.buffer = plain(in);
     if (dtype(out) == DType::Float32) v.layout = plain_md(dims(out));
@@ -2009,6 +1998,9 @@ int64_t channel_blocks_threshold() {
 
 bool lowers_natively(const ir::Node& node) {
   if (!node.domain.empty() && node.domain != "ai.onnx") return false;
+  // An inference-mode Dropout reaches the lowering as an Identity (the
+  // passes' no_ops_as_identity); one that trains runs its reference kernel.
+  if (node.op_type == "Dropout") return true;
   return alias_ops().count(node.op_type) || primitive_ops().count(node.op_type) || loop_ops().count(node.op_type);
 }
 

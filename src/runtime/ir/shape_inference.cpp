@@ -361,7 +361,7 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
   if (op == "CastLike") return {with_shape(n.input(1) ? n.input(1)->dtype : DType::Undefined, x ? x->shape : Shape::unknown_rank())};
   if (op == "Dropout") {
     ValueInfo mask = same();
-    mask.dtype = DType::Bool;
+    if (n.node.opset >= 10) mask.dtype = DType::Bool;  // before, the input's type
     return {same(), mask};
   }
   if (op == "LayerNormalization") {

@@ -1,8 +1,10 @@
 // Exporters leave nodes that, at the concrete shapes of a specialization, do
 // nothing: torchvision's Swin pads each window partition to a multiple of the
 // window size, which at 224x224 is a Pad of zeros. As Identity they cost a
-// backend nothing (the cpu backend makes them views).
+// backend nothing (the cpu backend makes them views). An inference-mode
+// Dropout is one too; the mask it may also return is all ones, a constant.
 #include <algorithm>
+#include <cstring>
 
 #include "runtime/passes/pad_amounts.hpp"
 #include "runtime/passes/passes.hpp"
@@ -42,6 +44,31 @@ class NoOps {
     return false;
   }
 
+  // Dropout returns its input unless it trains with a ratio above zero. Some
+  // exporters (torchvision's Swin) write training_mode = true with ratio 0.
+  bool is_identity_dropout(const ir::Node& n) const {
+    if (n.op_type != "Dropout" || (!n.domain.empty() && n.domain != "ai.onnx") || n.inputs.empty() || n.inputs[0].empty()) return false;
+    const ir::ValueInfo* in = info(n.inputs[0]);
+    if (!in || !in->shape.is_concrete()) return false;
+    if (n.opset < 7) {
+      const ir::Attribute *is_test = n.attr("is_test"), *ratio = n.attr("ratio");
+      return (is_test && is_test->i != 0) || (ratio && ratio->f == 0.0f);
+    }
+    if (n.opset < 12 || n.inputs.size() < 3 || n.inputs[2].empty()) return true;  // no training mode
+    const ir::Tensor* training = graph_.constant(n.inputs[2]);
+    const ir::Tensor* ratio = n.inputs.size() > 1 && !n.inputs[1].empty() ? graph_.constant(n.inputs[1]) : nullptr;
+    if (training && training->numel() == 1 && training->as_int64(0) == 0) return true;
+    return ratio && ratio->numel() == 1 && ratio->as_double(0) == 0.0;
+  }
+
+  // The mask of an identity Dropout: ones, bool from opset 10, else the input's type.
+  ir::Tensor dropout_mask(const ir::Node& n) const {
+    const ir::ValueInfo& in = *info(n.inputs[0]);
+    ir::Tensor ones(ir::DType::Bool, in.shape.concrete());
+    std::memset(ones.raw(), 1, ones.nbytes());
+    return n.opset < 10 ? ones.cast(in.dtype) : ones;
+  }
+
  private:
   const ir::ValueInfo* info(const std::string& name) const {
     auto it = values_.find(name);
@@ -68,7 +95,12 @@ int no_ops_as_identity(ir::Graph& graph, const ir::Specialization& spec) {
   const NoOps no_ops(graph, spec);
   int changed = 0;
   for (auto& n : graph.nodes) {
-    if (!no_ops.is_no_op(n)) continue;
+    if (no_ops.is_identity_dropout(n)) {
+      if (n.outputs.size() > 1 && !n.outputs[1].empty()) graph.initializers[n.outputs[1]] = no_ops.dropout_mask(n);
+      n.outputs.resize(1);
+    } else if (!no_ops.is_no_op(n)) {
+      continue;
+    }
     n.op_type = "Identity";
     n.domain.clear();
     n.inputs.resize(1);
