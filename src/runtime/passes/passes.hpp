@@ -50,7 +50,9 @@ int distribute_concat(ir::Graph& graph, ir::Specialization& spec);
 
 // Nodes that at the specialization's shapes return their input unchanged
 // become Identity: a Pad of zeros, a Slice of everything, an Expand or Tile
-// to the same shape, a Cast to the same type, a Transpose that keeps the order.
+// to the same shape, a Cast to the same type, a Transpose that keeps the order,
+// a Dropout that does not train (its mask, if named, becomes an initializer
+// of ones).
 int no_ops_as_identity(ir::Graph& graph, const ir::Specialization& spec);
 
 // A float ReduceMean or ReduceMax over every spatial axis (2 and on, axes
