@@ -439,18 +439,28 @@ struct Model::Impl {
   }
 };
 
+namespace {
+
+// How a model is read: its files' hashes remembered in the cache, if there is one.
+onnx_import::ImportOptions import_options(const Runtime& runtime, const cache::Store* store) {
+  onnx_import::ImportOptions opts;
+  opts.hash_threads = runtime.threads();
+  if (store) {
+    opts.recall_file_hash = [store](const struct stat& st) { return store->recall_model_hash(st); };
+    opts.remember_file_hash = [store](const std::string& file, const struct stat& st, const timespec& looked_at, const std::string& hex) {
+      store->remember_model_hash(st, looked_at, hex, file);
+    };
+  }
+  return opts;
+}
+
+}  // namespace
+
 Model Model::load(const Runtime& runtime, const std::string& path) {
   Model m;
   m.impl_ = translate_errors([&] {
-    onnx_import::ImportOptions opts;
+    onnx_import::ImportOptions opts = import_options(runtime, runtime.impl_->store.get());
     opts.keep_weights_in_file = true;
-    opts.hash_threads = runtime.threads();
-    if (const cache::Store* store = runtime.impl_->store.get()) {
-      opts.recall_file_hash = [store](const struct stat& st) { return store->recall_model_hash(st); };
-      opts.remember_file_hash = [store, path](const struct stat& st, const timespec& looked_at, const std::string& hex) {
-        store->remember_model_hash(st, looked_at, hex, path);
-      };
-    }
     return std::make_shared<Impl>(runtime, onnx_import::import_model_file(path, opts));
   });
   return m;
@@ -460,9 +470,8 @@ Model Model::load_from_memory(const Runtime& runtime, const void* data, size_t s
   if (!data && size) throw Error(ErrorCode::InvalidArgument, "Model::load_from_memory: data is null");
   Model m;
   m.impl_ = translate_errors([&] {
-    onnx_import::ImportOptions opts;
+    onnx_import::ImportOptions opts = import_options(runtime, runtime.impl_->store.get());
     opts.external_data_dir = external_data_dir;
-    opts.hash_threads = runtime.threads();
     return std::make_shared<Impl>(runtime, onnx_import::import_model_bytes(data, size, "<memory>", opts));
   });
   return m;

@@ -467,6 +467,74 @@ TEST(OnnxImporter, ContentHashSeesEveryBlockWhateverTheThreadCount) {
   EXPECT_NO_THROW(kiln::onnx_import::own_weights(kept));
 }
 
+// Loading a model keeps external data in its files too (a 2 GiB model has
+// all its weights there): views until own_weights, each file read once to
+// hash it, or not at all when its hash is remembered.
+TEST(OnnxImporter, ExternalDataStaysInItsFileUntilOwned) {
+  const fs::path dir = fs::temp_directory_path() / ("kiln_ext_kept_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const float values[6] = {1, 2, 3, 4, 5, 6};
+  std::ofstream(dir / "weights.bin", std::ios::binary).write(reinterpret_cast<const char*>(values), sizeof values);
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {3}).output("y", onnx::TensorProto::FLOAT, {3});
+  for (const char* name : {"a", "b"}) {
+    onnx::TensorProto w;
+    w.set_name(name);
+    w.set_data_type(onnx::TensorProto::FLOAT);
+    w.add_dims(3);
+    w.set_data_location(onnx::TensorProto::EXTERNAL);
+    for (auto [key, value] : {std::pair<const char*, const char*>{"location", "weights.bin"}, {"offset", name[0] == 'a' ? "0" : "12"}}) {
+      auto* kv = w.add_external_data();
+      kv->set_key(key);
+      kv->set_value(value);
+    }
+    b.initializer(w);
+  }
+  b.node("Add", {"x", "a"}, {"t"});
+  b.node("Add", {"t", "b"}, {"y"});
+  const std::string path = (dir / "model.onnx").string();
+  std::ofstream(path, std::ios::binary) << b.bytes();
+
+  const auto copied = import_model_file(path);
+  auto kept = import_keeping_weights(path);
+  ASSERT_TRUE(kept.mapped_file);
+  EXPECT_EQ(kept.graph->initializers.at("b").owner(), kept.mapped_file);
+  EXPECT_EQ(kept.content_hash, copied.content_hash);
+  kiln::onnx_import::own_weights(kept);
+  EXPECT_FALSE(kept.mapped_file);
+  EXPECT_FLOAT_EQ(kept.graph->initializers.at("a").data<float>()[0], 1.0f);
+  EXPECT_FLOAT_EQ(kept.graph->initializers.at("b").data<float>()[2], 6.0f);
+  EXPECT_FLOAT_EQ(copied.graph->initializers.at("b").data<float>()[2], 6.0f);
+
+  // Both files go to the memo; a remembered hash of the data file stands in for it.
+  kiln::onnx_import::ImportOptions opts;
+  opts.keep_weights_in_file = true;
+  std::map<std::string, std::string> told;
+  opts.remember_file_hash = [&](const std::string& file, const struct stat&, const timespec&, const std::string& hex) { told[file] = hex; };
+  EXPECT_EQ(import_model_file(path, opts).content_hash, copied.content_hash);
+  ASSERT_EQ(told.size(), 2u);
+  const std::string data = (dir / "weights.bin").string();
+  ASSERT_TRUE(told.count(data));
+  struct stat data_st {};
+  ASSERT_EQ(::stat(data.c_str(), &data_st), 0);
+  opts.recall_file_hash = [&](const struct stat& st) { return st.st_ino == data_st.st_ino ? std::string(32, '0') : std::string(); };
+  EXPECT_NE(import_model_file(path, opts).content_hash, copied.content_hash);
+
+  // A weight changed in place: another model, and one loaded before cannot take it.
+  auto before = import_keeping_weights(path);
+  const float changed = 9;
+  std::fstream(data, std::ios::in | std::ios::out | std::ios::binary).write(reinterpret_cast<const char*>(&changed), sizeof changed);
+  EXPECT_NE(import_keeping_weights(path).content_hash, copied.content_hash);
+  try {
+    kiln::onnx_import::own_weights(before);
+    ADD_FAILURE() << "external data changed under the model was accepted";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Io);
+    EXPECT_NE(std::string(e.what()).find("weights.bin"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 // A remembered file hash stands in for reading the file (the cache's memo,
 // src/cache/hash_memo.hpp); a file it does not know is hashed and told.
 TEST(OnnxImporter, ARememberedFileHashIsUsedAndAnUnknownOneIsTold) {
@@ -480,7 +548,8 @@ TEST(OnnxImporter, ARememberedFileHashIsUsedAndAnUnknownOneIsTold) {
     EXPECT_EQ(st.st_ino, file.st_ino);
     return std::string();
   };
-  opts.remember_file_hash = [&](const struct stat& st, const timespec& looked_at, const std::string& hex) {
+  opts.remember_file_hash = [&](const std::string& remembered, const struct stat& st, const timespec& looked_at, const std::string& hex) {
+    EXPECT_EQ(remembered, path);
     EXPECT_EQ(st.st_ino, file.st_ino);
     EXPECT_LE(looked_at.tv_sec, ::time(nullptr));
     told = hex;

@@ -22,6 +22,7 @@
 
 #include <fstream>
 #include <optional>
+#include <map>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -72,6 +73,9 @@ struct MappedFile {
   std::string path;
   XXH128_hash_t hash{};  // of the file alone (hash_blocks), to tell whether it changed since loading
   int hash_threads = 1;
+  // The model's external data files, when their weights are views too
+  // (owned, like the rest, by the model file's MappedFile).
+  std::vector<std::shared_ptr<MappedFile>> external;
   ~MappedFile() {
     if (data) ::munmap(const_cast<uint8_t*>(data), size);
     if (fd >= 0) ::close(fd);
@@ -148,6 +152,37 @@ std::optional<XXH128_hash_t> hash_from_hex(const std::string& hex) {
     c.digest[i] = static_cast<unsigned char>(v);
   }
   return XXH128_hashFromCanonical(&c);
+}
+
+// A mapped file's hash: remembered by its identity if the caller keeps a
+// memo (the cache), else read and told to the memo.
+void identify(MappedFile& file, const struct stat& st, const timespec& looked_at, const ImportOptions& opts) {
+  std::optional<XXH128_hash_t> known;
+  if (opts.recall_file_hash) known = hash_from_hex(opts.recall_file_hash(st));
+  file.hash = known ? *known : hash_blocks(file.data, file.size, opts.hash_threads);
+  if (!known && opts.remember_file_hash) opts.remember_file_hash(file.path, st, looked_at, hex_of(file.hash));
+  file.hash_threads = opts.hash_threads;
+}
+
+// An external data file, mapped read-only and identified.
+std::shared_ptr<MappedFile> map_external(const std::string& path, const ImportOptions& opts, const std::string& where) {
+  timespec looked_at{};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &looked_at);
+  auto file = std::make_shared<MappedFile>();
+  file->path = path;
+  file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (file->fd < 0 || ::fstat(file->fd, &st) != 0)
+    fail(ErrorKind::Io, where + "cannot open external data file '" + path + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(ErrorKind::Io, where + "external data file '" + path + "' is not a regular file");
+  file->size = size_t(st.st_size);
+  if (file->size > 0) {
+    void* map = ::mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, file->fd, 0);
+    if (map == MAP_FAILED) fail(ErrorKind::Io, where + "cannot map external data file '" + path + "': " + std::strerror(errno));
+    file->data = static_cast<const uint8_t*>(map);
+  }
+  identify(*file, st, looked_at, opts);
+  return file;
 }
 
 using RawSpans = std::unordered_map<const onnx::TensorProto*, Span>;
@@ -259,7 +294,7 @@ class Importer {
     }
     if (!mp.has_graph()) fail(ErrorKind::InvalidModel, label_ + ": the model has no graph");
     m.graph = import_graph(mp.graph(), "graph");
-    if (!raw_in_file_.empty()) m.mapped_file = file_;
+    if (file_ && (!raw_in_file_.empty() || !file_->external.empty())) m.mapped_file = file_;
     m.content_hash = hex_of(digest());
     return m;
   }
@@ -396,22 +431,30 @@ class Importer {
     // Keep external data inside the model's directory: a hostile file must not read /etc/passwd.
     if (rel.is_absolute() || location.find("..") != std::string::npos)
       fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data location '" + location + "' must be a relative path inside the model's directory");
-    fs::path full = fs::path(dir) / rel;
-    std::error_code ec;
-    uint64_t file_size = fs::file_size(full, ec);
-    if (ec) fail(ErrorKind::Io, where_msg(where, tp.name()) + "cannot open external data file '" + full.string() + "': " + ec.message());
+    const std::string full = (fs::path(dir) / rel).string();
+    std::shared_ptr<MappedFile>& file = external_[full];
+    if (!file) {
+      file = map_external(full, options_, where_msg(where, tp.name()));
+      if (file_) file_->external.push_back(file);
+    }
+    const uint64_t file_size = file->size;
     if (offset < 0 || uint64_t(offset) > file_size)
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data offset " + std::to_string(offset) + " is outside '" + full.string() + "' (" + std::to_string(file_size) + " bytes)");
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data offset " + std::to_string(offset) + " is outside '" + full + "' (" + std::to_string(file_size) + " bytes)");
     if (length >= 0 && uint64_t(length) != want_bytes)
       fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data length " + std::to_string(length) + " does not match the " + std::to_string(want_bytes) + " bytes its shape needs");
     if (file_size - uint64_t(offset) < want_bytes)
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data file '" + full.string() + "' is too short: needs " + std::to_string(want_bytes) + " bytes at offset " + std::to_string(offset));
-    ir::Tensor t(dt, dims);
-    std::ifstream in(full, std::ios::binary);
-    in.seekg(offset);
-    if (want_bytes && !in.read(static_cast<char*>(t.raw()), std::streamsize(want_bytes)))
-      fail(ErrorKind::Io, where_msg(where, tp.name()) + "cannot read external data file '" + full.string() + "'");
-    hash(t.raw(), want_bytes);
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data file '" + full + "' is too short: needs " + std::to_string(want_bytes) + " bytes at offset " + std::to_string(offset));
+    // The file's identity and where in it: each file is read once however
+    // many tensors it holds, and not at all when its hash is remembered.
+    hash_file(file->hash);
+    const uint64_t span[2] = {uint64_t(offset), want_bytes};
+    hash(span, sizeof span);
+    if (want_bytes == 0) return ir::Tensor(dt, dims);
+    const uint8_t* at = file->data + offset;
+    // Read only until own_weights() copies it out.
+    if (file_) return ir::Tensor::view(dt, dims, const_cast<uint8_t*>(at), file_);
+    ir::Tensor t = ir::Tensor::uninitialized(dt, dims);
+    std::memcpy(t.raw(), at, want_bytes);
     return t;
   }
 
@@ -568,6 +611,7 @@ class Importer {
   int depth_ = 0;
   std::shared_ptr<MappedFile> file_;
   RawSpans raw_in_file_;
+  std::map<std::string, std::shared_ptr<MappedFile>> external_;  // by path
 };
 
 }  // namespace
@@ -611,11 +655,7 @@ ir::Model import_model_file(const std::string& path, const ImportOptions& option
   RawSpans raw;
   if (!parse_model_keeping_weights(file->data, file->size, mp, raw)) return import_model_bytes(file->data, file->size, path, opts);
   Importer importer(path, opts);
-  std::optional<XXH128_hash_t> known;
-  if (opts.recall_file_hash) known = hash_from_hex(opts.recall_file_hash(st));
-  file->hash = known ? *known : hash_blocks(file->data, file->size, opts.hash_threads);
-  if (!known && opts.remember_file_hash) opts.remember_file_hash(st, looked_at, hex_of(file->hash));
-  file->hash_threads = opts.hash_threads;
+  identify(*file, st, looked_at, opts);
   importer.hash_file(file->hash);
   importer.keep_weights_in(file, std::move(raw));
   return importer.import(mp);
@@ -627,10 +667,13 @@ void own_weights(ir::Model& model) {
   // The weights were never read: make sure they are the bytes the cache key
   // was computed from. A file rewritten in place (rather than replaced by a
   // rename) is an error, not a silently different model.
-  struct stat st {};
-  if (::fstat(file.fd, &st) != 0 || uint64_t(st.st_size) != file.size ||
-      !XXH128_isEqual(hash_blocks(file.data, file.size, file.hash_threads), file.hash))
-    fail(ErrorKind::Io, "model '" + file.path + "' was changed on disk after it was loaded; load it again (replace model files by renaming a new file over them, not by rewriting them in place)");
+  auto check = [](const MappedFile& f, const std::string& what) {
+    struct stat st {};
+    if (::fstat(f.fd, &st) != 0 || uint64_t(st.st_size) != f.size || !XXH128_isEqual(hash_blocks(f.data, f.size, f.hash_threads), f.hash))
+      fail(ErrorKind::Io, what + " '" + f.path + "' was changed on disk after the model was loaded; load it again (replace model files by renaming a new file over them, not by rewriting them in place)");
+  };
+  check(file, "model");
+  for (const auto& e : file.external) check(*e, "external data file");
   // One block for all of them, in huge pages, copied in pieces on the
   // threads that hashed the file: resnet50's 97 MB took 70-90 ms as 160
   // tensors allocated one by one, 36-45 ms as one block on one thread and

@@ -17,20 +17,23 @@ struct ImportOptions {
   // Directory that external-data locations are relative to. Defaults to the
   // model file's directory; a model loaded from memory has none unless set.
   std::string external_data_dir;
-  // import_model_file only: initializers stored as raw data stay views of
-  // the mapped file (no copy at load), and the model's mapped_file is set.
+  // import_model_file only: initializers stored as raw data, or in external
+  // data files, stay views of the mapped files (no copy at load), and the
+  // model's mapped_file is set.
   // Call own_weights before anything reads them.
   bool keep_weights_in_file = false;
   // Threads that hash the model's bytes for its identity (the caller's and
   // hash_threads - 1 more, started for it and joined before returning).
   int hash_threads = 1;
-  // import_model_file with keep_weights_in_file: a memo of the file's hash
-  // (hash_blocks, as hex) by its identity, so that loading an unchanged file
-  // again need not read it. recall gets the file's fstat and answers "" if
-  // it does not know it; remember also gets a coarse clock reading
-  // (CLOCK_REALTIME_COARSE) taken before the file was opened.
+  // A memo of files' hashes (hash_blocks, as hex) by their identity, so that
+  // loading an unchanged file again need not read it: import_model_file's
+  // model file with keep_weights_in_file, and every external data file.
+  // recall gets the file's fstat and answers "" if it does not know it;
+  // remember also gets a coarse clock reading (CLOCK_REALTIME_COARSE) taken
+  // before the file was opened.
   std::function<std::string(const struct stat&)> recall_file_hash;
-  std::function<void(const struct stat&, const timespec& looked_at, const std::string& hex)> remember_file_hash;
+  std::function<void(const std::string& path, const struct stat&, const timespec& looked_at, const std::string& hex)>
+      remember_file_hash;
 };
 
 ir::Model import_model_file(const std::string& path, const ImportOptions& options = {});
