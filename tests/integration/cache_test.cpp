@@ -34,6 +34,16 @@ std::string read_file(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// Changes the byte at `at` in place (XOR with `mask`).
+void flip_bits(const fs::path& p, int64_t at, char mask) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at);
+  char c = 0;
+  f.get(c);
+  f.seekp(at);
+  f.put(char(c ^ mask));
+}
+
 class Child {
  public:
   // Runs `kiln args...` with extra environment variables; stdout and stderr go to files.
@@ -228,14 +238,7 @@ TEST_F(CacheTest, DamagedOrForeignEntriesAreRebuilt) {
   const std::string expected = digit_output();
   ASSERT_EQ(entries().size(), 1u);
   fs::path entry = entries()[0];
-  auto flip = [](const fs::path& p, int64_t at) {
-    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(at);
-    char c = 0;
-    f.get(c);
-    f.seekp(at);
-    f.put(char(c ^ 0x5a));
-  };
+  auto flip = [](const fs::path& p, int64_t at) { flip_bits(p, at, 0x5a); };
   auto edit_manifest = [&](const std::function<void(json&)>& change) {
     json m = json::parse(read_file(entry / "manifest.json"));
     change(m);
@@ -290,14 +293,7 @@ TEST_F(CacheTest, RememberedHashesNeverHideAChangeInPlace) {
   auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); };
   auto rewrite_in_place = [&](const fs::path& p, int64_t at) {
     const auto mtime = fs::last_write_time(p);
-    {
-      std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
-      f.seekg(at);
-      char c = 0;
-      f.get(c);
-      f.seekp(at);
-      f.put(char(c ^ 0x01));
-    }
+    flip_bits(p, at, 0x01);
     fs::last_write_time(p, mtime);
   };
   pause();
