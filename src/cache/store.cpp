@@ -339,15 +339,17 @@ std::vector<std::string> Store::prune(int64_t max_bytes) const {
   return removed;
 }
 
-std::string Store::recall_model_hash(const struct stat& st) const {
-  return recall_hash(dir_ + "/hashes/" + std::to_string(st.st_dev) + "." + std::to_string(st.st_ino), st);
+std::string Store::hash_record(const struct stat& st) const {
+  return dir_ + "/hashes/" + std::to_string(st.st_dev) + "." + std::to_string(st.st_ino);
 }
+
+std::string Store::recall_model_hash(const struct stat& st) const { return recall_hash(hash_record(st), st); }
 
 void Store::remember_model_hash(const struct stat& st, const timespec& looked_at, const std::string& hash,
                                 const std::string& path) const {
   std::error_code ec;
   fs::create_directories(dir_ + "/hashes", ec);
-  remember_hash(dir_ + "/hashes/" + std::to_string(st.st_dev) + "." + std::to_string(st.st_ino), st, looked_at, hash, path);
+  remember_hash(hash_record(st), st, looked_at, hash, path);
 }
 
 void Store::forget_model_hashes(std::chrono::seconds age) const {

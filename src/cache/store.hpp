@@ -86,6 +86,7 @@ class Store {
 
  private:
   std::string entry_dir(const std::string& key) const;
+  std::string hash_record(const struct stat& st) const;
   std::string dir_;
   int64_t max_bytes_;
 };
