@@ -56,6 +56,11 @@ TEST(HugePages, LargeBuffersAreAdvisedUpToTheirLastWholeHugePage) {
   // The tail is half a huge page: a huge page there would cost memory the
   // buffer does not use.
   EXPECT_FALSE(advised(big.get() + 2 * kHugePageBytes)) << vm_flags(big.get() + 2 * kHugePageBytes);
+  // A tail that fills most of one gets the whole huge page.
+  const size_t most = 2 * kHugePageBytes + kHugePageBytes * 3 / 4;
+  std::unique_ptr<char, decltype(&std::free)> bigger(static_cast<char*>(kiln::ir::allocate_buffer(most)), &std::free);
+  ASSERT_TRUE(bigger);
+  EXPECT_TRUE(advised(bigger.get() + most - 1)) << vm_flags(bigger.get() + most - 1);
 
   std::unique_ptr<char, decltype(&std::free)> small(static_cast<char*>(kiln::ir::allocate_buffer(100)), &std::free);
   ASSERT_TRUE(small);

@@ -18,9 +18,11 @@ void advise_huge_pages(void* p, size_t bytes) {
 
 void* allocate_buffer(size_t bytes) {
   const size_t align = buffer_alignment(bytes);
-  // aligned_alloc wants a multiple of the alignment; the rounding is never touched.
-  void* p = std::aligned_alloc(align, (std::max<size_t>(bytes, 1) + align - 1) / align * align);
-  if (p) advise_huge_pages(p, bytes);
+  // aligned_alloc wants a multiple of the alignment, which is ours: a tail
+  // that fills more than half a huge page gets a whole one.
+  const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, rounded);
+  if (p) advise_huge_pages(p, rounded - bytes < kHugePageBytes / 2 ? rounded : bytes);
   return p;
 }
 

@@ -23,7 +23,10 @@ size_t buffer_alignment(size_t bytes);
 void advise_huge_pages(void* p, size_t bytes);
 
 // Memory for `bytes` (at least one byte), aligned and advised as above, not
-// cleared; free it with std::free. Null when there is no memory.
+// cleared; free it with std::free. Null when there is no memory. Its size is
+// rounded up to whole huge pages, so a tail that fills more than half of one
+// is advised too: mobilenet_v2's 5.75 MiB arena took 450 faults of 4 KiB
+// pages in its first run (0.7 ms here) for the last 1.75 MiB.
 void* allocate_buffer(size_t bytes);
 
 }  // namespace kiln::ir
