@@ -285,6 +285,18 @@ kiln::ir::Model import_keeping_weights(const std::string& path) {
   return import_model_file(path, opts);
 }
 
+// own_weights refuses a model whose files changed since it was loaded, with
+// an Io error containing `needle`.
+void expect_own_weights_refused(kiln::ir::Model& model, const std::string& needle) {
+  try {
+    kiln::onnx_import::own_weights(model);
+    ADD_FAILURE() << "weights changed under the model were accepted";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Io);
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 // A model with weights of every kind: raw data (also one that is a graph
 // input, and one of zero bytes), typed data, and a Constant node.
 std::string mixed_weights_model() {
@@ -404,13 +416,7 @@ TEST(OnnxImporter, AFileRewrittenAfterLoadingIsAnErrorAndARenamedOneIsNot) {
   // Rewritten in place, same size: the weights no longer hash to the key.
   auto rewritten = import_keeping_weights(path);
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
-  try {
-    kiln::onnx_import::own_weights(rewritten);
-    ADD_FAILURE() << "weights changed under the model were accepted";
-  } catch (const kiln::ir::Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Io);
-    EXPECT_NE(std::string(e.what()).find("changed on disk"), std::string::npos) << e.what();
-  }
+  expect_own_weights_refused(rewritten, "changed on disk");
 
   // Cut short in place: reported before any byte past the end is read.
   auto cut = import_keeping_weights(path);
@@ -525,13 +531,7 @@ TEST(OnnxImporter, ExternalDataStaysInItsFileUntilOwned) {
   const float changed = 9;
   std::fstream(data, std::ios::in | std::ios::out | std::ios::binary).write(reinterpret_cast<const char*>(&changed), sizeof changed);
   EXPECT_NE(import_keeping_weights(path).content_hash, copied.content_hash);
-  try {
-    kiln::onnx_import::own_weights(before);
-    ADD_FAILURE() << "external data changed under the model was accepted";
-  } catch (const kiln::ir::Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Io);
-    EXPECT_NE(std::string(e.what()).find("weights.bin"), std::string::npos) << e.what();
-  }
+  expect_own_weights_refused(before, "weights.bin");
   fs::remove_all(dir);
 }
 

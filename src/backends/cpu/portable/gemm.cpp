@@ -81,7 +81,6 @@ void gemm_with_config(Config cfg, const kiln_pk_threads* threads, int64_t batch,
   pr.c = c, pr.ldc = ldc, pr.residual = residual;
   pr.bias = bias, pr.bias_rs = bias_rs, pr.bias_cs = bias_cs, pr.beta = beta;
   pr.act = Activation{act, act_alpha, act_beta};
-  pr.rows_first = false;
   with_variant(cfg, [&](auto variant) {
     gemm_batched<decltype(variant)>(threads, batch, pr, stride_a, b, ldb, stride_b, trans_b != 0, stride_c, scratch);
   });

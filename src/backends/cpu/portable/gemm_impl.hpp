@@ -42,7 +42,7 @@ struct Problem {
   Activation act;
   // Tiles row by row (each task a range of C's rows) instead of sliver by
   // sliver: see KILN_PK_SPLIT_CHANNELS.
-  bool rows_first;
+  bool rows_first = false;
 };
 
 // A B of at most kWholeBColumns columns (the 7x7 and 14x14 planes of late
