@@ -1,8 +1,9 @@
 #pragma once
-// KILN_PROFILE: each step's time summed over runs and printed, slowest
-// first, when the executable goes away. The first run is left out once a
-// second one starts: it faults in memory and warms caches, and averaged in it
-// would hide the steady state. Not thread-safe: callers serialise runs.
+// KILN_PROFILE: each step's time in every run, printed as medians, slowest
+// first, when the executable goes away. Medians, because a run that another
+// process interrupts would move a mean by more than the differences being
+// looked for. The first run is left out once a second one starts: it faults
+// in memory and warms caches. Not thread-safe: callers serialise runs.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -17,13 +18,13 @@ class StepProfile {
   explicit StepProfile(size_t steps);
   bool enabled() const { return !ms_.empty(); }
   void begin_run();
-  void add(size_t step, double ms) { ms_[step] += ms; }
+  void add(size_t step, double ms) { ms_[step].push_back(ms); }
   // To stderr: "kiln profile: <title>, ..." then the 20 slowest steps
   // (every step with KILN_PROFILE=all), each described by `label`.
   void print(const std::string& title, const std::function<std::string(size_t)>& label) const;
 
  private:
-  std::vector<double> ms_;
+  std::vector<std::vector<double>> ms_;  // per step, one time per run
   int64_t runs_ = 0;
   bool first_run_dropped_ = false;
   bool all_ = false;
