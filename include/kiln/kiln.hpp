@@ -132,7 +132,9 @@ struct RuntimeOptions {
   std::function<void(LogLevel, const std::string&)> logger;
 };
 
-// What the on-disk cache did for a specialization.
+// What the on-disk cache did for a specialization. Entries are written in
+// the background: a Miss becomes NotCached (or Off) if storing it fails, and
+// is final after Runtime::wait_for_cache().
 enum class CacheOutcome {
   Off,          // no cache (turned off, or its directory is unusable)
   Hit,          // loaded from the cache: no compilation at all
@@ -160,7 +162,7 @@ struct SpecializationStats {
   CacheOutcome cache = CacheOutcome::Off;
   std::string cache_key;   // the entry's name in the cache directory
   std::string cache_note;  // why an entry was rebuilt or why nothing was stored
-  double store_ms = 0;     // preparing the entry on the run's path (the files are written in the background)
+  double store_ms = 0;     // handing the entry to the cache on the run's path (it is made and written in the background)
 };
 
 class Runtime {

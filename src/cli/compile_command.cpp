@@ -65,6 +65,9 @@ void compile(const CompileArgs& args) {
   }
   if (!given.empty()) throw Error(ErrorCode::InvalidArgument, "--shape names '" + given.begin()->first + "', which is not an input of the model");
 
+  model.prepare(shapes);
+  // Asked again once the entry is written, which decides what the cache did.
+  runtime.wait_for_cache();
   const SpecializationStats s = model.prepare(shapes);
   if (args.json) {
     std::cout << nlohmann::json({{"key", s.key}, {"cache", cache_outcome_name(s.cache)}, {"cache_key", s.cache_key},

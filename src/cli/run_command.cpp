@@ -223,6 +223,8 @@ void run(const RunArgs& args) {
     }
   }
 
+  // What the cache did is known once the entry is written.
+  runtime.wait_for_cache();
   if (args.json) {
     nlohmann::json j;
     j["model"] = model.source();

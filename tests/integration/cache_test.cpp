@@ -367,6 +367,36 @@ TEST_F(CacheTest, EvictionKeepsTheLimitAndNeverRemovesAnEntryInUse) {
   EXPECT_LE(total, limit);
 }
 
+// The entry is made and written by the Runtime's writer thread; what it
+// finds (here: the reference backend keeps no compiled code) is the
+// specialization's outcome once the writes are waited for, in the API and in
+// both commands, and nothing is stored.
+TEST_F(CacheTest, WhatCannotBeStoredIsReportedOnceWritten) {
+  kiln::RuntimeOptions options;
+  options.cache_dir = dir_.string();
+  options.backend = "reference";
+  ::unsetenv("KILN_CACHE");
+  {
+    kiln::Runtime runtime(options);
+    kiln::Model model = kiln::Model::load(runtime, kModel);
+    model.run({{"image", kiln::Tensor(kiln::DType::Float32, {1, 1, 8, 8})}});
+    runtime.wait_for_cache();
+    const kiln::SpecializationStats s = model.specializations().at(0);
+    EXPECT_EQ(s.cache, kiln::CacheOutcome::NotCached) << s.cache_note;
+    EXPECT_NE(s.cache_note.find("reference"), std::string::npos) << s.cache_note;
+  }
+  EXPECT_TRUE(entries().empty());
+
+  Result r = kiln({"run", kModel, "--input", "image=" + kDigit, "--backend", "reference", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json ran = json::parse(r.out);
+  EXPECT_EQ(ran["specializations"][0]["cache"], "not cached") << r.out;
+  Result c = kiln({"compile", kModel, "--shape", "image=2x1x8x8", "--backend", "reference", "--json"});
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_EQ(json::parse(c.out)["cache"], "not cached") << c.out;
+  EXPECT_TRUE(entries().empty());
+}
+
 TEST_F(CacheTest, UnwritableDirectoryStillRunsWithOneWarning) {
   const std::string expected = [&] {
     const fs::path out = root_ / "plain";
