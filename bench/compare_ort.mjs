@@ -6,11 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createRequire } from 'node:module';
-
-const require = createRequire(path.resolve('bench/.ort/package.json'));
-const ort = require('onnxruntime-node');
-const ORT_VERSION = require('onnxruntime-node/package.json').version;
+import { ORT_VERSION, firstLine, inputShapes as shapesFor, median, modelsFrom, ort, parseDims, randomFeeds, sessionOptions as optionsFor } from './ort_common.mjs';
 
 const USAGE = `usage: bench/compare_ort [MODEL.onnx ...] [options]
   --models-dir DIR     models when none are named (default bench/models; build_zoo.py fills it)
@@ -46,63 +42,14 @@ if (opt.help) { console.log(USAGE); process.exit(0); }
 
 const threads = Number(opt.threads);
 const batches = opt.batch.split(',').map(Number);
-const dims = Object.fromEntries(opt.dim.map((d) => { const [k, v] = d.split('='); return [k, Number(v)]; }));
+const dims = parseDims(opt.dim);
 const kilnTimeoutS = Number(opt['kiln-timeout']);
 const rounds = Number(opt.rounds);
 if (!Number.isInteger(rounds) || rounds < 1) { console.error(`--rounds wants a whole number >= 1, not '${opt.rounds}'`); process.exit(2); }
 const clamp = (x, lo, hi) => Math.max(lo, Math.min(hi, Math.round(x)));
-const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.ceil(s.length / 2) - 1]; };
-const firstLine = (e) => String(e?.message ?? e).trim().split('\n')[0].slice(0, 160);
-
-let models = positionals;
-if (models.length === 0) {
-  if (!fs.existsSync(opt['models-dir'])) {
-    console.error(`no models: ${opt['models-dir']} does not exist (run /usr/bin/python3 bench/build_zoo.py, or pass --models-dir)`);
-    process.exit(2);
-  }
-  models = fs.readdirSync(opt['models-dir']).filter((f) => f.endsWith('.onnx')).sort().map((f) => path.join(opt['models-dir'], f));
-}
-
-const sessionOptions = { intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all', executionMode: 'sequential' };
-
-// The same shapes Kiln's --random-inputs builds from the same --dim values: the
-// leading symbolic dimension is the batch, named ones come from --dim, others 1.
-// A model with no symbolic dimension at all (a detector taking one image)
-// runs at its own shapes, once, as batch "fixed".
-function inputShapes(session, batch) {
-  const allFixed = session.inputMetadata.every((m) => m.isTensor && m.shape.every((d) => typeof d === 'number' && d >= 0));
-  return session.inputMetadata.map((m) => {
-    if (!m.isTensor) throw new Error(`input '${m.name}' is not a tensor`);
-    const shape = m.shape.map((d, i) => {
-      if (typeof d === 'number' && d >= 0) {
-        if (i === 0 && d !== batch && !allFixed) throw Object.assign(new Error(`the model's batch is fixed at ${d}`), { fixedBatch: true });
-        return d;
-      }
-      if (i === 0) return batch;
-      return dims[d] ?? 1;
-    });
-    return { name: m.name, type: m.type, shape, batchSymbol: typeof m.shape[0] === 'string' ? m.shape[0] : null };
-  });
-}
-
-const ARRAYS = { float32: Float32Array, float64: Float64Array, int64: BigInt64Array, int32: Int32Array, int8: Int8Array, uint8: Uint8Array, bool: Uint8Array };
-
-function randomFeeds(shapes) {
-  const feeds = {};
-  for (const { name, type, shape } of shapes) {
-    const Arr = ARRAYS[type];
-    if (!Arr) throw new Error(`input '${name}' has type ${type}, which this script does not fill`);
-    const n = shape.reduce((a, b) => a * b, 1);
-    const data = new Arr(n);
-    for (let i = 0; i < n; i++) {
-      // Integer inputs are usually indices (token ids): keep them small and valid.
-      const k = Math.floor(Math.random() * 10);
-      data[i] = type === 'int64' ? BigInt(k) : type.startsWith('float') ? Math.random() * 2 - 1 : type === 'bool' ? k % 2 : k;
-    }
-    feeds[name] = new ort.Tensor(type, data, shape);
-  }
-  return feeds;
-}
+const models = modelsFrom(positionals, opt['models-dir']);
+const sessionOptions = optionsFor(threads);
+const inputShapes = (session, batch) => shapesFor(session, batch, dims);
 
 async function timeRun(session, feeds) {
   const t = performance.now();
