@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { ARRAYS, ORT_VERSION, firstLine, inputShapes, modelsFrom, ort, parseDims, randomFeeds, sessionOptions } from './ort_common.mjs';
+import { ARRAYS, ORT_VERSION, commonOptions, firstLine, inputShapes, modelsFrom, ort, parseDims, randomFeeds, sessionOptions } from './ort_common.mjs';
 
 const USAGE = `usage: bench/check_outputs [MODEL.onnx ...] [options]
   --models-dir DIR     models when none are named (default bench/models; build_zoo.py fills it)
@@ -28,16 +28,10 @@ ORT runs; a 2-D float output's argmax per row is shown, not judged.`;
 const { values: opt, positionals } = parseArgs({
   allowPositionals: true,
   options: {
-    'models-dir': { type: 'string', default: 'bench/models' },
-    batch: { type: 'string', default: '1,8' },
-    dim: { type: 'string', multiple: true, default: ['sequence=128'] },
-    threads: { type: 'string', default: '2' },
-    kiln: { type: 'string', default: 'build/bin/kiln' },
+    ...commonOptions,
     kernels: { type: 'string', default: 'native' },
     rtol: { type: 'string', default: '1e-3' },
     atol: { type: 'string', default: '1e-6' },
-    json: { type: 'string' },
-    help: { type: 'boolean', short: 'h' },
   },
 });
 if (opt.help) { console.log(USAGE); process.exit(0); }

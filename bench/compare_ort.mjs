@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { ORT_VERSION, firstLine, inputShapes as shapesFor, median, modelsFrom, ort, parseDims, randomFeeds, sessionOptions as optionsFor } from './ort_common.mjs';
+import { ORT_VERSION, commonOptions, firstLine, inputShapes as shapesFor, median, modelsFrom, ort, parseDims, randomFeeds, sessionOptions as optionsFor } from './ort_common.mjs';
 
 const USAGE = `usage: bench/compare_ort [MODEL.onnx ...] [options]
   --models-dir DIR     models when none are named (default bench/models; build_zoo.py fills it)
@@ -24,18 +24,12 @@ const USAGE = `usage: bench/compare_ort [MODEL.onnx ...] [options]
 const { values: opt, positionals } = parseArgs({
   allowPositionals: true,
   options: {
-    'models-dir': { type: 'string', default: 'bench/models' },
-    batch: { type: 'string', default: '1,8' },
-    dim: { type: 'string', multiple: true, default: ['sequence=128'] },
-    threads: { type: 'string', default: '2' },
+    ...commonOptions,
     repeat: { type: 'string' },
     'kiln-repeat': { type: 'string' },
     'kiln-timeout': { type: 'string', default: '120' },
-    kiln: { type: 'string', default: 'build/bin/kiln' },
     rounds: { type: 'string', default: '1' },
-    json: { type: 'string' },
     'first-call-child': { type: 'boolean' },  // internal: time one first call in this fresh process and exit
-    help: { type: 'boolean', short: 'h' },
   },
 });
 if (opt.help) { console.log(USAGE); process.exit(0); }

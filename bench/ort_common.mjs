@@ -23,6 +23,17 @@ export function modelsFrom(positionals, dir) {
   return fs.readdirSync(dir).filter((f) => f.endsWith('.onnx')).sort().map((f) => path.join(dir, f));
 }
 
+// The command-line options both scripts take (node:util parseArgs).
+export const commonOptions = {
+  'models-dir': { type: 'string', default: 'bench/models' },
+  batch: { type: 'string', default: '1,8' },
+  dim: { type: 'string', multiple: true, default: ['sequence=128'] },
+  threads: { type: 'string', default: '2' },
+  kiln: { type: 'string', default: 'build/bin/kiln' },
+  json: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+};
+
 // `--dim SYM=N` values as {SYM: N}.
 export const parseDims = (list) => Object.fromEntries(list.map((d) => { const [k, v] = d.split('='); return [k, Number(v)]; }));
 

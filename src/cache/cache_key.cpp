@@ -10,6 +10,8 @@
 #include <iterator>
 #include <new>
 
+#include "runtime/ir/file_hash.hpp"
+
 namespace kiln::cache {
 
 namespace {
@@ -17,13 +19,7 @@ namespace {
 std::string to_hex(XXH128_hash_t hash) {
   XXH128_canonical_t digest;
   XXH128_canonicalFromHash(&digest, hash);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : digest.digest) {
-    out += hex[b >> 4];
-    out += hex[b & 15];
-  }
-  return out;
+  return ir::hex_digest(digest.digest, sizeof digest.digest);
 }
 
 }  // namespace

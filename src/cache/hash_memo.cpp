@@ -27,12 +27,6 @@ json identity(const struct stat& st) {
 
 }  // namespace
 
-timespec coarse_now() {
-  timespec t{};
-  ::clock_gettime(CLOCK_REALTIME_COARSE, &t);
-  return t;
-}
-
 std::string recall_hash(const std::string& record, const struct stat& st) {
   std::ifstream in(record, std::ios::binary);
   if (!in) return "";

@@ -20,10 +20,11 @@
 #include <ctime>
 #include <string>
 
+#include "runtime/ir/file_hash.hpp"
+
 namespace kiln::cache {
 
-// The clock file times are taken from, read before examining a file.
-timespec coarse_now();
+using ir::coarse_now;  // read before examining a file
 
 // The hash recorded at `record` for exactly this identity, or "".
 std::string recall_hash(const std::string& record, const struct stat& st);

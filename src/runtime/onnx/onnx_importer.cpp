@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cstdio>
 #include <ctime>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +27,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "runtime/ir/file_hash.hpp"
 #include "runtime/ir/huge_pages.hpp"
 
 namespace kiln::onnx_import {
@@ -134,23 +134,12 @@ XXH128_hash_t hash_blocks(const uint8_t* data, size_t size, int threads) {
 std::string hex_of(XXH128_hash_t hash) {
   XXH128_canonical_t c;
   XXH128_canonicalFromHash(&c, hash);
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : c.digest) {
-    out += digits[b >> 4];
-    out += digits[b & 15];
-  }
-  return out;
+  return ir::hex_digest(c.digest, sizeof c.digest);
 }
 
 std::optional<XXH128_hash_t> hash_from_hex(const std::string& hex) {
   XXH128_canonical_t c;
-  if (hex.size() != 2 * sizeof c.digest) return std::nullopt;
-  for (size_t i = 0; i < sizeof c.digest; ++i) {
-    unsigned v = 0;
-    if (std::sscanf(hex.c_str() + 2 * i, "%2x", &v) != 1) return std::nullopt;
-    c.digest[i] = static_cast<unsigned char>(v);
-  }
+  if (!ir::parse_hex_digest(hex, c.digest, sizeof c.digest)) return std::nullopt;
   return XXH128_hashFromCanonical(&c);
 }
 
@@ -166,8 +155,7 @@ void identify(MappedFile& file, const struct stat& st, const timespec& looked_at
 
 // An external data file, mapped read-only and identified.
 std::shared_ptr<MappedFile> map_external(const std::string& path, const ImportOptions& opts, const std::string& where) {
-  timespec looked_at{};
-  ::clock_gettime(CLOCK_REALTIME_COARSE, &looked_at);
+  const timespec looked_at = ir::coarse_now();
   auto file = std::make_shared<MappedFile>();
   file->path = path;
   file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -632,8 +620,7 @@ ir::Model import_model_file(const std::string& path, const ImportOptions& option
     fs::path parent = fs::path(path).parent_path();
     opts.external_data_dir = parent.empty() ? "." : parent.string();
   }
-  timespec looked_at{};  // before the file is examined (see ImportOptions::remember_file_hash)
-  ::clock_gettime(CLOCK_REALTIME_COARSE, &looked_at);
+  const timespec looked_at = ir::coarse_now();  // before the file is examined (see ImportOptions::remember_file_hash)
   std::error_code ec;
   if (fs::is_directory(path, ec)) fail(ErrorKind::Io, "cannot read model '" + path + "': is a directory");
   auto file = std::make_shared<MappedFile>();
