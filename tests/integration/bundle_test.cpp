@@ -389,16 +389,19 @@ std::string conv_net() {
   };
   ModelBuilder b;
   b.input("x", 1, {"batch", 3, 16, 16}).output("y", 1, {"batch", 10});
-  b.initializer(weights("w1", {8, 3, 3, 3})).initializer(weights("b1", {8}));
-  b.initializer(weights("w2", {8, 1, 3, 3})).initializer(weights("w3", {6, 4, 3, 3})).initializer(weights("b3", {6}));
+  b.initializer(weights("w1", {16, 3, 3, 3})).initializer(weights("b1", {16})).initializer(weights("w4", {16, 16, 3, 3}));
+  b.initializer(weights("w2", {16, 1, 3, 3})).initializer(weights("w3", {6, 8, 3, 3})).initializer(weights("b3", {6}));
   b.initializer(weights("wf", {10, 6})).initializer(weights("bf", {10}));
   ModelBuilder::attr_ints(b.node("Conv", {"x", "w1", "b1"}, {"c1"}), "pads", {1, 1, 1, 1});
   b.node("Relu", {"c1"}, {"r1"});
   auto& pool = b.node("MaxPool", {"r1"}, {"p1"});
   ModelBuilder::attr_ints(pool, "kernel_shape", {2, 2});
   ModelBuilder::attr_ints(pool, "strides", {2, 2});
-  auto& dw = b.node("Conv", {"p1", "w2"}, {"c2"});
-  ModelBuilder::attr_int(dw, "group", 8);
+  // Whole 16-channel blocks: oneDNN's Winograd kernels on AVX-512, their weights in its Winograd layouts.
+  ModelBuilder::attr_ints(b.node("Conv", {"p1", "w4"}, {"c4"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c4"}, {"r4"});
+  auto& dw = b.node("Conv", {"r4", "w2"}, {"c2"});
+  ModelBuilder::attr_int(dw, "group", 16);
   ModelBuilder::attr_ints(dw, "pads", {1, 1, 1, 1});
   b.node("Add", {"c2", "p1"}, {"s2"});
   // Grouped, not depthwise: oneDNN runs it as im2col + GEMM, with a scratchpad.

@@ -282,3 +282,38 @@ TEST(CpuLowering, ExpansionsReadByDepthwiseConvolutionsSplitByChannel) {
   EXPECT_EQ(split("depthwise"), KILN_PK_SPLIT_ANY);
   EXPECT_EQ(split("project"), KILN_PK_SPLIT_ANY);
 }
+
+// A 3x3 unit-stride convolution over whole 16-channel blocks runs oneDNN's
+// Winograd kernel where this CPU has one; other convolutions keep the direct
+// ones.
+TEST(CpuLowering, ThreeByThreeConvolutionsInChannelBlocksUseWinograd) {
+  struct Conv {
+    const char* name;
+    int64_t in_channels, stride;
+    bool winograd;
+  };
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 16, 12, 12}).input("z", onnx::TensorProto::FLOAT, {1, 3, 12, 12});
+  std::vector<Conv> convs = {{"unit", 16, 1, true}, {"strided", 16, 2, false}, {"image", 3, 1, false}};
+  for (const Conv& c : convs) {
+    b.output(std::string("y_") + c.name, onnx::TensorProto::FLOAT, {1, 32, 12 / c.stride, 12 / c.stride});
+    b.initializer(ModelBuilder::float_tensor(std::string("w_") + c.name, {32, c.in_channels, 3, 3},
+                                             random_values(size_t(32 * c.in_channels * 9), 1)));
+    auto& n = b.node("Conv", {c.in_channels == 16 ? "x" : "z", std::string("w_") + c.name}, {std::string("y_") + c.name}, c.name);
+    ModelBuilder::attr_ints(n, "pads", {1, 1, 1, 1});
+    ModelBuilder::attr_ints(n, "strides", {c.stride, c.stride});
+  }
+  auto m = kiln::test::import(b);
+  auto spec = kiln::ir::specialize(*m.graph,
+                                   {{"x", {kiln::ir::DType::Float32, {1, 16, 12, 12}}}, {"z", {kiln::ir::DType::Float32, {1, 3, 12, 12}}}},
+                                   kiln::ref::constant_evaluator());
+  const auto p = kiln::cpu::lower(*m.graph, spec);
+  if (!kiln::cpu::winograd_enabled()) GTEST_SKIP() << "KILN_WINOGRAD=0";
+  for (const Conv& c : convs) {
+    const auto& kernel = static_cast<const kiln::cpu::OneDnnKernel&>(*step_of(p, c.name).kernel);
+    const bool winograd = kernel.implementation().find("wino") != std::string::npos;
+    if (c.winograd && !winograd && kernel.implementation().find("avx512") == std::string::npos)
+      GTEST_SKIP() << "oneDNN has Winograd kernels on AVX-512 only; here: " << kernel.implementation();
+    EXPECT_EQ(winograd, c.winograd) << c.name << ": " << kernel.implementation();
+  }
+}

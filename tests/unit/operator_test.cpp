@@ -463,6 +463,25 @@ TEST_P(OperatorTest, ConvAddResidualRelu) {
   run(c);
 }
 
+// ResNet's 3x3 convolutions in whole 16-channel blocks, which the cpu backend
+// runs on oneDNN's Winograd kernels where the CPU has them (F(2x2, 3x3) at
+// batch 1, F(4x4, 3x3) at batch 8), with its own weight transform; the
+// second one ends a block: residual sum and Relu as post-ops.
+TEST_P(OperatorTest, Conv3x3InChannelBlocksWithResidual) {
+  for (int64_t batch : {1, 8}) {
+    SCOPED_TRACE(batch);
+    Case c({"Conv"});
+    c.input("x", {batch, 16, 9, 11}).weight("w1", {32, 16, 3, 3}).weight("b1", {32}).weight("w2", {16, 32, 3, 3}).weight("b2", {16});
+    c.output("y");
+    c.node("Conv", {"x", "w1", "b1"}, {"c1"}, {{"pads", {1, 1, 1, 1}}});
+    c.node("Relu", {"c1"}, {"r1"});
+    c.node("Conv", {"r1", "w2", "b2"}, {"c2"}, {{"pads", {1, 1, 1, 1}}});
+    c.node("Add", {"c2", "x"}, {"s"});
+    c.node("Relu", {"s"}, {"y"});
+    run(c);
+  }
+}
+
 // The intermediate stays in the convolutions' blocked layout; only the output is reordered.
 TEST_P(OperatorTest, TwoConvsInARow) {
   Case c({"Conv"});

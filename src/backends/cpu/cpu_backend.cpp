@@ -286,7 +286,7 @@ class CpuBackend : public Backend {
     for (const auto& f : host.features) id += f;
     id += " onednn=" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + "-" +
           v->hash + " dnnl_md=" + std::to_string(sizeof(dnnl_memory_desc_t)) + " llvm=" + LLVM_VERSION_STRING +
-          " channel_blocks_from=" + std::to_string(cpu::channel_blocks_threshold());
+          " channel_blocks_from=" + std::to_string(cpu::channel_blocks_threshold()) + " winograd=" + (cpu::winograd_enabled() ? "1" : "0");
     return id;
   }
 

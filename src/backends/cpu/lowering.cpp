@@ -19,6 +19,7 @@
 #include "backends/reference/ops/op_util.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "backends/reference/resize_plan.hpp"
+#include "runtime/ir/huge_pages.hpp"
 #include "runtime/passes/memory_plan.hpp"
 
 namespace kiln::cpu {
@@ -351,6 +352,8 @@ class Lowering {
   // graph or the specialization does; `keep` holds anything else.
   dnnl::memory constant_memory(const md& user, const void* data, const md& want, std::shared_ptr<const void> keep = nullptr) {
     dnnl::memory dst(want, cpu_engine());
+    // Before the reorder first touches it (see huge_pages.hpp).
+    ir::advise_huge_pages(dst.get_data_handle(), want.get_size());
     deferred_.push_back([user, data, dst, keep = std::move(keep)] {
       try {
         reorder_constant(user, data, dst);
@@ -716,16 +719,28 @@ class Lowering {
     Fused f = fuse_after(n.outputs[0], true);
     md bias_md = b ? md({wdims[0]}, dt::f32, dnnl::memory::format_tag::x) : md();
     auto describe = [&](const Dims& src, const Dims& strides) {
-      auto with = [&](bool blocked) {
+      auto with = [&](bool blocked, dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
         // An image's 3 channels are not padded to 16: oneDNN reads them as they are.
         auto layout = [&](const Dims& d) {
           return md(to_dnnl(d), dt::f32, blocked && d[1] >= 16 ? channel_blocked_tag(d.size()) : dnnl::memory::format_tag::any);
         };
-        dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, layout(src),
+        dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, alg, layout(src),
                                              md(wei, dt::f32, dnnl::memory::format_tag::any), bias_md, layout(out),
                                              to_dnnl(strides), dil, to_dnnl(geo.pad_begin), to_dnnl(geo.pad_end));
         return dnnl::convolution_forward::primitive_desc(desc, post_op_attr(f), cpu_engine());
       };
+      // oneDNN 2.6's Winograd kernels (AVX-512 only, in 16-channel blocks)
+      // run ResNet's 3x3 convolutions 1.3-2.6x faster than its direct ones,
+      // at batch 1 and 8 alike (relative error 2e-6). Channels in whole
+      // blocks: winograd_weights.hpp transforms only unpadded weights.
+      const bool square3 = kernel == Dims{3, 3} && std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s == 1; }) &&
+                           std::all_of(geo.dilations.begin(), geo.dilations.end(), [](int64_t d) { return d == 1; });
+      if (square3 && group == 1 && in[1] % 16 == 0 && out[1] % 16 == 0 && winograd_enabled()) {
+        try {
+          return with(true, dnnl::algorithm::convolution_winograd);
+        } catch (const dnnl::error&) {  // not on this CPU, or not for these pads
+        }
+      }
       if (prefers_channel_blocks(in, out)) {
         // Only where oneDNN has a fast kernel for the blocks (not for some
         // grouped shapes, for one): its reference kernel is never worth it.
@@ -1983,6 +1998,17 @@ class Lowering {
 };
 
 }  // namespace
+
+bool winograd_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("KILN_WINOGRAD");
+    if (!e || !*e) return true;
+    if (std::string_view(e) != "0" && std::string_view(e) != "1")
+      throw ir::Error(ir::ErrorKind::InvalidArgument, std::string("KILN_WINOGRAD='") + e + "': expected 0 or 1");
+    return *e == '1';
+  }();
+  return enabled;
+}
 
 int64_t channel_blocks_threshold() {
   static const int64_t bytes = [] {

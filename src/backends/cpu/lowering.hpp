@@ -28,6 +28,11 @@ Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFami
 // ir::Error(InvalidArgument) when that variable is not a number of bytes.
 int64_t channel_blocks_threshold();
 
+// Whether 3x3 convolutions may use oneDNN's Winograd kernels where the CPU
+// has them: yes, unless KILN_WINOGRAD=0 (read once). Throws
+// ir::Error(InvalidArgument) when that variable is neither 0 nor 1.
+bool winograd_enabled();
+
 // Whether the cpu backend compiles a node of this kind itself (for the other
 // kinds, it calls the reference kernel). Shapes and dtypes can still send a
 // claimed node to the reference kernel.

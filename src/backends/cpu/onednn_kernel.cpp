@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backends/cpu/thread_budget.hpp"
+#include "backends/cpu/winograd_weights.hpp"
 #include "runtime/ir/error.hpp"
 #include "runtime/ir/serialize.hpp"
 
@@ -17,6 +18,10 @@ const dnnl::engine& cpu_engine() {
 }
 
 void reorder_constant(const dnnl::memory::desc& user, const void* data, dnnl::memory dst) {
+  const dnnl::memory::dims d = user.dims();
+  if (d.size() == 4 && d[2] == 3 && d[3] == 3 && user == dnnl::memory::desc(d, dnnl::memory::data_type::f32, dnnl::memory::format_tag::oihw) &&
+      winograd_weights(static_cast<const float*>(data), d[0], d[1], dst))
+    return;
   OmpThreads one(1);
   dnnl::memory src(user, cpu_engine(), const_cast<void*>(data));
   dnnl::stream stream(cpu_engine());
