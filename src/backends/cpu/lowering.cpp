@@ -730,7 +730,7 @@ class Lowering {
         return dnnl::convolution_forward::primitive_desc(desc, post_op_attr(f), cpu_engine());
       };
       // oneDNN 2.6's Winograd kernels (AVX-512 only, in 16-channel blocks)
-      // run ResNet's 3x3 convolutions 1.3-2.6x faster than its direct ones,
+      // run ResNet's 3x3 convolutions 1.3-2.1x faster than its direct ones,
       // at batch 1 and 8 alike (relative error 2e-6). Channels in whole
       // blocks: winograd_weights.hpp transforms only unpadded weights.
       const bool square3 = kernel == Dims{3, 3} && std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s == 1; }) &&
