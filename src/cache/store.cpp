@@ -164,7 +164,7 @@ std::string check_entry(const std::string& dir, const std::string& key, bool che
     const std::string want_hash = f["xxh3_128"].get<std::string>();
     // Only the weights are remembered: the other files are small, and read
     // whole by the loader anyway. `kiln cache verify` (no `out`) always reads.
-    const bool memo = out && std::strcmp(name, "weights.bin") == 0;
+    const bool weights = std::strcmp(name, "weights.bin") == 0, memo = out && weights;
     const std::string record = path + ".checked";
     const bool known = memo && recall_hash(record, st) == want_hash;
     auto check = [name, entry, data = map ? map : "", size = size_t(st.st_size), want_hash, memo, record, st, looked_at] {
@@ -173,7 +173,7 @@ std::string check_entry(const std::string& dir, const std::string& key, bool che
       return std::string();
     };
     if (!known) {
-      if (out && defer_weights_check && std::strcmp(name, "weights.bin") == 0) out->check = std::make_shared<backends::LoadCheck>(check);
+      if (out && defer_weights_check && weights) out->check = std::make_shared<backends::LoadCheck>(check);
       else if (std::string bad = check(); !bad.empty()) return bad;
     }
     if (out) {

@@ -26,15 +26,15 @@ struct Plan {
   bool tile2;
   int64_t out_channels, in_channels, alpha, ocb, icb, oc2, ic2;
 
-  // Where the oc_block output channels of block `ob` for input channel `ic`
-  // and tile element (a, b) start: oneDNN's aaOBiOo (and aaOio) and OBaaIBOIio.
-  int64_t run_at(int64_t a, int64_t b, int64_t ic, int64_t ob) const {
-    const int64_t i = ic % icb, nb_ic = in_channels / icb;
-    if (tile2)
-      return ((((a * alpha + b) * (out_channels / ocb / oc2) + ob / oc2) * nb_ic + ic / icb) * icb + i) * oc2 * ocb + (ob % oc2) * ocb;
-    return ((((((ob / oc2 * alpha + a) * alpha + b) * (nb_ic / ic2) + ic / (icb * ic2)) * oc2 + ob % oc2) * ic2 + ic / icb % ic2) * icb +
-            i) *
-           ocb;
+  // How far apart tile elements are: element (a, b) of a run is
+  // (a * alpha + b) * tile_stride() after element (0, 0).
+  int64_t tile_stride() const { return tile2 ? out_channels * in_channels : in_channels * oc2 * ocb; }
+  // Where element (0, 0) of the run of oc_block output channels of block `ob`
+  // for input channel `ic` is: oneDNN's aaOBiOo (and aaOio) and OBaaIBOIio.
+  int64_t run_start(int64_t ic, int64_t ob) const {
+    const int64_t i = ic % icb, outer = ob / oc2, inner = ob % oc2;
+    if (tile2) return ((outer * (in_channels / icb) + ic / icb) * icb + i) * oc2 * ocb + inner * ocb;
+    return outer * alpha * alpha * tile_stride() + (((ic / (icb * ic2) * oc2 + inner) * ic2 + ic / icb % ic2) * icb + i) * ocb;
   }
 };
 
@@ -42,12 +42,13 @@ struct Plan {
 // which this computes 16 lanes wide.
 [[gnu::target("avx512f")]] void transform(const Plan& p) {
   constexpr int64_t ocb = 16;
-  const int64_t alpha = p.alpha;
+  const int64_t alpha = p.alpha, stride = p.tile_stride();
   // Per (block, input channel): the kernels of the block's output channels
   // side by side, so that every loop below runs over those channels.
   float g[9 * ocb], half[3 * 6 * ocb], tile[ocb];
   for (int64_t ob = 0; ob < p.out_channels / ocb; ++ob)
     for (int64_t ic = 0; ic < p.in_channels; ++ic) {
+      float* run = p.out + p.run_start(ic, ob);
       for (int64_t o = 0; o < ocb; ++o) {
         const float* k = p.oihw + ((ob * ocb + o) * p.in_channels + ic) * 9;
         for (int e = 0; e < 9; ++e) g[e * ocb + o] = k[e];
@@ -72,7 +73,7 @@ struct Plan {
             const float* h = &half[(kh * alpha + b) * ocb];
             for (int64_t o = 0; o < ocb; ++o) tile[o] += c * h[o];
           }
-          std::memcpy(p.out + p.run_at(a, b, ic, ob), tile, size_t(ocb) * sizeof(float));
+          std::memcpy(run + (a * alpha + b) * stride, tile, size_t(ocb) * sizeof(float));
         }
     }
 }
