@@ -37,10 +37,7 @@ void freeze(const FreezeArgs& args) {
     auto [name, text] = split_assignment(s, "--shape");
     o.shapes.push_back({name, parse_shape(text, "--shape " + s)});
   }
-  for (const auto& d : args.dims) {
-    auto [symbol, value] = split_assignment(d, "--dim");
-    o.dims[symbol] = parse_size(value, "--dim " + d);
-  }
+  o.dims = parse_dims(args.dims, model.inputs());
   o.batch_sizes = args.batch_sizes;
   o.target = args.target;
   o.cpu = args.cpu;

@@ -3,9 +3,14 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace kiln {
+struct TensorInfo;
+}
 
 namespace kiln::cli {
 
@@ -24,6 +29,10 @@ std::pair<std::string, std::string> split_assignment(const std::string& s, const
 int64_t parse_size(const std::string& text, const std::string& what);
 // "1x3x224x224" (or "scalar"); InvalidArgument naming `what` otherwise.
 std::vector<int64_t> parse_shape(const std::string& text, const std::string& what);
+// --dim SYMBOL=VALUE options. A symbol no input of `inputs` has gets a
+// warning (misspelt, it would silently leave its dimension at 1); scripts
+// may pass one set of values to many models.
+std::map<std::string, int64_t> parse_dims(const std::vector<std::string>& options, const std::vector<TensorInfo>& inputs);
 // "12.0 KiB", "3.52 MiB".
 std::string bytes_to_string(int64_t bytes);
 

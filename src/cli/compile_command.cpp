@@ -34,11 +34,7 @@ void compile(const CompileArgs& args) {
   if (runtime.cache_dir().empty()) std::cerr << "warning: no cache (KILN_CACHE=off?): nothing will be stored\n";
   Model model = Model::load(runtime, args.model);
 
-  std::map<std::string, int64_t> dims;
-  for (const auto& d : args.dims) {
-    auto [symbol, value] = split_assignment(d, "--dim");
-    dims[symbol] = parse_size(value, "--dim " + d);
-  }
+  const std::map<std::string, int64_t> dims = parse_dims(args.dims, model.inputs());
   std::map<std::string, Shape> given;
   for (const auto& s : args.shapes) {
     auto [name, text] = split_assignment(s, "--shape");

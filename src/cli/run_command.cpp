@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "cli/commands.hpp"
@@ -42,6 +43,24 @@ Shape parse_shape(const std::string& text, const std::string& what) {
     if (x == std::string::npos) return shape;
     start = x + 1;
   }
+}
+
+std::map<std::string, int64_t> parse_dims(const std::vector<std::string>& options, const std::vector<TensorInfo>& inputs) {
+  std::set<std::string> symbols;
+  for (const auto& info : inputs)
+    for (const Dim& d : info.shape)
+      if (!d.symbol.empty()) symbols.insert(d.symbol);
+  std::map<std::string, int64_t> dims;
+  for (const auto& d : options) {
+    auto [symbol, value] = split_assignment(d, "--dim");
+    dims[symbol] = parse_size(value, "--dim " + d);
+    if (symbols.count(symbol)) continue;
+    std::string known;
+    for (const auto& s : symbols) known += (known.empty() ? "" : ", ") + s;
+    std::cerr << "warning: --dim " << d << ": no input has a dimension named '" << symbol << "' ("
+              << (known.empty() ? "none is named" : "named: " + known) << "); ignored\n";
+  }
+  return dims;
 }
 
 std::string bytes_to_string(int64_t bytes) {
@@ -179,11 +198,7 @@ void run(const RunArgs& args) {
   Model model = Model::load(runtime, args.model);
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
 
-  std::map<std::string, int64_t> dims;
-  for (const auto& d : args.dims) {
-    auto [sym, value] = split_assignment(d, "--dim");
-    dims[sym] = parse_size(value, "--dim " + d);
-  }
+  const std::map<std::string, int64_t> dims = parse_dims(args.dims, model.inputs());
 
   std::vector<std::pair<std::string, Tensor>> inputs;
   for (const auto& in : args.inputs) {

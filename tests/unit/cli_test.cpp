@@ -96,6 +96,15 @@ TEST(Cli, RunJsonWithRepeatAndRandomInputs) {
   EXPECT_GE(j["first_run_ms"].get<double>(), j["specializations"][0]["compile_ms"].get<double>());
 }
 
+TEST(Cli, AnEmptyBatchRunsAndAnUnknownDimIsWarnedAbout) {
+  auto r = kiln_cmd("run " + kDigits + "digits.onnx --random-inputs --dim batch=0 --dim bach=3 --no-cache --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["outputs"][0]["shape"], nlohmann::json({0, 10}));
+  EXPECT_NE(r.err.find("warning: --dim bach=3: no input has a dimension named 'bach' (named: batch); ignored"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("'batch'"), std::string::npos) << "the batch was given: " << r.err;
+}
+
 TEST(Cli, ProfileTimesTheStepsOfCompiledAndInterpretedParts) {
   // NonZero's count depends on the data: the interpreter runs it and what
   // follows it up to the Mul, between compiled parts.

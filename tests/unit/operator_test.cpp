@@ -515,6 +515,21 @@ TEST_P(OperatorTest, ConvClassifierHead) {
   run(c);
 }
 
+// A batch of 0 (oneDNN 2.6 divided by zero describing the Gemm: SIGFPE):
+// nothing to compute, every output empty, the nodes on reference kernels.
+TEST_P(OperatorTest, ConvClassifierHeadOnAnEmptyBatch) {
+  Case c({"Conv", "GlobalAveragePool", "Gemm"});
+  c.native = false;
+  c.input("x", {0, 3, 8, 8}).weight("w", {16, 3, 3, 3}).weight("b", {16}).weight("fc_w", {10, 16}).weight("fc_b", {10});
+  c.output("y");
+  c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Sigmoid", {"c"}, {"s"});
+  c.node("GlobalAveragePool", {"s"}, {"g"});
+  c.node("Flatten", {"g"}, {"f"}, {{"axis", 1}});
+  c.node("Gemm", {"f", "fc_w", "fc_b"}, {"y"}, {{"transB", 1}});
+  run(c);
+}
+
 // SqueezeNet's fire module: the expand convolutions read the squeeze's
 // blocked output and their blocked outputs are concatenated on channels.
 Case fire_module(int64_t e1, int64_t e3) {
