@@ -503,30 +503,26 @@ TEST_P(OperatorTest, ConvOutputAlsoConsumedByAConv) {
   run(c);
 }
 
-TEST_P(OperatorTest, ConvClassifierHead) {
+// Conv, an activation, GlobalAveragePool, Flatten and Gemm over `batch` images.
+Case classifier_head(int64_t batch, const char* activation) {
   Case c({"Conv", "GlobalAveragePool", "Gemm"});
-  c.input("x", {2, 3, 8, 8}).weight("w", {16, 3, 3, 3}).weight("b", {16}).weight("fc_w", {10, 16}).weight("fc_b", {10});
+  c.input("x", {batch, 3, 8, 8}).weight("w", {16, 3, 3, 3}).weight("b", {16}).weight("fc_w", {10, 16}).weight("fc_b", {10});
   c.output("y");
   c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
-  c.node("Relu", {"c"}, {"r"});
-  c.node("GlobalAveragePool", {"r"}, {"g"});
+  c.node(activation, {"c"}, {"a"});
+  c.node("GlobalAveragePool", {"a"}, {"g"});
   c.node("Flatten", {"g"}, {"f"}, {{"axis", 1}});
   c.node("Gemm", {"f", "fc_w", "fc_b"}, {"y"}, {{"transB", 1}});
-  run(c);
+  return c;
 }
+
+TEST_P(OperatorTest, ConvClassifierHead) { run(classifier_head(2, "Relu")); }
 
 // A batch of 0 (oneDNN 2.6 divided by zero describing the Gemm: SIGFPE):
 // nothing to compute, every output empty, the nodes on reference kernels.
 TEST_P(OperatorTest, ConvClassifierHeadOnAnEmptyBatch) {
-  Case c({"Conv", "GlobalAveragePool", "Gemm"});
+  Case c = classifier_head(0, "Sigmoid");
   c.native = false;
-  c.input("x", {0, 3, 8, 8}).weight("w", {16, 3, 3, 3}).weight("b", {16}).weight("fc_w", {10, 16}).weight("fc_b", {10});
-  c.output("y");
-  c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
-  c.node("Sigmoid", {"c"}, {"s"});
-  c.node("GlobalAveragePool", {"s"}, {"g"});
-  c.node("Flatten", {"g"}, {"f"}, {{"axis", 1}});
-  c.node("Gemm", {"f", "fc_w", "fc_b"}, {"y"}, {{"transB", 1}});
   run(c);
 }
 

@@ -213,13 +213,27 @@ std::string emit(llvm::Module& m, llvm::TargetMachine& machine) {
   return object->getBuffer().str();
 }
 
+VectorConfig vectors_of(const llvm::TargetMachine& machine) {
+  const llvm::MCSubtargetInfo* sti = machine.getMCSubtargetInfo();
+  VectorConfig v;
+  if (machine.getTargetTriple().isAArch64()) {
+    v.registers = 32;
+  } else if (sti->checkFeatures("+avx512f")) {
+    v.bytes = 64;
+    v.registers = 32;
+  } else if (sti->checkFeatures("+avx")) {
+    v.bytes = 32;
+  }
+  return v;
+}
+
 // Verifies, optimises for `machine` and emits an object.
 std::string optimise_and_emit(llvm::Module& m, llvm::TargetMachine& machine, Jit::Optimise level) {
   std::string problems;
   llvm::raw_string_ostream os(problems);
   // Debian builds LLVM without assertions: verify here, or bad IR crashes later.
   if (llvm::verifyModule(m, &os)) ir::fail(ir::ErrorKind::Internal, "generated module '" + m.getName().str() + "' is invalid: " + os.str());
-  const bool wide = !machine.getTargetTriple().isAArch64() && machine.getMCSubtargetInfo()->checkFeatures("+avx512f");
+  const bool wide = vectors_of(machine).bytes == 64;
   for (llvm::Function& f : m) {
     if (f.isDeclaration()) continue;
     f.addFnAttr("target-cpu", machine.getTargetCPU());
@@ -270,20 +284,6 @@ std::string optimise_and_emit(llvm::Module& m, llvm::TargetMachine& machine, Jit
     fail_llvm("cannot build the optimisation pipeline", std::move(err));
   mpm.run(m, mam);
   return emit(m, machine);
-}
-
-VectorConfig vectors_of(const llvm::TargetMachine& machine) {
-  const llvm::MCSubtargetInfo* sti = machine.getMCSubtargetInfo();
-  VectorConfig v;
-  if (machine.getTargetTriple().isAArch64()) {
-    v.registers = 32;
-  } else if (sti->checkFeatures("+avx512f")) {
-    v.bytes = 64;
-    v.registers = 32;
-  } else if (sti->checkFeatures("+avx")) {
-    v.bytes = 32;
-  }
-  return v;
 }
 
 }  // namespace
