@@ -420,6 +420,22 @@ TEST_P(OperatorTest, ConvSiLU) {
   }));
 }
 
+// Large enough that cpu runs the SiLU as a loop in place after the
+// convolution, over its output in the convolution's layout: 24 channels, so
+// that channel blocks of 16 have padding, which the next convolution reads.
+// The SiLU is an output of the model as well; its 7 (9 in blocks) chunks of
+// loop split unevenly over two threads.
+TEST_P(OperatorTest, ConvSiLUOnALargeActivation) {
+  Case c({"Conv"});
+  c.input("x", {1, 8, 64, 72}).weight("w", {24, 8, 3, 3}).weight("b", {24}).weight("w2", {16, 24, 1, 1});
+  c.output("silu").output("y");
+  c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Sigmoid", {"c"}, {"s"});
+  c.node("Mul", {"c", "s"}, {"silu"});
+  c.node("Conv", {"silu", "w2"}, {"y"});
+  run(c);
+}
+
 // Two post-ops on cpu (oneDNN 2.6 has no HardSigmoid): inputs up to 3 so
 // that both bounds are crossed.
 TEST_P(OperatorTest, ConvHardSigmoid) {
@@ -1097,6 +1113,16 @@ TEST_P(OperatorTest, ElementwiseChainSharedInput) {
   c.node("Add", {"x", "w"}, {"a"});
   c.node("Mul", {"x", "x"}, {"sq"});
   c.node("Sub", {"a", "sq"}, {"y"});
+  run(c);
+}
+
+// Loops alike but for their length share one function on cpu, each step
+// passing its own length (the long one in several chunks).
+TEST_P(OperatorTest, ElementwiseLoopsAlikeButForTheirLength) {
+  Case c({"Sigmoid"});
+  c.input("a", {3, 5}).input("b", {40000}).output("ya").output("yb");
+  c.node("Sigmoid", {"a"}, {"ya"});
+  c.node("Sigmoid", {"b"}, {"yb"});
   run(c);
 }
 

@@ -216,10 +216,20 @@ class Emitter {
         int64_t n = 1;
         for (int64_t d : loop.shape) n *= d;
         // Identical loops (every layer of a transformer has the same ones)
-        // are generated once.
-        const std::string key = loop_key(loop);
-        auto& body = loops_by_key_[key];
-        if (!body) body = loop_function(loop, step_name(name, s));
+        // are generated once, and so are flat ones that differ only in
+        // length (EfficientNet's SiLU at each of its sizes), each step then
+        // a wrapper passing its length: a vectorised loop costs several
+        // milliseconds to compile.
+        llvm::Function* body = nullptr;
+        if (loop.shape.size() == 1) {
+          auto& shared = loops_by_key_[loop_key(loop, false)];
+          if (!shared) shared = loop_function(loop, step_name(name, s) + "_any_length", true);
+          body = length_wrapper(shared, n, step_name(name, s));
+        } else {
+          auto& own = loops_by_key_[loop_key(loop, true)];
+          if (!own) own = loop_function(loop, step_name(name, s), false);
+          body = own;
+        }
         step_names.push_back(body->getName().str());
         const int64_t chunks = loop_chunks(n);
         if (chunks == 1) {
@@ -245,7 +255,7 @@ class Emitter {
   std::vector<std::string> step_names;  // per step: its loop or call function, or ""
 
  private:
-  static std::string loop_key(const Loop& loop) {
+  static std::string loop_key(const Loop& loop, bool with_shape) {
     std::string k;
     auto put = [&](const void* p, size_t n) { k.append(static_cast<const char*>(p), n); };
     auto ints = [&](const std::vector<int64_t>& v) {
@@ -253,7 +263,7 @@ class Emitter {
       put(&n, sizeof n);
       put(v.data(), n * sizeof(int64_t));
     };
-    ints(loop.shape);
+    if (with_shape) ints(loop.shape);
     for (const auto& o : loop.operands) {
       put(&o.arg, sizeof o.arg);
       ints(o.strides);
@@ -415,11 +425,17 @@ class Emitter {
   // flat elements [first_chunk, end_chunk) * kLoopChunk of the loop's
   // (collapsed) shape: rows of the last dim, operand offsets recomputed once
   // per row. Its type is kiln_pk_task_fn's, so the host's parallel_for runs it.
-  llvm::Function* loop_function(const Loop& loop, const std::string& name) {
+  // `length_argument` (a loop of rank 1): the length is a fourth argument
+  // instead, for length_wrapper to call.
+  llvm::Function* loop_function(const Loop& loop, const std::string& name, bool length_argument) {
     auto* saved = b_.GetInsertBlock();
-    auto* fn_type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), {ptr_, i64_, i64_}, false);
-    auto* fn = llvm::Function::Create(fn_type, llvm::Function::ExternalLinkage, name, m_);
+    std::vector<llvm::Type*> params{ptr_, i64_, i64_};
+    if (length_argument) params.push_back(i64_);
+    auto* fn_type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), params, false);
+    auto* fn = llvm::Function::Create(fn_type, length_argument ? llvm::Function::InternalLinkage : llvm::Function::ExternalLinkage,
+                                      name, m_);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
+    if (length_argument) fn->addFnAttr(llvm::Attribute::NoInline);  // shared, not copied into each wrapper
     auto* args = fn->getArg(0);
     auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn);
     auto* row_head = llvm::BasicBlock::Create(ctx_, "row_head", fn);
@@ -429,17 +445,24 @@ class Emitter {
     auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn);
 
     const size_t rank = loop.shape.size();
-    const int64_t row_len = loop.shape.back();
-    int64_t n = 1;
-    for (int64_t d : loop.shape) n *= d;
+    int64_t elements = 1;
+    for (int64_t d : loop.shape) elements *= d;
+    llvm::Value* n = length_argument ? static_cast<llvm::Value*>(fn->getArg(3)) : b_.getInt64(uint64_t(elements));
+    llvm::Value* row_len = length_argument ? n : b_.getInt64(uint64_t(loop.shape.back()));
     b_.SetInsertPoint(entry);
     auto* begin = b_.CreateMul(fn->getArg(1), b_.getInt64(uint64_t(kLoopChunk)));
     auto* chunk_end = b_.CreateMul(fn->getArg(2), b_.getInt64(uint64_t(kLoopChunk)));
-    auto* end = b_.CreateSelect(b_.CreateICmpSLT(chunk_end, b_.getInt64(uint64_t(n))), chunk_end, b_.getInt64(uint64_t(n)));
+    auto* end = b_.CreateSelect(b_.CreateICmpSLT(chunk_end, n), chunk_end, n);
+    std::map<int, llvm::Value*> base_of;
+    auto base = [&](int arg) {
+      auto [it, added] = base_of.try_emplace(arg, nullptr);
+      if (added) it->second = load_ptr(args, arg);
+      return it->second;
+    };
     std::vector<llvm::Value*> operand_base;
-    for (const auto& o : loop.operands) operand_base.push_back(load_ptr(args, o.arg));
+    for (const auto& o : loop.operands) operand_base.push_back(base(o.arg));
     std::vector<llvm::Value*> store_base;
-    for (const auto& [instr, arg] : loop.stores) store_base.push_back(load_ptr(args, arg));
+    for (const auto& [instr, arg] : loop.stores) store_base.push_back(base(arg));
     b_.CreateBr(row_head);
 
     b_.SetInsertPoint(row_head);
@@ -448,14 +471,22 @@ class Emitter {
     b_.CreateCondBr(b_.CreateICmpSLT(i, end), row_body, exit);
 
     b_.SetInsertPoint(row_body);
-    auto* row = b_.CreateUDiv(i, b_.getInt64(uint64_t(row_len)));
-    auto* j0 = b_.CreateURem(i, b_.getInt64(uint64_t(row_len)));
+    auto* row = b_.CreateUDiv(i, row_len);
+    auto* j0 = b_.CreateURem(i, row_len);
     auto* remaining = b_.CreateAdd(j0, b_.CreateSub(end, i));
-    auto* j_end = b_.CreateSelect(b_.CreateICmpSLT(remaining, b_.getInt64(uint64_t(row_len))), remaining,
-                                  b_.getInt64(uint64_t(row_len)));
+    auto* j_end = b_.CreateSelect(b_.CreateICmpSLT(remaining, row_len), remaining, row_len);
     // Each operand's element offset at the start of this row.
+    auto* row_start = b_.CreateMul(row, row_len);
+    std::vector<int64_t> dense(rank, 1);
+    for (size_t d = rank - 1; d-- > 0;) dense[d] = dense[d + 1] * loop.shape[d + 1];
     std::vector<llvm::Value*> row_ptr;
     for (size_t o = 0; o < loop.operands.size(); ++o) {
+      // A dense operand's row starts where the stores' does: the same address
+      // expression, so that a loop writing in place still vectorises.
+      if (loop.operands[o].strides == dense) {
+        row_ptr.push_back(b_.CreateInBoundsGEP(f32_, operand_base[o], row_start));
+        continue;
+      }
       llvm::Value* offset = b_.getInt64(0);
       llvm::Value* rest = row;
       for (size_t d = rank - 1; d-- > 0;) {
@@ -466,7 +497,8 @@ class Emitter {
       }
       row_ptr.push_back(b_.CreateInBoundsGEP(f32_, operand_base[o], offset));
     }
-    auto* row_start = b_.CreateMul(row, b_.getInt64(uint64_t(row_len)));
+    std::vector<llvm::Value*> store_row;
+    for (llvm::Value* base : store_base) store_row.push_back(b_.CreateInBoundsGEP(f32_, base, row_start));
     auto* has_work = b_.CreateICmpSLT(j0, j_end);
     b_.CreateCondBr(has_work, inner, row_end);
 
@@ -483,9 +515,8 @@ class Emitter {
         values.push_back(apply(in, in.a >= 0 ? values[size_t(in.a)] : nullptr, in.b >= 0 ? values[size_t(in.b)] : nullptr));
       }
     }
-    auto* flat = b_.CreateAdd(row_start, j);
     for (size_t s = 0; s < loop.stores.size(); ++s)
-      b_.CreateStore(values[size_t(loop.stores[s].first)], b_.CreateInBoundsGEP(f32_, store_base[s], flat));
+      b_.CreateStore(values[size_t(loop.stores[s].first)], b_.CreateInBoundsGEP(f32_, store_row[s], j));
     auto* j_next = b_.CreateAdd(j, b_.getInt64(1));
     j->addIncoming(j_next, inner);
     b_.CreateCondBr(b_.CreateICmpSLT(j_next, j_end), inner, row_end);
@@ -496,6 +527,19 @@ class Emitter {
     b_.CreateBr(row_head);
 
     b_.SetInsertPoint(exit);
+    b_.CreateRetVoid();
+    b_.SetInsertPoint(saved);
+    return fn;
+  }
+
+  // A loop step's function (kiln_pk_task_fn's type) that runs `shared` over `n` elements.
+  llvm::Function* length_wrapper(llvm::Function* shared, int64_t n, const std::string& name) {
+    auto* saved = b_.GetInsertBlock();
+    auto* fn_type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), {ptr_, i64_, i64_}, false);
+    auto* fn = llvm::Function::Create(fn_type, llvm::Function::ExternalLinkage, name, m_);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
+    b_.CreateCall(shared, {fn->getArg(0), fn->getArg(1), fn->getArg(2), b_.getInt64(uint64_t(n))});
     b_.CreateRetVoid();
     b_.SetInsertPoint(saved);
     return fn;

@@ -78,7 +78,8 @@ struct CompiledProgram {
 CompiledProgram link_program(const std::string& object, const std::vector<std::string>& step_symbols, bool program_calls_kernels,
                              Jit& jit, std::string_view kernels_object = {});
 
-// The JIT's threads: a parallel_for over TBB, inside the Runtime's task arena.
+// A parallel_for over TBB, inside the Runtime's task arena: a portable
+// program's threads (a native one's are omp_team.hpp's team_threads).
 const kiln_pk_threads* tbb_threads();
 int32_t run_kernel(const Kernel* kernel, void* const* args, RunStatus* status);
 // What a portable call's non-zero status means, for the error message.

@@ -1,10 +1,12 @@
-// Threading. oneDNN here is an OpenMP build, and generated loops run on TBB.
-// Both stay inside one budget of N threads per Runtime:
-// - the entry function runs inside a tbb::task_arena of N slots, so parallel
+// Threading. oneDNN here is an OpenMP build; the generated loops of a
+// program with oneDNN primitives run on the same OpenMP team, those of a
+// portable program (and host kernels) on TBB. All stay inside one budget of
+// N threads per Runtime:
+// - the entry function runs inside a tbb::task_arena of N slots, so TBB
 //   loops use at most N threads;
 // - the calling thread's OpenMP thread count is set to N while it runs (and
-//   restored after), so each oneDNN primitive uses at most N threads; oneDNN
-//   and generated loops take turns, never nested;
+//   restored after), so each oneDNN primitive and team loop uses at most N
+//   threads; primitives and loops take turns, never nested;
 // - runs of one Runtime execute one at a time (each with the whole budget):
 //   concurrent calls are safe and keep separate arenas, but two runs never
 //   add up to 2N busy threads.
@@ -95,6 +97,7 @@ class CpuExecutable : public Executable {
         step_symbols_(std::move(step_symbols)),
         jit_(std::move(jit)),
         calls_kernels_(std::any_of(program_.steps.begin(), program_.steps.end(), [](const cpu::Step& s) { return bool(s.call); })),
+        threads_(program_.family == cpu::KernelFamily::Portable ? cpu::tbb_threads() : cpu::team_threads()),
         code_(cpu::link_program(object_, step_symbols_, calls_kernels_, *jit_, kernels_object)),
         budget_(std::move(budget)),
         arenas_(program_.arena_bytes),
@@ -162,7 +165,7 @@ class CpuExecutable : public Executable {
     cpu::RunStatus status;
     int32_t rc = 0;
     budget_->hold([&] {
-      rc = !profile_.enabled() ? code_.entry(kernels_.data(), constants_.data(), io, arena, &status, cpu::tbb_threads())
+      rc = !profile_.enabled() ? code_.entry(kernels_.data(), constants_.data(), io, arena, &status, threads_)
                             : run_profiled(io, arena, status);
     });
     arenas_.release(arena);
@@ -193,7 +196,7 @@ class CpuExecutable : public Executable {
       if (step.kernel) {
         if (cpu::run_kernel(step.kernel.get(), args.data(), &status)) return 1;
       } else if (step.call) {
-        if (int64_t code = reinterpret_cast<cpu::CallFn>(code_.steps[s])(cpu::tbb_threads(), args.data())) {
+        if (int64_t code = reinterpret_cast<cpu::CallFn>(code_.steps[s])(threads_, args.data())) {
           status.step = int64_t(s);
           status.code = code;
           return 1;
@@ -201,8 +204,7 @@ class CpuExecutable : public Executable {
       } else {
         int64_t n = 1;
         for (int64_t d : step.loop->shape) n *= d;
-        cpu::tbb_threads()->parallel_for(nullptr, cpu::loop_chunks(n), reinterpret_cast<kiln_pk_task_fn>(code_.steps[s]),
-                                         args.data());
+        threads_->parallel_for(nullptr, cpu::loop_chunks(n), reinterpret_cast<kiln_pk_task_fn>(code_.steps[s]), args.data());
       }
       profile_.add(s, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     }
@@ -215,6 +217,9 @@ class CpuExecutable : public Executable {
   std::vector<std::string> step_symbols_;
   std::shared_ptr<cpu::Jit> jit_;
   bool calls_kernels_;         // of the portable kernel library
+  // Where parallel loops run: beside oneDNN, on its OpenMP team (omp_team.hpp
+  // says why); in a portable program, on TBB.
+  const kiln_pk_threads* threads_;
   cpu::CompiledProgram code_;  // owns the linked code (before jit_ goes)
   std::shared_ptr<ThreadBudget> budget_;
   std::vector<const cpu::Kernel*> kernels_;

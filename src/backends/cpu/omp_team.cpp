@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -32,7 +33,29 @@ void move_off(int creator_cpu, int member) {
   if (sched_setaffinity(0, sizeof one, &one) == 0) sched_setaffinity(0, sizeof allowed, &allowed);
 }
 
+// Thread t of the team takes the t-th of as many contiguous runs of tasks,
+// as oneDNN splits a primitive's work: a loop over a convolution's output
+// then reads on each core what that core wrote.
+void team_parallel_for(void* /*host*/, int64_t n, kiln_pk_task_fn fn, void* task) {
+  const int64_t threads = std::min<int64_t>(n, omp_get_max_threads());
+  if (threads <= 1) {
+    if (n > 0) fn(task, 0, n);
+    return;
+  }
+#pragma omp parallel num_threads(int(threads))
+  {
+    const int64_t t = omp_get_thread_num(), per = n / threads, rest = n % threads;
+    const int64_t begin = t * per + std::min(t, rest);
+    fn(task, begin, begin + per + (t < rest ? 1 : 0));
+  }
+}
+
 }  // namespace
+
+const kiln_pk_threads* team_threads() {
+  static const kiln_pk_threads threads{&team_parallel_for, nullptr};
+  return &threads;
+}
 
 void prepare_omp_team(int threads) {
   if (threads <= t_team_threads) return;
