@@ -1116,6 +1116,25 @@ TEST_P(OperatorTest, ElementwiseChainSharedInput) {
   run(c);
 }
 
+// Squeeze-and-excitation, then a chain with operands that broadcast along
+// other axes, and a Tanh of the convolution: on cpu loops run in the
+// convolution's layout, reading the broadcast operands as they are (in
+// channel blocks, only the Tanh).
+TEST_P(OperatorTest, ElementwiseInTheConvolutionsLayout) {
+  Case c({"Conv", "GlobalAveragePool", "Sigmoid", "Mul", "Add", "Sub", "Tanh"});
+  c.input("x", {2, 32, 10, 12}).input("row", {10, 1}).weight("w", {32, 1, 3, 3}).weight("w2", {8, 32, 1, 1});
+  c.weight("bias", {32, 1, 1}).output("y").output("z").output("t");
+  c.node("Conv", {"x", "w"}, {"c"}, {{"pads", {1, 1, 1, 1}}, {"group", 32}});
+  c.node("Tanh", {"c"}, {"t"});
+  c.node("GlobalAveragePool", {"c"}, {"p"});
+  c.node("Sigmoid", {"p"}, {"g"});
+  c.node("Mul", {"c", "g"}, {"se"});
+  c.node("Add", {"se", "bias"}, {"a"});
+  c.node("Sub", {"a", "row"}, {"z"});
+  c.node("Conv", {"se", "w2"}, {"y"});
+  run(c);
+}
+
 // Loops alike but for their length share one function on cpu, each step
 // passing its own length (the long one in several chunks).
 TEST_P(OperatorTest, ElementwiseLoopsAlikeButForTheirLength) {

@@ -49,6 +49,42 @@ bool is_plain(const md& m, const Dims& dims) { return m == plain_md(dims); }
 // (see lower_conv).
 constexpr int64_t kSiluLoopFrom = 65536;
 
+// One axis along which a layout stores its values: the logical dim it walks
+// and its length.
+struct PhysicalAxis {
+  size_t dim;
+  int64_t size;
+};
+// The axes of a oneDNN layout with no padding and no gaps (channels-last,
+// channel blocks), outermost first, axes of length 1 left out: the layout's
+// bytes are the dense array of these axes. Nothing for any other layout.
+std::optional<std::vector<PhysicalAxis>> physical_axes(const md& m) {
+  const dnnl_memory_desc_t& d = m.data;
+  if (d.format_kind != dnnl_blocked || d.data_type != dnnl_f32 || d.offset0 != 0) return std::nullopt;
+  const auto& blocking = d.format_desc.blocking;
+  const size_t rank = size_t(d.ndims);
+  std::vector<int64_t> inner(rank, 1);
+  for (int k = 0; k < blocking.inner_nblks; ++k) inner[size_t(blocking.inner_idxs[k])] *= blocking.inner_blks[k];
+  std::vector<std::pair<int64_t, PhysicalAxis>> outer;  // (stride, axis)
+  for (size_t i = 0; i < rank; ++i) {
+    if (d.padded_dims[i] != d.dims[i]) return std::nullopt;
+    if (d.dims[i] / inner[i] > 1) outer.push_back({blocking.strides[i], {i, d.dims[i] / inner[i]}});
+  }
+  std::stable_sort(outer.begin(), outer.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<PhysicalAxis> axes;
+  for (const auto& [stride, axis] : outer) axes.push_back(axis);
+  for (int k = 0; k < blocking.inner_nblks; ++k)
+    if (blocking.inner_blks[k] > 1) axes.push_back({size_t(blocking.inner_idxs[k]), blocking.inner_blks[k]});
+  // Dense: each outer axis's stride is what the axes inside it hold.
+  int64_t held = 1;
+  for (const auto& a : axes) held *= a.size;
+  for (const auto& [stride, axis] : outer) {
+    held /= axis.size;
+    if (stride != held) return std::nullopt;
+  }
+  return axes;
+}
+
 // Whether oneDNN fell back to its reference implementation ("ref:any"),
 // which is never worth taking where the lowering has another way.
 bool reference_kernel(const dnnl::primitive_desc_base& pd) { return std::string_view(pd.impl_info_str()).substr(0, 3) == "ref"; }
@@ -411,6 +447,7 @@ class Lowering {
     if (op == "Concat") return lower_concat(n);
     if (op == "Slice") return host_kernels_ ? lower_slice(n) : portable_slice(n);
     if (op == "Gather") return host_kernels_ ? lower_gather(n) : portable_gather(n);
+    if (loop_ops().count(op) && n.outputs.size() == 1 && loop_layout(n, dims(n.outputs[0])) && lower_elementwise(n)) return true;
     if (binary_algorithm(op) && lower_blocked_binary(n)) return true;
     if (loop_ops().count(op)) return lower_elementwise(n);
     return false;
@@ -1409,11 +1446,46 @@ class Lowering {
     return true;
   }
 
+  // The layout a loop starting at `first` runs in: that of its first input of
+  // the output's shape when that one is in a oneDNN layout the loop can
+  // walk, else plain (nothing).
+  std::optional<std::pair<md, std::vector<PhysicalAxis>>> loop_layout(const ir::Node& first, const Dims& shape) {
+    for (const auto& in : first.inputs) {
+      if (in.empty() || !is_f32(in) || dims(in) != shape || !val(in).blocked) continue;
+      const md& layout = val(in).layout;
+      auto axes = physical_axes(layout);
+      if (!axes) return std::nullopt;
+      for (const auto& other : first.inputs)
+        if (!other.empty() && !readable_in(layout, other, shape)) return std::nullopt;
+      return std::make_pair(layout, *axes);
+    }
+    return std::nullopt;
+  }
+  // Whether a loop in `layout` over `shape` reads `name` well. Not an
+  // operand that broadcasts against values in channel blocks: it would be
+  // read in rows as short as a block (RegNet's scales in 8-channel blocks
+  // took 0.6 ms instead of 0.15 after a reorder to plain), so a loop in
+  // channel blocks reads only values of its shape, in its layout, and walks
+  // them as one flat array.
+  bool readable_in(const md& layout, const std::string& name, const Dims& shape) {
+    return layout.data.format_desc.blocking.inner_nblks == 0 || dims(name) == shape || scalar_constant(name);
+  }
+
   bool lower_elementwise(const ir::Node& first) {
     const Dims shape = dims(first.outputs[0]);
     if (!loop_candidate(first, shape)) return false;
     auto loop = std::make_unique<Loop>();
     loop->shape = shape;
+    // A loop over values in a oneDNN layout (a squeeze-and-excitation scale
+    // of channels-last activations) runs in that layout, its outputs too:
+    // the loop's axes are the layout's, and an operand that broadcasts
+    // (read plain) steps along them as its dims do.
+    const auto layout = loop_layout(first, shape);
+    if (layout) {
+      loop->shape.clear();
+      for (const PhysicalAxis& a : layout->second) loop->shape.push_back(a.size);
+      if (loop->shape.empty()) loop->shape.push_back(1);
+    }
     std::vector<int> args;
     std::map<std::string, int> ssa;       // values computed or loaded in the loop
     std::map<std::string, int> operand;  // external values, by operand index
@@ -1429,13 +1501,21 @@ class Lowering {
         if (it == operand.end()) {
           Loop::Operand o;
           o.arg = int(args.size());
-          args.push_back(plain(name));
           const Dims d = dims(name);
           const auto strides = ref::strides_of(d);
-          o.strides.assign(shape.size(), 0);
-          for (size_t i = 0; i < d.size(); ++i) {
-            const size_t at = shape.size() - d.size() + i;
-            o.strides[at] = d[i] == 1 ? 0 : strides[i];
+          // Per dim of `shape`: how far a step moves in the operand (0: broadcast).
+          std::vector<int64_t> per_dim(shape.size(), 0);
+          for (size_t i = 0; i < d.size(); ++i) per_dim[shape.size() - d.size() + i] = d[i] == 1 ? 0 : strides[i];
+          if (!layout) {
+            args.push_back(plain(name));
+            o.strides = per_dim;
+          } else if (d == shape) {
+            args.push_back(as_layout(name, layout->first));
+            o.strides = ref::strides_of(loop->shape);
+          } else {
+            args.push_back(plain(name));
+            for (const PhysicalAxis& a : layout->second) o.strides.push_back(per_dim[a.dim]);
+            if (o.strides.empty()) o.strides.push_back(0);
           }
           loop->operands.push_back(o);
           it = operand.emplace(name, int(loop->operands.size()) - 1).first;
@@ -1445,6 +1525,7 @@ class Lowering {
       return ssa[name] = int(loop->code.size()) - 1;
     };
     auto broadcastable = [&](const std::string& name) {
+      if (layout && !readable_in(layout->first, name, shape)) return false;
       const Dims d = dims(name);
       if (d.size() > shape.size()) return false;
       for (size_t i = 0; i < d.size(); ++i)
@@ -1506,7 +1587,7 @@ class Lowering {
         if (!member_set.count(c)) needed = true;
       if (!needed) continue;
       loop->stores.push_back({ssa.at(out), int(args.size())});
-      args.push_back(define_plain(out));
+      args.push_back(layout ? define(out, layout->first, false) : define_plain(out));
       writes.push_back(1);
     }
     for (size_t m : members) absorbed_[m] = 1;
