@@ -4,11 +4,14 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Transforms/Utils/Cloning.h>
+#include <llvm/Transforms/Utils/ValueMapper.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "backends/cpu/bundle/bundle_abi.h"
 #include "backends/cpu/onednn_kernel.hpp"
@@ -89,6 +92,23 @@ void collapse(Loop& loop) {
 
 std::string step_name(const std::string& entry, size_t step) { return entry + "_step" + std::to_string(step); }
 
+// Whether a loop's operand walks its shape in row-major order.
+bool dense(const Loop& loop, const Loop::Operand& o) {
+  int64_t stride = 1;
+  for (size_t d = loop.shape.size(); d-- > 0; stride *= loop.shape[d])
+    if (o.strides[d] != stride) return false;
+  return true;
+}
+
+// The shape, then each operand's outer strides unless it is dense, of a
+// collapsed loop: what its function reads after the step's buffers.
+std::vector<int64_t> shape_arguments(const Loop& collapsed) {
+  std::vector<int64_t> values = collapsed.shape;
+  for (const auto& o : collapsed.operands)
+    if (!dense(collapsed, o)) values.insert(values.end(), o.strides.begin(), o.strides.end() - 1);
+  return values;
+}
+
 class Emitter {
  public:
   Emitter(llvm::Module& m) : m_(m), ctx_(m.getContext()), b_(ctx_) {
@@ -133,8 +153,10 @@ class Emitter {
     b_.SetInsertPoint(block);
     // Every step's argument array lives in the entry block: static stack slots.
     std::vector<llvm::Value*> arg_arrays;
-    for (const Step& step : p.steps)
-      arg_arrays.push_back(b_.CreateAlloca(llvm::ArrayType::get(ptr_, std::max<size_t>(step.args.size(), 1))));
+    for (const Step& step : p.steps) {
+      const size_t slots = step.args.size() + (step.loop ? loop_arguments(*step.loop).size() : 0);
+      arg_arrays.push_back(b_.CreateAlloca(llvm::ArrayType::get(ptr_, std::max<size_t>(slots, 1))));
+    }
 
     // Host functions of the JIT; a bundle's oneDNN steps call into bundle_native.c.
     llvm::FunctionCallee run_kernel_fn, failed_fn;
@@ -215,21 +237,17 @@ class Emitter {
         collapse(loop);
         int64_t n = 1;
         for (int64_t d : loop.shape) n *= d;
-        // Identical loops (every layer of a transformer has the same ones)
-        // are generated once, and so are flat ones that differ only in
-        // length (EfficientNet's SiLU at each of its sizes), each step then
-        // a wrapper passing its length: a vectorised loop costs several
-        // milliseconds to compile.
-        llvm::Function* body = nullptr;
-        if (loop.shape.size() == 1) {
-          auto& shared = loops_by_key_[loop_key(loop, false)];
-          if (!shared) shared = loop_function(loop, step_name(name, s) + "_any_length", true);
-          body = length_wrapper(shared, n, step_name(name, s));
-        } else {
-          auto& own = loops_by_key_[loop_key(loop, true)];
-          if (!own) own = loop_function(loop, step_name(name, s), false);
-          body = own;
-        }
+        // A vectorised loop costs several milliseconds to compile, so loops
+        // that differ only in their shape and outer strides (a transformer's
+        // layers, EfficientNet's SiLU and squeeze-and-excitation scales at
+        // each size) share one function, which reads them after the step's
+        // buffers in its argument array.
+        const std::vector<int64_t> extra = shape_arguments(loop);
+        for (size_t k = 0; k < extra.size(); ++k)
+          b_.CreateStore(b_.CreateIntToPtr(b_.getInt64(uint64_t(extra[k])), ptr_),
+                         b_.CreateConstInBoundsGEP1_64(ptr_, args, step.args.size() + k));
+        auto& body = loops_by_key_[loop_key(loop, step.args.size())];
+        if (!body) body = loop_function(loop, step.args.size(), step_name(name, s));
         step_names.push_back(body->getName().str());
         const int64_t chunks = loop_chunks(n);
         if (chunks == 1) {
@@ -255,18 +273,19 @@ class Emitter {
   std::vector<std::string> step_names;  // per step: its loop or call function, or ""
 
  private:
-  static std::string loop_key(const Loop& loop, bool with_shape) {
+  // What a loop's function depends on: not the shape, nor an operand's
+  // strides but the innermost (which vectorisation needs to know).
+  static std::string loop_key(const Loop& loop, size_t buffers) {
     std::string k;
     auto put = [&](const void* p, size_t n) { k.append(static_cast<const char*>(p), n); };
-    auto ints = [&](const std::vector<int64_t>& v) {
-      const size_t n = v.size();
-      put(&n, sizeof n);
-      put(v.data(), n * sizeof(int64_t));
-    };
-    if (with_shape) ints(loop.shape);
+    const size_t rank = loop.shape.size();
+    put(&rank, sizeof rank);
+    put(&buffers, sizeof buffers);
     for (const auto& o : loop.operands) {
+      const bool is_dense = dense(loop, o);
       put(&o.arg, sizeof o.arg);
-      ints(o.strides);
+      put(&is_dense, sizeof is_dense);
+      put(&o.strides.back(), sizeof o.strides.back());
     }
     k += '|';
     for (const auto& in : loop.code) {
@@ -424,18 +443,13 @@ class Emitter {
   // void fn(void* const* args, int64_t first_chunk, int64_t end_chunk) over
   // flat elements [first_chunk, end_chunk) * kLoopChunk of the loop's
   // (collapsed) shape: rows of the last dim, operand offsets recomputed once
-  // per row. Its type is kiln_pk_task_fn's, so the host's parallel_for runs it.
-  // `length_argument` (a loop of rank 1): the length is a fourth argument
-  // instead, for length_wrapper to call.
-  llvm::Function* loop_function(const Loop& loop, const std::string& name, bool length_argument) {
+  // per row. `args` holds the step's `buffers`, then its shape_arguments. Its
+  // type is kiln_pk_task_fn's, so the host's parallel_for runs it.
+  llvm::Function* loop_function(const Loop& loop, size_t buffers, const std::string& name) {
     auto* saved = b_.GetInsertBlock();
-    std::vector<llvm::Type*> params{ptr_, i64_, i64_};
-    if (length_argument) params.push_back(i64_);
-    auto* fn_type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), params, false);
-    auto* fn = llvm::Function::Create(fn_type, length_argument ? llvm::Function::InternalLinkage : llvm::Function::ExternalLinkage,
-                                      name, m_);
+    auto* fn_type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), {ptr_, i64_, i64_}, false);
+    auto* fn = llvm::Function::Create(fn_type, llvm::Function::ExternalLinkage, name, m_);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
-    if (length_argument) fn->addFnAttr(llvm::Attribute::NoInline);  // shared, not copied into each wrapper
     auto* args = fn->getArg(0);
     auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn);
     auto* row_head = llvm::BasicBlock::Create(ctx_, "row_head", fn);
@@ -445,11 +459,21 @@ class Emitter {
     auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn);
 
     const size_t rank = loop.shape.size();
-    int64_t elements = 1;
-    for (int64_t d : loop.shape) elements *= d;
-    llvm::Value* n = length_argument ? static_cast<llvm::Value*>(fn->getArg(3)) : b_.getInt64(uint64_t(elements));
-    llvm::Value* row_len = length_argument ? n : b_.getInt64(uint64_t(loop.shape.back()));
     b_.SetInsertPoint(entry);
+    size_t next_arg = buffers;
+    auto shape_argument = [&] { return b_.CreatePtrToInt(load_ptr(args, int64_t(next_arg++)), i64_); };
+    std::vector<llvm::Value*> shape;
+    for (size_t d = 0; d < rank; ++d) shape.push_back(shape_argument());
+    // Per operand: its strides, the innermost a constant (none for a dense one).
+    std::vector<std::vector<llvm::Value*>> strides(loop.operands.size());
+    for (size_t o = 0; o < loop.operands.size(); ++o) {
+      if (dense(loop, loop.operands[o])) continue;
+      for (size_t d = 0; d + 1 < rank; ++d) strides[o].push_back(shape_argument());
+      strides[o].push_back(b_.getInt64(uint64_t(loop.operands[o].strides.back())));
+    }
+    llvm::Value* n = shape[0];
+    for (size_t d = 1; d < rank; ++d) n = b_.CreateMul(n, shape[d]);
+    llvm::Value* row_len = shape.back();
     auto* begin = b_.CreateMul(fn->getArg(1), b_.getInt64(uint64_t(kLoopChunk)));
     auto* chunk_end = b_.CreateMul(fn->getArg(2), b_.getInt64(uint64_t(kLoopChunk)));
     auto* end = b_.CreateSelect(b_.CreateICmpSLT(chunk_end, n), chunk_end, n);
@@ -477,23 +501,20 @@ class Emitter {
     auto* j_end = b_.CreateSelect(b_.CreateICmpSLT(remaining, row_len), remaining, row_len);
     // Each operand's element offset at the start of this row.
     auto* row_start = b_.CreateMul(row, row_len);
-    std::vector<int64_t> dense(rank, 1);
-    for (size_t d = rank - 1; d-- > 0;) dense[d] = dense[d + 1] * loop.shape[d + 1];
     std::vector<llvm::Value*> row_ptr;
     for (size_t o = 0; o < loop.operands.size(); ++o) {
       // A dense operand's row starts where the stores' does: the same address
       // expression, so that a loop writing in place still vectorises.
-      if (loop.operands[o].strides == dense) {
+      if (strides[o].empty()) {
         row_ptr.push_back(b_.CreateInBoundsGEP(f32_, operand_base[o], row_start));
         continue;
       }
       llvm::Value* offset = b_.getInt64(0);
       llvm::Value* rest = row;
       for (size_t d = rank - 1; d-- > 0;) {
-        const int64_t stride = loop.operands[o].strides[d];
-        auto* idx = d == 0 ? rest : b_.CreateURem(rest, b_.getInt64(uint64_t(loop.shape[d])));
-        if (stride) offset = b_.CreateAdd(offset, b_.CreateMul(idx, b_.getInt64(uint64_t(stride))));
-        if (d) rest = b_.CreateUDiv(rest, b_.getInt64(uint64_t(loop.shape[d])));
+        auto* idx = d == 0 ? rest : b_.CreateURem(rest, shape[d]);
+        offset = b_.CreateAdd(offset, b_.CreateMul(idx, strides[o][d]));
+        if (d) rest = b_.CreateUDiv(rest, shape[d]);
       }
       row_ptr.push_back(b_.CreateInBoundsGEP(f32_, operand_base[o], offset));
     }
@@ -532,20 +553,16 @@ class Emitter {
     return fn;
   }
 
-  // A loop step's function (kiln_pk_task_fn's type) that runs `shared` over `n` elements.
-  llvm::Function* length_wrapper(llvm::Function* shared, int64_t n, const std::string& name) {
-    auto* saved = b_.GetInsertBlock();
-    auto* fn_type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), {ptr_, i64_, i64_}, false);
-    auto* fn = llvm::Function::Create(fn_type, llvm::Function::ExternalLinkage, name, m_);
-    fn->addFnAttr(llvm::Attribute::NoUnwind);
-    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
-    b_.CreateCall(shared, {fn->getArg(0), fn->getArg(1), fn->getArg(2), b_.getInt64(uint64_t(n))});
-    b_.CreateRetVoid();
-    b_.SetInsertPoint(saved);
-    return fn;
+  std::map<std::string, llvm::Function*> loops_by_key_;
+
+ public:
+  std::set<std::string> loop_functions() const {
+    std::set<std::string> names;
+    for (const auto& [key, fn] : loops_by_key_) names.insert(fn->getName().str());
+    return names;
   }
 
-  std::map<std::string, llvm::Function*> loops_by_key_;
+ private:
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
   llvm::IRBuilder<> b_;
@@ -553,6 +570,12 @@ class Emitter {
 };
 
 }  // namespace
+
+std::vector<int64_t> loop_arguments(const Loop& loop) {
+  Loop collapsed = loop;
+  collapse(collapsed);
+  return shape_arguments(collapsed);
+}
 
 Jit::SymbolTable codegen_host_symbols() {
   return {
@@ -569,7 +592,7 @@ void emit_bundle_entry(llvm::Module& m, const Program& program, const std::strin
   emitter.entry(program, name, &constant_offsets);
 }
 
-std::string compile_program(const Program& program, Jit& jit, std::vector<std::string>& step_symbols) {
+ProgramObjects compile_program(const Program& program, Jit& jit, std::vector<std::string>& step_symbols) {
   auto unit = jit.new_module(kEntrySymbol);
   bool calls = false;
   for (const Step& s : program.steps) calls = calls || s.call;
@@ -578,13 +601,25 @@ std::string compile_program(const Program& program, Jit& jit, std::vector<std::s
   Emitter emitter(*unit.module);
   emitter.entry(program, kEntrySymbol);
   step_symbols = emitter.step_names;
-  return jit.compile(std::move(unit));
+  ProgramObjects objects;
+  const std::set<std::string> loops = emitter.loop_functions();
+  if (!loops.empty()) {
+    // The loops move to a module of their own; the entry keeps declarations.
+    llvm::ValueToValueMapTy map;
+    std::unique_ptr<llvm::Module> loop_module =
+        llvm::CloneModule(*unit.module, map, [&](const llvm::GlobalValue* v) { return loops.count(v->getName().str()) > 0; });
+    for (llvm::Function& f : *unit.module)
+      if (loops.count(f.getName().str())) f.deleteBody();
+    objects.loops = jit.compile(*loop_module);
+  }
+  objects.entry = jit.compile(std::move(unit));
+  return objects;
 }
 
-CompiledProgram link_program(const std::string& object, const std::vector<std::string>& step_symbols, bool program_calls_kernels,
-                             Jit& jit, std::string_view kernels_object) {
+CompiledProgram link_program(const ProgramObjects& objects, const std::vector<std::string>& step_symbols,
+                             bool program_calls_kernels, Jit& jit, std::string_view kernels_object) {
   CompiledProgram c;
-  c.library = jit.link(object, program_calls_kernels, kernels_object);
+  c.library = jit.link(objects.entry, program_calls_kernels, kernels_object, objects.loops);
   c.entry = reinterpret_cast<EntryFn>(jit.lookup(*c.library, kEntrySymbol));
   for (const auto& name : step_symbols) c.steps.push_back(name.empty() ? nullptr : jit.lookup(*c.library, name));
   return c;

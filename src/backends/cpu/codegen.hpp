@@ -50,10 +50,19 @@ using CallFn = int64_t (*)(const kiln_pk_threads* threads, void* const* args);
 // The entry function's name in every object (each links into its own JITDylib).
 inline constexpr const char* kEntrySymbol = "kiln_entry";
 
-// Generates the module for `program` and compiles it into a relocatable
-// object (one codegen run). `step_symbols` receives, per step, the name of
-// its loop or call function ("" for host kernel steps).
-std::string compile_program(const Program& program, Jit& jit, std::vector<std::string>& step_symbols);
+// A program's code: the entry function (and its calls' wrappers), compiled
+// unoptimised with LLVM's fast instruction selector, and the loop functions,
+// optimised and vectorised ("" without loops). Two objects, because
+// optimising code generation over the entry's straight-line calls cost more
+// than the loops did (efficientnet_b0: 22 against 7 ms).
+struct ProgramObjects {
+  std::string entry, loops;
+};
+
+// Generates the code for `program` and compiles it into relocatable objects
+// (a codegen run each). `step_symbols` receives, per step, the name of its
+// loop or call function ("" for host kernel steps).
+ProgramObjects compile_program(const Program& program, Jit& jit, std::vector<std::string>& step_symbols);
 
 // The entry of one specialization of a frozen bundle, added to `m` (which
 // must already hold the portable kernels), a kiln_bundle_entry_fn:
@@ -72,11 +81,16 @@ struct CompiledProgram {
   std::vector<void*> steps;  // per step: its LoopFn or CallFn, or null (for profiling step by step)
 };
 
-// Links an object from compile_program (or from the cache) and finds its
-// functions; `program_calls_kernels`: some step is a portable call, and
-// `kernels_object` the kernel library from the cache, if there is one.
-CompiledProgram link_program(const std::string& object, const std::vector<std::string>& step_symbols, bool program_calls_kernels,
-                             Jit& jit, std::string_view kernels_object = {});
+// Links the objects from compile_program (or from the cache) and finds
+// their functions; `program_calls_kernels`: some step is a portable call,
+// and `kernels_object` the kernel library from the cache, if there is one.
+CompiledProgram link_program(const ProgramObjects& objects, const std::vector<std::string>& step_symbols,
+                             bool program_calls_kernels, Jit& jit, std::string_view kernels_object = {});
+
+// What a loop step's function reads after the step's buffers in its
+// argument array (as integers in pointer slots): the shape and strides of a
+// loop whose function serves every loop alike but for those.
+std::vector<int64_t> loop_arguments(const Loop& loop);
 
 // A parallel_for over TBB, inside the Runtime's task arena: a portable
 // program's threads (a native one's are omp_team.hpp's team_threads).

@@ -88,17 +88,17 @@ class ArenaPool {
 
 class CpuExecutable : public Executable {
  public:
-  CpuExecutable(cpu::Program program, std::string object, std::vector<std::string> step_symbols,
+  CpuExecutable(cpu::Program program, cpu::ProgramObjects objects, std::vector<std::string> step_symbols,
                 std::shared_ptr<cpu::Jit> jit, std::shared_ptr<ThreadBudget> budget,
                 std::shared_ptr<void> mapped_weights = nullptr, std::string_view kernels_object = {})
       : mapped_weights_(std::move(mapped_weights)),
         program_(std::move(program)),
-        object_(std::move(object)),
+        objects_(std::move(objects)),
         step_symbols_(std::move(step_symbols)),
         jit_(std::move(jit)),
         calls_kernels_(std::any_of(program_.steps.begin(), program_.steps.end(), [](const cpu::Step& s) { return bool(s.call); })),
         threads_(program_.family == cpu::KernelFamily::Portable ? cpu::tbb_threads() : cpu::team_threads()),
-        code_(cpu::link_program(object_, step_symbols_, calls_kernels_, *jit_, kernels_object)),
+        code_(cpu::link_program(objects_, step_symbols_, calls_kernels_, *jit_, kernels_object)),
         budget_(std::move(budget)),
         arenas_(program_.arena_bytes),
         profile_(program_.steps.size()) {
@@ -121,10 +121,10 @@ class CpuExecutable : public Executable {
 
   Artifact save() const override {
     // The kernel library goes along, so that a warm start compiles nothing.
-    cpu::SavedProgram saved =
-        cpu::save_program(program_, step_symbols_, calls_kernels_ ? std::string_view(jit_->portable_kernels_object()) : std::string_view());
+    cpu::SavedProgram saved = cpu::save_program(
+        program_, step_symbols_, calls_kernels_ ? std::string_view(jit_->portable_kernels_object()) : std::string_view(), objects_.loops);
     Artifact a;
-    a.object = object_;
+    a.object = objects_.entry;
     a.program = std::move(saved.bytes);
     put_weights(saved.weights, a);
     a.summary = std::move(saved.summary);
@@ -202,6 +202,7 @@ class CpuExecutable : public Executable {
           return 1;
         }
       } else {
+        for (int64_t v : cpu::loop_arguments(*step.loop)) args.push_back(reinterpret_cast<void*>(v));
         int64_t n = 1;
         for (int64_t d : step.loop->shape) n *= d;
         threads_->parallel_for(nullptr, cpu::loop_chunks(n), reinterpret_cast<kiln_pk_task_fn>(code_.steps[s]), args.data());
@@ -213,7 +214,7 @@ class CpuExecutable : public Executable {
 
   std::shared_ptr<void> mapped_weights_;  // a cache entry's files, which kernels point into
   cpu::Program program_;
-  std::string object_;  // what the cache stores
+  cpu::ProgramObjects objects_;  // what the cache stores
   std::vector<std::string> step_symbols_;
   std::shared_ptr<cpu::Jit> jit_;
   bool calls_kernels_;         // of the portable kernel library
@@ -263,9 +264,9 @@ class CpuBackend : public Backend {
                                 std::string("the cpu backend could not compile this graph (") + e.what() + ") and interprets it");
     }
     std::vector<std::string> step_symbols;
-    std::string object;
-    generate_code(program, deferred, object, step_symbols);
-    return std::make_unique<CpuExecutable>(std::move(program), std::move(object), std::move(step_symbols), jit_shared(), budget_);
+    cpu::ProgramObjects objects;
+    generate_code(program, deferred, objects, step_symbols);
+    return std::make_unique<CpuExecutable>(std::move(program), std::move(objects), std::move(step_symbols), jit_shared(), budget_);
   }
 
   std::unique_ptr<Executable> load(const LoadedArtifact& artifact, std::shared_ptr<const ir::Graph> graph,
@@ -274,14 +275,18 @@ class CpuBackend : public Backend {
     OmpThreads omp(budget_->threads);
     std::vector<std::string> step_symbols;
     std::string kernels_object;
-    cpu::Program program = cpu::load_program(artifact.program, WeightsReader(artifact.weights, artifact.weights_bytes),
-                                             artifact.keep_alive, *graph, step_symbols, &kernels_object,
-                                             [&](cpu::DeferredWork& loads) {
-                                               if (artifact.check) loads.insert(loads.begin(), [&] { artifact.check->run(); });
-                                               run_beside(loads, [] {});
-                                             });
-    return std::make_unique<CpuExecutable>(std::move(program), std::string(artifact.object), std::move(step_symbols), jit_shared(),
-                                           budget_, artifact.keep_alive, kernels_object);
+    cpu::ProgramObjects objects;
+    cpu::Program program = cpu::load_program(
+        artifact.program, WeightsReader(artifact.weights, artifact.weights_bytes), artifact.keep_alive, *graph, step_symbols,
+        &kernels_object,
+        [&](cpu::DeferredWork& loads) {
+          if (artifact.check) loads.insert(loads.begin(), [&] { artifact.check->run(); });
+          run_beside(loads, [] {});
+        },
+        &objects.loops);
+    objects.entry = std::string(artifact.object);
+    return std::make_unique<CpuExecutable>(std::move(program), std::move(objects), std::move(step_symbols), jit_shared(), budget_,
+                                           artifact.keep_alive, kernels_object);
   }
 
   std::string identity(const CompileOptions& options) const override {
@@ -300,9 +305,9 @@ class CpuBackend : public Backend {
  private:
   // LLVM code generation, and beside it the deferred work (oneDNN's own
   // code generation, weight reorders), about as long as each other.
-  void generate_code(const cpu::Program& program, cpu::DeferredWork& deferred, std::string& object,
+  void generate_code(const cpu::Program& program, cpu::DeferredWork& deferred, cpu::ProgramObjects& objects,
                      std::vector<std::string>& step_symbols) const {
-    run_beside(deferred, [&] { object = cpu::compile_program(program, jit(), step_symbols); });
+    run_beside(deferred, [&] { objects = cpu::compile_program(program, jit(), step_symbols); });
   }
 
   // Runs `main` on the calling thread and the tasks on the budget's threads,

@@ -288,10 +288,12 @@ std::string optimise_and_emit(llvm::Module& m, llvm::TargetMachine& machine, Jit
 
 }  // namespace
 
-std::string Jit::compile(ModuleUnit unit, Optimise level) {
+std::string Jit::compile(ModuleUnit unit, Optimise level) { return compile(*unit.module, level); }
+
+std::string Jit::compile(llvm::Module& module, Optimise level) {
   // Without a target machine the vectoriser knows no vector registers.
   MachinePool::Borrowed machine(*impl_->machines);
-  std::string object = optimise_and_emit(*unit.module, *machine, level);
+  std::string object = optimise_and_emit(module, *machine, level);
   impl_->codegen_runs++;
   return object;
 }
@@ -373,7 +375,8 @@ const std::string& Jit::portable_kernels_object() {
   return impl_->kernels_object;
 }
 
-std::shared_ptr<Jit::Library> Jit::link(const std::string& object, bool portable_kernels, std::string_view kernels_object) {
+std::shared_ptr<Jit::Library> Jit::link(const std::string& object, bool portable_kernels, std::string_view kernels_object,
+                                        std::string_view more) {
   if (portable_kernels) link_portable_kernels(kernels_object);
   auto created = impl_->jit->createJITDylib("kiln_" + std::to_string(impl_->libraries++));
   if (!created) fail_llvm("cannot create a JITDylib", created.takeError());
@@ -392,6 +395,9 @@ std::shared_ptr<Jit::Library> Jit::link(const std::string& object, bool portable
     fail_llvm("cannot define host symbols", std::move(err));
   if (auto err = impl_->jit->addObjectFile(dylib, llvm::MemoryBuffer::getMemBufferCopy(object, "kiln-object")))
     fail_llvm("cannot link a compiled object", std::move(err));
+  if (!more.empty())
+    if (auto err = impl_->jit->addObjectFile(dylib, llvm::MemoryBuffer::getMemBufferCopy(more, "kiln-object-more")))
+      fail_llvm("cannot link a compiled object", std::move(err));
   return library;
 }
 

@@ -60,6 +60,8 @@ class Jit {
     Full,   // O3: inlined, specialised portable kernels
   };
   std::string compile(ModuleUnit unit, Optimise level = Optimise::Loops);
+  // The same for a module the caller keeps (with its context).
+  std::string compile(llvm::Module& module, Optimise level = Optimise::Loops);
 
   // An object linked into a JITDylib of its own, so that specializations
   // never clash on symbol names; unlinked when the last handle goes.
@@ -70,7 +72,9 @@ class Jit {
   // against: `kernels_object` if given (the library compiled for this CPU by
   // an earlier process, from the cache), else compiled here (a few seconds,
   // one codegen run). Throws ir::Error(Internal) if an object does not link.
-  std::shared_ptr<Library> link(const std::string& object, bool portable_kernels = false, std::string_view kernels_object = {});
+  // `more`: another object of the same program, linked into the same library.
+  std::shared_ptr<Library> link(const std::string& object, bool portable_kernels = false, std::string_view kernels_object = {},
+                                std::string_view more = {});
   // The portable kernel library's object, as linked (compiled first if it
   // was not yet), for the cache to keep.
   const std::string& portable_kernels_object();

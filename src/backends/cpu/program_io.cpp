@@ -73,7 +73,8 @@ std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights,
 
 }  // namespace
 
-SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols, std::string_view kernels_object) {
+SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols, std::string_view kernels_object,
+                          std::string_view loops_object) {
   SavedProgram saved;
   BlockWriter blocks;
   json buffers = json::array(), steps = json::array(), constants = json::array(), summary_steps = json::array();
@@ -119,6 +120,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
             {"compiled_nodes", program.compiled_nodes},
             {"fallback_nodes", program.fallback_nodes}};
   if (!kernels_object.empty()) j["kernels_object"] = blocks.add(kernels_object.data(), kernels_object.size());
+  if (!loops_object.empty()) j["loops_object"] = blocks.add(loops_object.data(), loops_object.size());
   saved.bytes = blocks.finish(j);
   saved.summary = json({{"entry", kEntrySymbol},
                         {"kernels", program.family == KernelFamily::Portable ? "portable" : "native"},
@@ -132,7 +134,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
 
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
                      const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object,
-                     const RunAll& run_all) {
+                     const RunAll& run_all, std::string* loops_object) {
   const std::string what = "cached program";
   const BlockReader blocks(bytes, what);
   const json& j = blocks.document();
@@ -211,6 +213,10 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
     if (kernels_object) {
       kernels_object->clear();
       if (j.contains("kernels_object")) *kernels_object = blocks.block(j["kernels_object"], what + ": the kernel library");
+    }
+    if (loops_object) {
+      loops_object->clear();
+      if (j.contains("loops_object")) *loops_object = blocks.block(j["loops_object"], what + ": the loops' object");
     }
     for (const Buffer& b : p.buffers)
       if (b.kind == Buffer::Kind::Arena && (b.offset < 0 || b.bytes < 0 || b.offset + b.bytes > p.arena_bytes))

@@ -23,14 +23,16 @@ struct SavedProgram {
 };
 
 // `kernels_object`: the portable kernel library the program's calls link
-// against, kept with it ("" if it makes none). Throws ir::Error(Unsupported)
+// against, kept with it ("" if it makes none); `loops_object`: its loops'
+// object (ProgramObjects::loops), kept with it. Throws ir::Error(Unsupported)
 // if a step cannot be saved, saying which and why.
 SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols,
-                          std::string_view kernels_object = {});
+                          std::string_view kernels_object = {}, std::string_view loops_object = {});
 
 // `graph`: the model's graph, for the initializers behind inputs with
 // defaults. `keep_alive` owns the weights' memory (constants view it).
-// `kernels_object` receives the saved kernel library ("" if none).
+// `kernels_object` receives the saved kernel library ("" if none), and
+// `loops_object` the loops' object ("" if none).
 // Throws ir::Error(InvalidModel) naming what is inconsistent. Remaking the
 // kernels (oneDNN creating its primitives: most of a load) is independent
 // work per kernel, handed to `run_all`, which may run it on any threads;
@@ -38,6 +40,6 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
 using RunAll = std::function<void(DeferredWork&)>;
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
                      const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object = nullptr,
-                     const RunAll& run_all = nullptr);
+                     const RunAll& run_all = nullptr, std::string* loops_object = nullptr);
 
 }  // namespace kiln::cpu
