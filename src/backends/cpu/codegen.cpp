@@ -271,6 +271,11 @@ class Emitter {
   }
 
   std::vector<std::string> step_names;  // per step: its loop or call function, or ""
+  std::set<std::string> loop_functions() const {
+    std::set<std::string> names;
+    for (const auto& [key, fn] : loops_by_key_) names.insert(fn->getName().str());
+    return names;
+  }
 
  private:
   // What a loop's function depends on: not the shape, nor an operand's
@@ -554,15 +559,6 @@ class Emitter {
   }
 
   std::map<std::string, llvm::Function*> loops_by_key_;
-
- public:
-  std::set<std::string> loop_functions() const {
-    std::set<std::string> names;
-    for (const auto& [key, fn] : loops_by_key_) names.insert(fn->getName().str());
-    return names;
-  }
-
- private:
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
   llvm::IRBuilder<> b_;
