@@ -207,6 +207,10 @@ Compiled compile(const std::string& config, const kiln::ir::Model& model, const 
   c.graph = std::make_shared<kiln::ir::Graph>(*model.graph);
   kiln::passes::optimize_specialization(*c.graph, spec, kiln::ref::constant_evaluator());
   c.exe = b.compile(c.graph, spec, compile_options(config));
+  // KILN_TEST_THROUGH_CACHE=1 runs what a warm start would: the executable
+  // saved for the cache and loaded again (ctest: operator_tests_cpu_through_cache).
+  if (const char* through = std::getenv("KILN_TEST_THROUGH_CACHE"); through && std::string(through) == "1")
+    c.exe = b.load(kiln::backends::copy_to_memory(c.exe->save()), c.graph, compile_options(config));
   return c;
 }
 
@@ -1132,6 +1136,17 @@ TEST_P(OperatorTest, ElementwiseInTheConvolutionsLayout) {
   c.node("Add", {"se", "bias"}, {"a"});
   c.node("Sub", {"a", "row"}, {"z"});
   c.node("Conv", {"se", "w2"}, {"y"});
+  run(c);
+}
+
+// One image's GlobalAveragePool of channels-last values, which cpu sums in a
+// pixel split: 40 channels, two blocks of 16 and 8 more.
+TEST_P(OperatorTest, GlobalAveragePoolOfOneChannelsLastImage) {
+  Case c({"Conv", "GlobalAveragePool", "Mul"});
+  c.input("x", {1, 40, 20, 18}).weight("w", {40, 1, 3, 3}).output("p").output("y");
+  c.node("Conv", {"x", "w"}, {"c"}, {{"pads", {1, 1, 1, 1}}, {"group", 40}});
+  c.node("GlobalAveragePool", {"c"}, {"p"});
+  c.node("Mul", {"c", "p"}, {"y"});
   run(c);
 }
 

@@ -66,6 +66,7 @@ std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights,
   if (kind == "copy") return CopyKernel::load(j, what);
   if (kind == "concat") return ConcatKernel::load(j, what);
   if (kind == "strided_copy") return StridedCopyKernel::load(j, what);
+  if (kind == "channels_last_mean") return ChannelsLastMeanKernel::load(j, what);
   if (kind == "gather") return GatherKernel::load(j, what);
   if (kind == "reference") return ReferenceKernel::load(j, what);
   ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown kernel kind '" + kind + "'");
