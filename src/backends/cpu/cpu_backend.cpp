@@ -1,7 +1,7 @@
 // Threading. oneDNN here is an OpenMP build; the generated loops of a
-// program with oneDNN primitives run on the same OpenMP team, those of a
-// portable program (and host kernels) on TBB. All stay inside one budget of
-// N threads per Runtime:
+// program with oneDNN primitives run on the same OpenMP team (and so does
+// ChannelsLastMeanKernel), those of a portable program and the other host
+// kernels on TBB. All stay inside one budget of N threads per Runtime:
 // - the entry function runs inside a tbb::task_arena of N slots, so TBB
 //   loops use at most N threads;
 // - the calling thread's OpenMP thread count is set to N while it runs (and
