@@ -33,32 +33,28 @@ void ConcatKernel::run(void* const* args) const {
     }
 }
 
-ChannelsLastMeanKernel::ChannelsLastMeanKernel(int64_t images, int64_t pixels, int64_t channels, int64_t parts)
-    : images_(images), pixels_(pixels), channels_(channels), parts_(parts) {
-  if (images < 0 || pixels < 1 || channels < 0 || parts < 1)
+ChannelsLastMeanKernel::ChannelsLastMeanKernel(int64_t pixels, int64_t channels, int64_t parts)
+    : pixels_(pixels), channels_(channels), parts_(parts) {
+  if (pixels < 1 || channels < 0 || parts < 1)
     ir::fail(ir::ErrorKind::InvalidModel, "a channels-last mean needs pixels and parts (" + std::to_string(pixels) + ", " +
                                               std::to_string(parts) + ")");
 }
 
 void ChannelsLastMeanKernel::run(void* const* args) const {
-  const auto* src = static_cast<const float*>(args[0]);
-  auto* dst = static_cast<float*>(args[1]);
-  auto* partial = static_cast<float*>(args[2]);
   struct Task {
     const ChannelsLastMeanKernel& k;
     const float* src;
     float* partial;
-  } task{*this, src, partial};
+  } task{*this, static_cast<const float*>(args[0]), static_cast<float*>(args[2])};
   team_threads()->parallel_for(
-      nullptr, images_ * parts_,
+      nullptr, parts_,
       [](void* p, int64_t begin, int64_t end) {
         const Task& t = *static_cast<const Task*>(p);
         const int64_t C = t.k.channels_;
-        for (int64_t i = begin; i < end; ++i) {
-          const int64_t image = i / t.k.parts_, part = i % t.k.parts_;
+        for (int64_t part = begin; part < end; ++part) {
           const int64_t first = part * t.k.pixels_ / t.k.parts_, last = (part + 1) * t.k.pixels_ / t.k.parts_;
-          float* sum = t.partial + i * C;
-          const float* from = t.src + (image * t.k.pixels_ + first) * C;
+          float* sum = t.partial + part * C;
+          const float* from = t.src + first * C;
           // 16 channels at a time in registers (the sums in memory, each
           // added to in every pixel, made the kernel slower than oneDNN's).
           int64_t c0 = 0;
@@ -78,13 +74,13 @@ void ChannelsLastMeanKernel::run(void* const* args) const {
         }
       },
       &task);
+  auto* dst = static_cast<float*>(args[1]);
   const float scale = 1.0f / float(pixels_);
-  for (int64_t image = 0; image < images_; ++image)
-    for (int64_t c = 0; c < channels_; ++c) {
-      float total = 0;
-      for (int64_t part = 0; part < parts_; ++part) total += partial[(image * parts_ + part) * channels_ + c];
-      dst[image * channels_ + c] = total * scale;
-    }
+  for (int64_t c = 0; c < channels_; ++c) {
+    float total = 0;
+    for (int64_t part = 0; part < parts_; ++part) total += task.partial[part * channels_ + c];
+    dst[c] = total * scale;
+  }
 }
 
 StridedCopyKernel::StridedCopyKernel(ir::Dims out, int64_t offset, std::vector<int64_t> strides, size_t element_size)
@@ -189,12 +185,12 @@ std::unique_ptr<Kernel> ConcatKernel::load(const json& j, const std::string& wha
 }
 
 void ChannelsLastMeanKernel::save(json& out, WeightsWriter&, BlockWriter&) const {
-  out = {{"kind", "channels_last_mean"}, {"images", images_}, {"pixels", pixels_}, {"channels", channels_}, {"parts", parts_}};
+  out = {{"kind", "channels_last_mean"}, {"pixels", pixels_}, {"channels", channels_}, {"parts", parts_}};
 }
 
 std::unique_ptr<Kernel> ChannelsLastMeanKernel::load(const json& j, const std::string& what) {
-  return std::make_unique<ChannelsLastMeanKernel>(json_field<int64_t>(j, "images", what), json_field<int64_t>(j, "pixels", what),
-                                                  json_field<int64_t>(j, "channels", what), json_field<int64_t>(j, "parts", what));
+  return std::make_unique<ChannelsLastMeanKernel>(json_field<int64_t>(j, "pixels", what), json_field<int64_t>(j, "channels", what),
+                                                  json_field<int64_t>(j, "parts", what));
 }
 
 void StridedCopyKernel::save(json& out, WeightsWriter&, BlockWriter&) const {

@@ -72,23 +72,22 @@ class GatherKernel : public Kernel {
   ir::DType index_type_;
 };
 
-// GlobalAveragePool of channels-last images. args: the source [images,
-// pixels, channels], the destination [images, channels], and scratch for
-// images x parts x channels floats. Each image's pixels are summed in
-// `parts` contiguous runs, in parallel on the run's OpenMP team, then
-// combined. oneDNN 2.6 splits this pooling of one image by channel block
-// instead, across the pixel split the step before it wrote in:
-// efficientnet_b0's first took 0.07 ms (0.026 here, ONNX Runtime's 0.03).
+// GlobalAveragePool of one channels-last image. args: the source [pixels,
+// channels], the destination [channels], and scratch for parts x channels
+// floats. The pixels are summed in `parts` contiguous runs, in parallel on
+// the run's OpenMP team, then combined. oneDNN 2.6 splits this pooling by
+// channel block instead, across the pixel split the step before it wrote
+// in: efficientnet_b0's first took 0.07 ms (0.026 here, ONNX Runtime's 0.03).
 class ChannelsLastMeanKernel : public Kernel {
  public:
-  ChannelsLastMeanKernel(int64_t images, int64_t pixels, int64_t channels, int64_t parts);
-  int64_t scratch_bytes() const { return images_ * parts_ * channels_ * int64_t(sizeof(float)); }
+  ChannelsLastMeanKernel(int64_t pixels, int64_t channels, int64_t parts);
+  int64_t scratch_bytes() const { return parts_ * channels_ * int64_t(sizeof(float)); }
   void run(void* const* args) const override;
   void save(nlohmann::json& out, WeightsWriter& weights, BlockWriter& blocks) const override;
   static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
 
  private:
-  int64_t images_, pixels_, channels_, parts_;
+  int64_t pixels_, channels_, parts_;
 };
 
 // One node run by its reference kernel, or by the faster one the

@@ -814,6 +814,11 @@ class Lowering {
       }
       return with(false);
     };
+    auto emit = [&](const dnnl::convolution_forward::primitive_desc& pd, int src) {
+      emit_conv(n, pd, src, w, b, wei, bias_md, group, f);
+      if (!silu.nodes.empty()) emit_silu(n.describe(), n.outputs[0], silu);
+      return true;
+    };
     // A strided 1x1 convolution reads only every stride-th pixel. oneDNN 2.6
     // runs some of these 1.5-3.4x slower than a copy of those pixels (1/stride^2
     // of the input) followed by a unit-stride convolution: resnet50's 512->1024
@@ -836,15 +841,11 @@ class Lowering {
         const int whole = as_layout(n.inputs[0], view->first);
         const int src = add_buffer(Buffer::Kind::Arena, 0, int64_t(pd.src_desc().get_size()), n.inputs[0] + "#subsampled");
         add_reorder("subsample " + n.inputs[0], whole, src, view->second, pd.src_desc());
-        emit_conv(n, pd, src, w, b, wei, bias_md, group, f);
-        if (!silu.nodes.empty()) emit_silu(n.describe(), n.outputs[0], silu);
-        return true;
+        return emit(pd, src);
       }
     }
     const auto pd = describe(in, geo.strides);
-    emit_conv(n, pd, as_layout(n.inputs[0], pd.src_desc()), w, b, wei, bias_md, group, f);
-    if (!silu.nodes.empty()) emit_silu(n.describe(), n.outputs[0], silu);
-    return true;
+    return emit(pd, as_layout(n.inputs[0], pd.src_desc()));
   }
 
   // x * sigmoid(x) over every value of `from`'s buffer, whatever its layout
@@ -866,7 +867,7 @@ class Lowering {
     absorb(f);
   }
 
-  bool emit_conv(const ir::Node& n, const dnnl::convolution_forward::primitive_desc& pd, int src, const ir::Tensor* w,
+  void emit_conv(const ir::Node& n, const dnnl::convolution_forward::primitive_desc& pd, int src, const ir::Tensor* w,
                  const ir::Tensor* b, const dnnl::memory::dims& wei, const md& bias_md, int64_t group, const Fused& f) {
     const Dims wdims = w->dims();
     const size_t rank = wdims.size();
@@ -877,7 +878,6 @@ class Lowering {
     compiled();
     emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, pd.src_desc()}}, {src}, std::move(constants), f,
                   pd.dst_desc(), is_plain(pd.dst_desc(), dims(f.value)));
-    return true;
   }
 
   // ---- Gemm and MatMul: oneDNN matmul ---------------------------------------------
@@ -1048,7 +1048,7 @@ class Lowering {
     // which was faster (efficientnet_v2_s at batch 8: 2.1 against 4.1 ms).
     if (n.op_type == "GlobalAveragePool" && host_kernels_ && in[0] == 1 && src_md == channels_last(in)) {
       const int64_t pixels = ir::checked_numel(spatial);
-      auto kernel = std::make_unique<ChannelsLastMeanKernel>(in[0], pixels, in[1], std::min<int64_t>(omp_get_max_threads(), pixels));
+      auto kernel = std::make_unique<ChannelsLastMeanKernel>(pixels, in[1], std::min<int64_t>(omp_get_max_threads(), pixels));
       const int scratch = add_buffer(Buffer::Kind::Arena, 0, kernel->scratch_bytes(), n.outputs[0] + "#partial sums");
       // [N, C, 1, ...]: channels-last bytes, which the convolution after a
       // squeeze-and-excitation pooling reads as they are.
