@@ -17,8 +17,8 @@ const USAGE = `usage: bench/compare_ort [MODEL.onnx ...] [options]
   --kiln-repeat N      timed Kiln runs (default: about 10 s worth, 1..ORT's count)
   --kiln-timeout S     skip Kiln when load + two runs exceed S seconds (default 120)
   --kiln PATH          Kiln binary (default build/bin/kiln)
-  --rounds K           time ORT and Kiln K times each, alternating; the medians and Kiln/ORT
-                       are then the medians over the rounds and of the K paired ratios (default 1)
+  --rounds K           time ORT and Kiln K times each, alternating, first calls included; every
+                       column is then the median over the rounds, Kiln/ORT that of the K paired ratios (default 1)
   --json FILE          also write the raw numbers`;
 
 const { values: opt, positionals } = parseArgs({
@@ -134,35 +134,52 @@ function kilnRun(model, batch, batchSymbols, repeat, timeoutS, cacheDir) {
 
 // Two processes on a fresh cache directory: the first compiles (cold: load +
 // compile + store + run), the second loads what it stored (warm: load + cache
-// hit + run) and is the one timed in a loop. With --rounds, `ort` (the row's
-// ORT timing) gets K-1 more rounds, alternating with as many warm Kiln ones:
-// where the machine's speed drifts from one minute to the next, pairs taken
-// close together compare better than one long run of each.
+// hit + run) and is the one timed in a loop. With --rounds, each of the K-1
+// further rounds repeats all of it beside ORT (its steady state and a first
+// call in a new process): where the machine's speed drifts from one minute to
+// the next, pairs taken close together compare better than one long run of
+// each, and a first call, measured once per round, is the column that drifts most.
 async function timeKiln(model, batch, batchSymbols, ort) {
-  const ortRuns = ort?.runs;
-  const cacheDir = fs.mkdtempSync(path.join(os.tmpdir(), 'compare_ort-cache-'));
-  try {
-    // The cold run also decides whether Kiln is worth waiting for and how
-    // many runs fit, since the reference interpreter can be 100x slower than ORT.
-    const cold = kilnRun(model, batch, batchSymbols, 1, kilnTimeoutS, cacheDir);
-    const runs = opt['kiln-repeat'] ? Number(opt['kiln-repeat']) : clamp(10000 / cold.median_ms, 1, ortRuns ?? 50);
-    const timeoutS = kilnTimeoutS + (3 * runs * cold.median_ms) / 1000;
-    const warm = kilnRun(model, batch, batchSymbols, Math.max(runs, 1), timeoutS, cacheDir);
-    const result = { ...warm, cold_first_run_ms: cold.first_run_ms, warm_first_run_ms: warm.cache === 'hit' ? warm.first_run_ms : null };
-    if (ort && rounds > 1) {
-      const pairs = [[ort.median_ms, warm.median_ms]];
-      for (let r = 1; r < rounds; r++)
-        pairs.push([await ortMedian(model, ort.shapes, ort.runs), kilnRun(model, batch, batchSymbols, Math.max(runs, 1), timeoutS, cacheDir).median_ms]);
-      ort.round_medians_ms = pairs.map((p) => p[0]);
-      result.round_medians_ms = pairs.map((p) => p[1]);
-      ort.median_ms = median(ort.round_medians_ms);
-      result.median_ms = median(result.round_medians_ms);
-      result.paired_ratio = median(pairs.map(([o, k]) => k / o));
+  const round = (runs, timeoutS) => {
+    const cacheDir = fs.mkdtempSync(path.join(os.tmpdir(), 'compare_ort-cache-'));
+    try {
+      const cold = kilnRun(model, batch, batchSymbols, 1, kilnTimeoutS, cacheDir);
+      // The cold run also decides whether Kiln is worth waiting for and how
+      // many runs fit, since the reference interpreter can be 100x slower than ORT.
+      runs ??= opt['kiln-repeat'] ? Number(opt['kiln-repeat']) : clamp(10000 / cold.median_ms, 1, ort?.runs ?? 50);
+      timeoutS ??= kilnTimeoutS + (3 * runs * cold.median_ms) / 1000;
+      const warm = kilnRun(model, batch, batchSymbols, Math.max(runs, 1), timeoutS, cacheDir);
+      return { ...warm, runs_asked: runs, timeout_s: timeoutS, cold_first_run_ms: cold.first_run_ms,
+               warm_first_run_ms: warm.cache === 'hit' ? warm.first_run_ms : null };
+    } finally {
+      fs.rmSync(cacheDir, { recursive: true, force: true });
     }
-    return result;
-  } finally {
-    fs.rmSync(cacheDir, { recursive: true, force: true });
+  };
+  const first = round();
+  const kiln = [first];
+  if (ort && rounds > 1) {
+    const ortRounds = [{ median_ms: ort.median_ms, first_run_ms: ort.first_run_ms }];
+    for (let r = 1; r < rounds; r++) {
+      ortRounds.push({ median_ms: await ortMedian(model, ort.shapes, ort.runs), first_run_ms: firstCallInNewProcess(model, batch) });
+      kiln.push(round(first.runs_asked, first.timeout_s));
+    }
+    ort.round_medians_ms = ortRounds.map((o) => o.median_ms);
+    ort.round_first_runs_ms = ortRounds.map((o) => o.first_run_ms);
+    ort.median_ms = median(ort.round_medians_ms);
+    ort.first_run_ms = median(ort.round_first_runs_ms);
   }
+  const { runs_asked, timeout_s, ...result } = first;
+  if (kiln.length > 1) {
+    const column = (key) => kiln.map((k) => k[key]);
+    result.round_medians_ms = column('median_ms');
+    result.round_cold_first_runs_ms = column('cold_first_run_ms');
+    result.round_warm_first_runs_ms = column('warm_first_run_ms');
+    result.median_ms = median(result.round_medians_ms);
+    result.cold_first_run_ms = median(result.round_cold_first_runs_ms);
+    result.warm_first_run_ms = result.round_warm_first_runs_ms.includes(null) ? null : median(result.round_warm_first_runs_ms);
+    result.paired_ratio = median(kiln.map((k, r) => k.median_ms / ort.round_medians_ms[r]));
+  }
+  return result;
 }
 
 // A one-node Identity model, written as protobuf bytes by hand so no Python is
@@ -239,7 +256,7 @@ const table = rows.map((r) => [r.model, String(r.batch), fmt(r.ort?.first_run_ms
 const widths = header.map((h, i) => Math.max(h.length, ...table.map((t) => t[i].length)));
 const line = (cells) => cells.map((c, i) => (i < 1 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
 console.log(`ONNX Runtime ${ORT_VERSION} (onnxruntime-node, CPU) vs Kiln, ${threads} thread(s); first = ORT session / Kiln Runtime + load, plus the first run,`);
-if (rounds > 1) console.log(`medians over ${rounds} alternating rounds; Kiln/ORT is the median of the ${rounds} paired ratios`);
+if (rounds > 1) console.log(`every column the median over ${rounds} alternating rounds; Kiln/ORT is the median of the ${rounds} paired ratios`);
 console.log('each in a new process; Kiln cold = compiling (and storing) it, warm = loading it from the cache the cold process filled');
 console.log(line(header));
 console.log(widths.map((w) => '-'.repeat(w)).join('  '));
