@@ -168,6 +168,80 @@ std::vector<ValueInfo> infer_window(const NodeView& n, bool is_conv) {
   return outs;
 }
 
+// ConvTranspose: each input position spreads a kernel window over the
+// output, as the reference kernel computes it (output_shape, if given, wins).
+std::vector<ValueInfo> infer_conv_transpose(const NodeView& n) {
+  const ValueInfo *x = n.input(0), *w = n.input(1);
+  const DType dt = x ? x->dtype : DType::Undefined;
+  if (!n.rank_known(0) || !n.rank_known(1)) return {unknown_like(dt)};
+  const auto& xs = x->shape.dims;
+  if (xs.size() < 3 || w->shape.dims.size() != xs.size())
+    n.fail("input " + x->shape.to_string() + " and weights " + w->shape.to_string() + " must both be N, C, spatial...");
+  const size_t spatial = xs.size() - 2;
+  const Dim& per_group = w->shape.dims[1];
+  Shape out;
+  out.dims.push_back(xs[0]);
+  out.dims.push_back(per_group.is_known() ? Dim::known(*per_group.value * n.attr_int("group", 1)) : Dim::unknown());
+  auto output_shape = n.attr_ints("output_shape").value_or(std::vector<int64_t>{});
+  if (output_shape.size() == spatial + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
+  if (!output_shape.empty()) {
+    if (output_shape.size() != spatial) n.fail("output_shape has " + std::to_string(output_shape.size()) + " sizes for " + std::to_string(spatial) + " spatial dimensions");
+    for (int64_t d : output_shape) out.dims.push_back(Dim::known(d));
+    return {with_shape(dt, out)};
+  }
+  std::vector<int64_t> kernel;
+  if (auto k = n.attr_ints("kernel_shape")) kernel = *k;
+  else
+    for (size_t i = 0; i < spatial; ++i) {
+      if (!w->shape.dims[2 + i].is_known()) return {unknown_like(dt)};
+      kernel.push_back(*w->shape.dims[2 + i].value);
+    }
+  const auto strides = n.attr_ints("strides").value_or(std::vector<int64_t>(spatial, 1));
+  const auto dilations = n.attr_ints("dilations").value_or(std::vector<int64_t>(spatial, 1));
+  const auto out_pad = n.attr_ints("output_padding").value_or(std::vector<int64_t>(spatial, 0));
+  auto pads = n.attr_ints("pads").value_or(std::vector<int64_t>(2 * spatial, 0));
+  const Attribute* ap = n.node.attr("auto_pad");
+  const std::string auto_pad = ap && ap->kind == Attribute::Kind::String ? ap->s : "NOTSET";
+  if (auto_pad == "VALID") pads.assign(2 * spatial, 0);
+  if (kernel.size() != spatial || strides.size() != spatial || dilations.size() != spatial || out_pad.size() != spatial ||
+      pads.size() != 2 * spatial)
+    n.fail("kernel_shape, strides, dilations, output_padding or pads do not match the " + std::to_string(spatial) + " spatial dimensions");
+  const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  for (size_t i = 0; i < spatial; ++i) {
+    const Dim& in = xs[2 + i];
+    if (!in.is_known()) {
+      out.dims.push_back(Dim::unknown());
+      continue;
+    }
+    const int64_t v = *in.value;
+    out.dims.push_back(Dim::known(same ? v * strides[i]
+                                       : strides[i] * (v - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 - pads[i] - pads[i + spatial]));
+  }
+  return {with_shape(dt, out)};
+}
+
+// RNN, GRU and LSTM: Y holds every step's hidden state per direction, Y_h
+// (and LSTM's Y_c) the last one; layout 1 (opset 14) puts the batch first.
+std::vector<ValueInfo> infer_recurrent(const NodeView& n) {
+  const ValueInfo *x = n.input(0), *w = n.input(1);
+  const DType dt = x ? x->dtype : DType::Undefined;
+  const size_t outputs = n.node.op_type == "LSTM" ? 3 : 2;
+  if (!n.rank_known(0) || x->shape.rank() != 3) return std::vector<ValueInfo>(outputs, unknown_like(dt));
+  const int64_t layout = n.node.opset >= 14 ? n.attr_int("layout", 0) : 0;
+  const Dim seq = x->shape.dims[layout ? 1 : 0], batch = x->shape.dims[layout ? 0 : 1];
+  const Attribute* d = n.node.attr("direction");
+  const Dim dirs = Dim::known(d && d->kind == Attribute::Kind::String && d->s == "bidirectional" ? 2 : 1);
+  const int64_t gates = n.node.op_type == "LSTM" ? 4 : n.node.op_type == "GRU" ? 3 : 1;
+  Dim hidden = Dim::unknown();
+  if (const Attribute* h = n.node.attr("hidden_size"); h && h->kind == Attribute::Kind::Int) hidden = Dim::known(h->i);
+  else if (n.rank_known(1) && w->shape.rank() == 3 && w->shape.dims[1].is_known()) hidden = Dim::known(*w->shape.dims[1].value / gates);
+  const Shape y = layout ? Shape{{batch, seq, dirs, hidden}, true} : Shape{{seq, dirs, batch, hidden}, true};
+  const Shape state = layout ? Shape{{batch, dirs, hidden}, true} : Shape{{dirs, batch, hidden}, true};
+  std::vector<ValueInfo> outs{with_shape(dt, y), with_shape(dt, state)};
+  if (outputs == 3) outs.push_back(with_shape(dt, state));
+  return outs;
+}
+
 std::vector<ValueInfo> infer_matmul(const NodeView& n) {
   const ValueInfo *a = n.input(0), *b = n.input(1);
   DType dt = a ? a->dtype : DType::Undefined;
@@ -386,6 +460,8 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
     if (op == "ConvInteger") outs[0].dtype = DType::Int32;
     return outs;
   }
+  if (op == "ConvTranspose") return infer_conv_transpose(n);
+  if (op == "RNN" || op == "GRU" || op == "LSTM") return infer_recurrent(n);
   if (op == "MaxPool" || op == "AveragePool" || op == "LpPool") return infer_window(n, false);
   if (op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "GlobalLpPool") {
     if (!n.rank_known(0)) return {unknown_like(dt)};
@@ -641,6 +717,32 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
       if (s.dims[size_t(i)].is_known()) s.dims[size_t(i)] = Dim::known(*s.dims[size_t(i)].value + (*pads)[size_t(i)] + (*pads)[size_t(i + rank)]);
       else if ((*pads)[size_t(i)] || (*pads)[size_t(i + rank)]) s.dims[size_t(i)] = Dim::unknown();
     return {with_shape(dt, s)};
+  }
+  if (op == "DepthToSpace" || op == "SpaceToDepth") {
+    if (!n.rank_known(0) || x->shape.rank() != 4) return {unknown_like(dt)};
+    const int64_t b = n.attr_int("blocksize", 0);
+    if (b <= 0) n.fail("blocksize must be positive");
+    // DepthToSpace moves b*b channels into a b x b block of pixels; SpaceToDepth back.
+    const bool to_space = op == "DepthToSpace";
+    auto times = [](const Dim& d, int64_t num, int64_t den) { return d.is_known() ? Dim::known(*d.value * num / den) : Dim::unknown(); };
+    const auto& xs = x->shape.dims;
+    return {with_shape(dt, Shape{{xs[0], to_space ? times(xs[1], 1, b * b) : times(xs[1], b * b, 1),
+                                  to_space ? times(xs[2], b, 1) : times(xs[2], 1, b), to_space ? times(xs[3], b, 1) : times(xs[3], 1, b)},
+                                 true})};
+  }
+  if (op == "ScatterND" || op == "ScatterElements" || op == "Scatter") return {same()};
+  if (op == "GatherElements") return {with_shape(dt, n.input(1) ? n.input(1)->shape : Shape::unknown_rank())};
+  if (op == "DequantizeLinear") return {with_shape(DType::Float32, x ? x->shape : Shape::unknown_rank())};
+  if (op == "QuantizeLinear") {
+    const ValueInfo* zero_point = n.input(2);
+    return {with_shape(zero_point ? zero_point->dtype : DType::UInt8, x ? x->shape : Shape::unknown_rank())};
+  }
+  if (op == "TopK") {
+    auto k = n.ints_from("k", 1);
+    if (!n.rank_known(0) || !k || k->size() != 1) return {unknown_like(dt), unknown_like(DType::Int64)};
+    Shape s = x->shape;
+    s.dims[size_t(norm_axis(n, n.attr_int("axis", -1), s.rank()))] = Dim::known((*k)[0]);
+    return {with_shape(dt, s), with_shape(DType::Int64, s)};
   }
   if (op == "Tile") {
     if (!n.rank_known(0) || !n.value(1)) return {unknown_like(dt)};
