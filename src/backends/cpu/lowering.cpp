@@ -145,7 +145,7 @@ const std::set<std::string>& alias_ops() {
 }
 
 const std::set<std::string>& primitive_ops() {
-  static const std::set<std::string> ops = {"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
+  static const std::set<std::string> ops = {"Conv", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
                                             "GlobalMaxPool", "Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization",
                                             "Transpose", "Concat", "Slice", "Gather"};
   return ops;
@@ -436,6 +436,7 @@ class Lowering {
       return false;
     }
     if (op == "Conv") return lower_conv(n);
+    if (op == "ConvTranspose") return lower_conv_transpose(n);
     if (op == "Gemm") return lower_gemm(n);
     if (op == "MatMul") return lower_matmul(n);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool") return lower_pool(n);
@@ -878,6 +879,75 @@ class Lowering {
     compiled();
     emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, pd.src_desc()}}, {src}, std::move(constants), f,
                   pd.dst_desc(), is_plain(pd.dst_desc(), dims(f.value)));
+  }
+
+  // ---- ConvTranspose: oneDNN deconvolution ---------------------------------------
+  bool lower_conv_transpose(const ir::Node& n) {
+    if (n.inputs.size() < 2 || !is_f32(n.inputs[0]) || n.outputs.size() != 1) return false;
+    const ir::Tensor* w = constant(n.inputs[1]);
+    const bool has_bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+    const ir::Tensor* b = has_bias ? constant(n.inputs[2]) : nullptr;
+    if (!w || w->dtype() != DType::Float32 || (has_bias && (!b || b->dtype() != DType::Float32))) return false;
+    const Dims in = dims(n.inputs[0]), out = dims(n.outputs[0]), wdims = w->dims();
+    const size_t rank = in.size(), spatial = rank - 2;
+    if (rank < 3 || rank > 5 || wdims.size() != rank || out.size() != rank) return false;
+    ref::KernelContext ctx(n, {}, nullptr);
+    const int64_t group = ctx.attr_int("group", 1);
+    if (group < 1 || in[1] % group || wdims[0] != in[1] || out[1] != wdims[1] * group) return false;
+    auto spatial_attr = [&](const char* name, int64_t fill) {
+      std::vector<int64_t> v = ctx.attr_ints(name, std::vector<int64_t>(spatial, fill));
+      return v.size() == spatial ? v : std::vector<int64_t>();
+    };
+    const auto strides = spatial_attr("strides", 1), dilations = spatial_attr("dilations", 1), out_pad = spatial_attr("output_padding", 0);
+    const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
+    std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * spatial, 0));
+    if (auto_pad == "VALID") pads.assign(2 * spatial, 0);
+    if (strides.empty() || dilations.empty() || out_pad.empty() || pads.size() != 2 * spatial) return false;
+    const bool pads_given = auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && ctx.attr_ints("output_shape").empty();
+    // oneDNN's size rule has no output padding: what ONNX pads at the end
+    // beyond the full output is taken off the end padding instead.
+    dnnl::memory::dims pad_l, pad_r, dil;
+    for (size_t d = 0; d < spatial; ++d) {
+      const int64_t full = strides[d] * (in[2 + d] - 1) + (wdims[2 + d] - 1) * dilations[d] + 1;
+      const int64_t total = full + out_pad[d] - out[2 + d];
+      // ONNX puts the odd one of a total padding at the end for SAME_UPPER, at the start otherwise.
+      const int64_t begin = pads_given ? pads[d] : auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      const int64_t end = full - out[2 + d] - begin;
+      if (total < 0 || begin < 0 || end < 0) return false;
+      pad_l.push_back(begin);
+      pad_r.push_back(end);
+      dil.push_back(dilations[d] - 1);  // oneDNN counts the gaps
+    }
+    // ONNX's weights are [C_in, C_out / group, kernel...]; oneDNN names them
+    // the other way round, so they are described by strides as they lie.
+    const int64_t per_group_in = in[1] / group, per_group_out = wdims[1];
+    int64_t window = 1;
+    for (size_t d = 2; d < rank; ++d) window *= wdims[d];
+    dnnl::memory::dims wei = {per_group_out, per_group_in}, wei_strides = {window, per_group_out * window};
+    if (group > 1) {
+      wei.insert(wei.begin(), group);
+      wei_strides.insert(wei_strides.begin(), per_group_in * per_group_out * window);
+    }
+    for (size_t d = 2, stride = size_t(window); d < rank; ++d) {
+      stride /= size_t(wdims[d]);
+      wei.push_back(wdims[d]);
+      wei_strides.push_back(int64_t(stride));
+    }
+    const md user_wei(wei, dt::f32, wei_strides);
+    const md bias_md = b ? md({out[1]}, dt::f32, dnnl::memory::format_tag::x) : md();
+    Fused f = fuse_after(n.outputs[0], true);
+    auto any = [](const Dims& d) { return md(to_dnnl(d), dt::f32, dnnl::memory::format_tag::any); };
+    dnnl::deconvolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, any(in),
+                                           md(wei, dt::f32, dnnl::memory::format_tag::any), bias_md, any(out), to_dnnl(strides), dil,
+                                           pad_l, pad_r);
+    dnnl::deconvolution_forward::primitive_desc pd(desc, post_op_attr(f), cpu_engine());
+    const int src = as_layout(n.inputs[0], pd.src_desc());
+    std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, constant_memory(user_wei, w->raw(), pd.weights_desc())}};
+    if (b) constants[DNNL_ARG_BIAS] = constant_memory(bias_md, b->raw(), bias_md);
+    compiled();
+    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, pd.src_desc()}}, {src}, std::move(constants), f, pd.dst_desc(),
+                  is_plain(pd.dst_desc(), dims(f.value)));
+    return true;
   }
 
   // ---- Gemm and MatMul: oneDNN matmul ---------------------------------------------

@@ -100,6 +100,7 @@ dnnl_memory_desc_t md_from_json(const json& j, const BlockReader& blocks, const 
 size_t op_desc_size(dnnl_primitive_kind_t kind) {
   switch (kind) {
     case dnnl_convolution: return sizeof(dnnl_convolution_desc_t);
+    case dnnl_deconvolution: return sizeof(dnnl_deconvolution_desc_t);
     case dnnl_eltwise: return sizeof(dnnl_eltwise_desc_t);
     case dnnl_softmax: return sizeof(dnnl_softmax_desc_t);
     case dnnl_softmax_v2: return sizeof(dnnl_softmax_v2_desc_t);
