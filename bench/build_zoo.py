@@ -63,6 +63,67 @@ class Encoder(torch.nn.Module):
         return self.encoder(self.embed(tokens))
 
 
+class Segmenter(torch.nn.Module):
+    """torchvision's segmentation models return a dict; ONNX wants the tensor."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x)["out"]
+
+
+class Recurrent(torch.nn.Module):
+    """A speech-style tagger: a recurrent stack over [batch, time, 40] features."""
+
+    def __init__(self, kind):
+        super().__init__()
+        if kind == "lstm":
+            self.rnn = torch.nn.LSTM(40, 128, num_layers=2, batch_first=True, bidirectional=True)
+            self.head = torch.nn.Linear(256, 10)
+        else:
+            self.rnn = torch.nn.GRU(40, 96, num_layers=2, batch_first=True)
+            self.head = torch.nn.Linear(96, 10)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
+class UNet(torch.nn.Module):
+    """Two levels down, transposed convolutions up, skip connections joined by Concat."""
+
+    def __init__(self):
+        super().__init__()
+        block = lambda i, o: torch.nn.Sequential(torch.nn.Conv2d(i, o, 3, padding=1), torch.nn.BatchNorm2d(o), torch.nn.ReLU())
+        self.d1, self.d2, self.d3 = block(3, 16), block(16, 32), block(32, 64)
+        self.u2, self.c2 = torch.nn.ConvTranspose2d(64, 32, 2, stride=2), block(64, 32)
+        self.u1, self.c1 = torch.nn.ConvTranspose2d(32, 16, 2, stride=2), block(32, 16)
+        self.out = torch.nn.Conv2d(16, 2, 1)
+
+    def forward(self, x):
+        a = self.d1(x)
+        b = self.d2(torch.nn.functional.max_pool2d(a, 2))
+        c = self.d3(torch.nn.functional.max_pool2d(b, 2))
+        y = self.c2(torch.cat([self.u2(c), b], 1))
+        return self.out(self.c1(torch.cat([self.u1(y), a], 1)))
+
+
+class AudioConv(torch.nn.Module):
+    """1-D convolutions over a raw 16 kHz waveform, with GroupNorm and GELU."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.net = nn.Sequential(nn.Conv1d(1, 32, 80, stride=4), nn.BatchNorm1d(32), nn.ReLU(), nn.MaxPool1d(4),
+                                 nn.Conv1d(32, 64, 3, padding=1), nn.GroupNorm(8, 64), nn.GELU(), nn.MaxPool1d(4),
+                                 nn.Conv1d(64, 64, 3, padding=2, dilation=2), nn.ReLU(), nn.AdaptiveAvgPool1d(1),
+                                 nn.Flatten(), nn.Linear(64, 35))
+
+    def forward(self, x):
+        return self.net(x)
+
+
 def export(model, example, path, input_name, dynamic):
     model.eval()
     torch.onnx.export(model, example, path, input_names=[input_name], output_names=["output"],
@@ -91,7 +152,7 @@ def informative(model, side):
         if norms:
             model.train()
             for _ in range(2):
-                model(torch.randn(8, 3, side, side))
+                model(torch.randn(8, *side) if isinstance(side, tuple) else torch.randn(8, 3, side, side))
     model.eval()
     return model
 
@@ -109,6 +170,7 @@ def main():
     parser.add_argument("--only", default="")
     parser.add_argument("--detectors", action="store_true")
     parser.add_argument("--classifiers", action="store_true")
+    parser.add_argument("--others", action="store_true")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     only = set(filter(None, args.only.split(",")))
@@ -150,6 +212,24 @@ def main():
             side = 299 if name == "inception_v3" else 224
             export(informative(getattr(torchvision.models, name)(weights=None, **extra), side), torch.randn(1, 3, side, side),
                    os.path.join(args.out, "classifiers", name + ".onnx"), "input", {0: "batch"})
+
+    if args.others:
+        os.makedirs(os.path.join(args.out, "others"), exist_ok=True)
+        segmentation, video = torchvision.models.segmentation, torchvision.models.video
+        others = {
+            "unet_small": (lambda: informative(UNet(), 128), (3, 128, 128), {0: "batch"}),
+            "audio_conv1d": (lambda: informative(AudioConv(), (1, 16000)), (1, 16000), {0: "batch"}),
+            "lstm_bidir": (lambda: Recurrent("lstm"), (50, 40), {0: "batch", 1: "sequence"}),
+            "gru": (lambda: Recurrent("gru"), (50, 40), {0: "batch", 1: "sequence"}),
+            "lraspp_mobilenet_v3_large": (lambda: Segmenter(informative(segmentation.lraspp_mobilenet_v3_large(
+                weights=None, weights_backbone=None), 224)), (3, 224, 224), {0: "batch"}),
+            "deeplabv3_mobilenet_v3_large": (lambda: Segmenter(informative(segmentation.deeplabv3_mobilenet_v3_large(
+                weights=None, weights_backbone=None, aux_loss=False), 224)), (3, 224, 224), {0: "batch"}),
+            "r3d_18": (lambda: informative(video.r3d_18(weights=None), (3, 8, 112, 112)), (3, 8, 112, 112), {0: "batch"}),
+        }
+        for name, (make, shape, dynamic) in others.items():
+            if not only or name in only:
+                export(make(), torch.randn(1, *shape), os.path.join(args.out, "others", name + ".onnx"), "input", dynamic)
 
 
 if __name__ == "__main__":
