@@ -894,6 +894,8 @@ class Lowering {
     ref::KernelContext ctx(n, {}, nullptr);
     const int64_t group = ctx.attr_int("group", 1);
     if (group < 1 || in[1] % group || wdims[0] != in[1] || out[1] != wdims[1] * group) return false;
+    const std::vector<int64_t> kernel_shape = ctx.attr_ints("kernel_shape");
+    if (!kernel_shape.empty() && kernel_shape != Dims(wdims.begin() + 2, wdims.end())) return false;  // the reference kernel reports it
     auto spatial_attr = [&](const char* name, int64_t fill) {
       std::vector<int64_t> v = ctx.attr_ints(name, std::vector<int64_t>(spatial, fill));
       return v.size() == spatial ? v : std::vector<int64_t>();
