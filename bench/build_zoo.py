@@ -132,7 +132,7 @@ def export(model, example, path, input_name, dynamic):
     print(f"wrote {path}")
 
 
-def informative(model, side):
+def informative(model, shape):
     """Random weights whose outputs say something about the inputs. As
     initialised, ViT's head is zeros (every output 0), and BatchNorms keep
     their initial statistics (mean 0, variance 1), so activations shrink layer
@@ -152,7 +152,7 @@ def informative(model, side):
         if norms:
             model.train()
             for _ in range(2):
-                model(torch.randn(8, *side) if isinstance(side, tuple) else torch.randn(8, 3, side, side))
+                model(torch.randn(8, *shape))
     model.eval()
     return model
 
@@ -210,26 +210,27 @@ def main():
             # Without their auxiliary classifiers, which only training uses.
             extra = {"aux_logits": False, "init_weights": False} if name in ("googlenet", "inception_v3") else {}
             side = 299 if name == "inception_v3" else 224
-            export(informative(getattr(torchvision.models, name)(weights=None, **extra), side), torch.randn(1, 3, side, side),
+            export(informative(getattr(torchvision.models, name)(weights=None, **extra), (3, side, side)), torch.randn(1, 3, side, side),
                    os.path.join(args.out, "classifiers", name + ".onnx"), "input", {0: "batch"})
 
     if args.others:
         os.makedirs(os.path.join(args.out, "others"), exist_ok=True)
         segmentation, video = torchvision.models.segmentation, torchvision.models.video
         others = {
-            "unet_small": (lambda: informative(UNet(), 128), (3, 128, 128), {0: "batch"}),
-            "audio_conv1d": (lambda: informative(AudioConv(), (1, 16000)), (1, 16000), {0: "batch"}),
+            "unet_small": (UNet, (3, 128, 128), {0: "batch"}),
+            "audio_conv1d": (AudioConv, (1, 16000), {0: "batch"}),
             "lstm_bidir": (lambda: Recurrent("lstm"), (50, 40), {0: "batch", 1: "sequence"}),
             "gru": (lambda: Recurrent("gru"), (50, 40), {0: "batch", 1: "sequence"}),
-            "lraspp_mobilenet_v3_large": (lambda: Segmenter(informative(segmentation.lraspp_mobilenet_v3_large(
-                weights=None, weights_backbone=None), 224)), (3, 224, 224), {0: "batch"}),
-            "deeplabv3_mobilenet_v3_large": (lambda: Segmenter(informative(segmentation.deeplabv3_mobilenet_v3_large(
-                weights=None, weights_backbone=None, aux_loss=False), 224)), (3, 224, 224), {0: "batch"}),
-            "r3d_18": (lambda: informative(video.r3d_18(weights=None), (3, 8, 112, 112)), (3, 8, 112, 112), {0: "batch"}),
+            "lraspp_mobilenet_v3_large": (lambda: Segmenter(segmentation.lraspp_mobilenet_v3_large(
+                weights=None, weights_backbone=None)), (3, 224, 224), {0: "batch"}),
+            "deeplabv3_mobilenet_v3_large": (lambda: Segmenter(segmentation.deeplabv3_mobilenet_v3_large(
+                weights=None, weights_backbone=None, aux_loss=False)), (3, 224, 224), {0: "batch"}),
+            "r3d_18": (lambda: video.r3d_18(weights=None), (3, 8, 112, 112), {0: "batch"}),
         }
         for name, (make, shape, dynamic) in others.items():
             if not only or name in only:
-                export(make(), torch.randn(1, *shape), os.path.join(args.out, "others", name + ".onnx"), "input", dynamic)
+                export(informative(make(), shape), torch.randn(1, *shape), os.path.join(args.out, "others", name + ".onnx"),
+                       "input", dynamic)
 
 
 if __name__ == "__main__":

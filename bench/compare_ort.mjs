@@ -140,7 +140,8 @@ function kilnRun(model, batch, batchSymbols, repeat, timeoutS, cacheDir) {
 // the next, pairs taken close together compare better than one long run of
 // each, and a first call, measured once per round, is the column that drifts most.
 async function timeKiln(model, batch, batchSymbols, ort) {
-  const round = (runs, timeoutS) => {
+  let runs, timeoutS;  // set by the first round's cold run, kept for the others
+  const round = () => {
     const cacheDir = fs.mkdtempSync(path.join(os.tmpdir(), 'compare_ort-cache-'));
     try {
       const cold = kilnRun(model, batch, batchSymbols, 1, kilnTimeoutS, cacheDir);
@@ -149,8 +150,7 @@ async function timeKiln(model, batch, batchSymbols, ort) {
       runs ??= opt['kiln-repeat'] ? Number(opt['kiln-repeat']) : clamp(10000 / cold.median_ms, 1, ort?.runs ?? 50);
       timeoutS ??= kilnTimeoutS + (3 * runs * cold.median_ms) / 1000;
       const warm = kilnRun(model, batch, batchSymbols, Math.max(runs, 1), timeoutS, cacheDir);
-      return { ...warm, runs_asked: runs, timeout_s: timeoutS, cold_first_run_ms: cold.first_run_ms,
-               warm_first_run_ms: warm.cache === 'hit' ? warm.first_run_ms : null };
+      return { ...warm, cold_first_run_ms: cold.first_run_ms, warm_first_run_ms: warm.cache === 'hit' ? warm.first_run_ms : null };
     } finally {
       fs.rmSync(cacheDir, { recursive: true, force: true });
     }
@@ -161,14 +161,14 @@ async function timeKiln(model, batch, batchSymbols, ort) {
     const ortRounds = [{ median_ms: ort.median_ms, first_run_ms: ort.first_run_ms }];
     for (let r = 1; r < rounds; r++) {
       ortRounds.push({ median_ms: await ortMedian(model, ort.shapes, ort.runs), first_run_ms: firstCallInNewProcess(model, batch) });
-      kiln.push(round(first.runs_asked, first.timeout_s));
+      kiln.push(round());
     }
     ort.round_medians_ms = ortRounds.map((o) => o.median_ms);
     ort.round_first_runs_ms = ortRounds.map((o) => o.first_run_ms);
     ort.median_ms = median(ort.round_medians_ms);
     ort.first_run_ms = median(ort.round_first_runs_ms);
   }
-  const { runs_asked, timeout_s, ...result } = first;
+  const result = { ...first };
   if (kiln.length > 1) {
     const column = (key) => kiln.map((k) => k[key]);
     result.round_medians_ms = column('median_ms');

@@ -294,14 +294,17 @@ TEST_P(OperatorTest, Conv2d) {
 // ---- ConvTranspose (oneDNN's deconvolution; the portable kernels have none) ------
 
 // ONNX's output_padding and SAME padding become oneDNN's end padding.
-Case conv_transpose(const Dims& x, const Dims& w, std::vector<Attr> attrs, bool bias = true) {
+Case conv_transpose_case() {
   Case c({"ConvTranspose"});
   c.portable = false;
-  c.input("x", x).weight("w", w).output("y");
-  if (bias) c.weight("b", {w[1]});
-  std::vector<std::string> ins = {"x", "w"};
-  if (bias) ins.push_back("b");
-  c.node("ConvTranspose", ins, {"y"}, std::move(attrs));
+  return c;
+}
+
+// One ConvTranspose with a bias, x -> y.
+Case conv_transpose(const Dims& x, const Dims& w, std::vector<Attr> attrs) {
+  Case c = conv_transpose_case();
+  c.input("x", x).weight("w", w).weight("b", {w[1]}).output("y");
+  c.node("ConvTranspose", {"x", "w", "b"}, {"y"}, std::move(attrs));
   return c;
 }
 
@@ -310,8 +313,7 @@ TEST_P(OperatorTest, ConvTransposeStridedPaddedWithOutputPadding) {
 }
 
 TEST_P(OperatorTest, ConvTransposeGroupedDilated1dAnd3dWithoutBias) {
-  Case c({"ConvTranspose"});
-  c.portable = false;
+  Case c = conv_transpose_case();
   c.input("x", {1, 6, 7}).weight("w", {6, 2, 3}).input("v", {1, 2, 3, 4, 4}).weight("wv", {2, 3, 2, 2, 2}).output("y").output("z");
   c.node("ConvTranspose", {"x", "w"}, {"y"}, {{"group", int64_t(3)}, {"dilations", {2}}, {"strides", {3}}, {"pads", {2, 1}}});
   c.node("ConvTranspose", {"v", "wv"}, {"z"}, {{"strides", {2, 2, 2}}});
@@ -319,8 +321,7 @@ TEST_P(OperatorTest, ConvTransposeGroupedDilated1dAnd3dWithoutBias) {
 }
 
 TEST_P(OperatorTest, ConvTransposeOutputShapeAndSamePadding) {
-  Case c({"ConvTranspose"});
-  c.portable = false;
+  Case c = conv_transpose_case();
   c.input("x", {1, 3, 4, 5}).weight("w", {3, 5, 3, 3}).weight("b", {5}).output("shaped").output("upper").output("lower");
   c.node("ConvTranspose", {"x", "w", "b"}, {"shaped"}, {{"strides", {2, 2}}, {"output_shape", {8, 10}}});
   c.node("ConvTranspose", {"x", "w", "b"}, {"upper"}, {{"strides", {2, 3}}, {"auto_pad", "SAME_UPPER"}});
@@ -330,8 +331,7 @@ TEST_P(OperatorTest, ConvTransposeOutputShapeAndSamePadding) {
 
 // A U-Net's decoder step: upsample, join the skip connection, then a Relu that fuses.
 TEST_P(OperatorTest, ConvTransposeReluThenConcat) {
-  Case c({"ConvTranspose"});
-  c.portable = false;
+  Case c = conv_transpose_case();
   c.input("x", {2, 8, 6, 6}).input("skip", {2, 4, 12, 12}).weight("w", {8, 4, 2, 2}).weight("b", {4}).output("y");
   c.node("ConvTranspose", {"x", "w", "b"}, {"up"}, {{"strides", {2, 2}}});
   c.node("Relu", {"up"}, {"r"});

@@ -874,11 +874,18 @@ class Lowering {
     const size_t rank = wdims.size();
     md user_wei = group > 1 ? md(wei, dt::f32, rank == 3 ? dnnl::memory::format_tag::goiw : rank == 4 ? dnnl::memory::format_tag::goihw : dnnl::memory::format_tag::goidhw)
                             : plain_md(wdims);
-    std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, constant_memory(user_wei, w->raw(), pd.weights_desc())}};
+    emit_weighted(n, pd, src, user_wei, w, b, bias_md, f);
+  }
+
+  // A convolution's step (either direction): its weights reordered once into
+  // the layout the primitive chose, the source read in the layout it wants.
+  void emit_weighted(const ir::Node& n, const dnnl::primitive_desc_base& pd, int src, const md& user_wei, const ir::Tensor* w,
+                     const ir::Tensor* b, const md& bias_md, const Fused& f) {
+    std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, constant_memory(user_wei, w->raw(), pd.weights_desc(0))}};
     if (b) constants[DNNL_ARG_BIAS] = constant_memory(bias_md, b->raw(), bias_md);
     compiled();
-    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, pd.src_desc()}}, {src}, std::move(constants), f,
-                  pd.dst_desc(), is_plain(pd.dst_desc(), dims(f.value)));
+    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, pd.src_desc(0)}}, {src}, std::move(constants), f, pd.dst_desc(0),
+                  is_plain(pd.dst_desc(0), dims(f.value)));
   }
 
   // ---- ConvTranspose: oneDNN deconvolution ---------------------------------------
@@ -889,37 +896,20 @@ class Lowering {
     const ir::Tensor* b = has_bias ? constant(n.inputs[2]) : nullptr;
     if (!w || w->dtype() != DType::Float32 || (has_bias && (!b || b->dtype() != DType::Float32))) return false;
     const Dims in = dims(n.inputs[0]), out = dims(n.outputs[0]), wdims = w->dims();
-    const size_t rank = in.size(), spatial = rank - 2;
+    const size_t rank = in.size();
     if (rank < 3 || rank > 5 || wdims.size() != rank || out.size() != rank) return false;
     ref::KernelContext ctx(n, {}, nullptr);
     const int64_t group = ctx.attr_int("group", 1);
     if (group < 1 || in[1] % group || wdims[0] != in[1] || out[1] != wdims[1] * group) return false;
-    const std::vector<int64_t> kernel_shape = ctx.attr_ints("kernel_shape");
-    if (!kernel_shape.empty() && kernel_shape != Dims(wdims.begin() + 2, wdims.end())) return false;  // the reference kernel reports it
-    auto spatial_attr = [&](const char* name, int64_t fill) {
-      std::vector<int64_t> v = ctx.attr_ints(name, std::vector<int64_t>(spatial, fill));
-      return v.size() == spatial ? v : std::vector<int64_t>();
-    };
-    const auto strides = spatial_attr("strides", 1), dilations = spatial_attr("dilations", 1), out_pad = spatial_attr("output_padding", 0);
-    const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
-    std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * spatial, 0));
-    if (auto_pad == "VALID") pads.assign(2 * spatial, 0);
-    if (strides.empty() || dilations.empty() || out_pad.empty() || pads.size() != 2 * spatial) return false;
-    const bool pads_given = auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && ctx.attr_ints("output_shape").empty();
-    // oneDNN's size rule has no output padding: what ONNX pads at the end
-    // beyond the full output is taken off the end padding instead.
-    dnnl::memory::dims pad_l, pad_r, dil;
-    for (size_t d = 0; d < spatial; ++d) {
-      const int64_t full = strides[d] * (in[2 + d] - 1) + (wdims[2 + d] - 1) * dilations[d] + 1;
-      const int64_t total = full + out_pad[d] - out[2 + d];
-      // ONNX puts the odd one of a total padding at the end for SAME_UPPER, at the start otherwise.
-      const int64_t begin = pads_given ? pads[d] : auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      const int64_t end = full - out[2 + d] - begin;
-      if (total < 0 || begin < 0 || end < 0) return false;
-      pad_l.push_back(begin);
-      pad_r.push_back(end);
-      dil.push_back(dilations[d] - 1);  // oneDNN counts the gaps
-    }
+    const ref::Geometry geo = ref::transposed_geometry(ctx, Dims(in.begin() + 2, in.end()),
+                                                       ref::kernel_shape_of(ctx, Dims(wdims.begin() + 2, wdims.end())));
+    if (geo.out != Dims(out.begin() + 2, out.end())) return false;
+    // oneDNN's size rule has no output padding: it is the geometry's end padding
+    // already. oneDNN takes no negative padding; the reference kernel does.
+    auto negative = [](const Dims& pads) { return std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p < 0; }); };
+    if (negative(geo.pad_begin) || negative(geo.pad_end)) return false;
+    dnnl::memory::dims dil;
+    for (int64_t d : geo.dilations) dil.push_back(d - 1);  // oneDNN counts the gaps
     // ONNX's weights are [C_in, C_out / group, kernel...]; oneDNN names them
     // the other way round, so they are described by strides as they lie.
     const int64_t per_group_in = in[1] / group, per_group_out = wdims[1];
@@ -940,15 +930,10 @@ class Lowering {
     Fused f = fuse_after(n.outputs[0], true);
     auto any = [](const Dims& d) { return md(to_dnnl(d), dt::f32, dnnl::memory::format_tag::any); };
     dnnl::deconvolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, any(in),
-                                           md(wei, dt::f32, dnnl::memory::format_tag::any), bias_md, any(out), to_dnnl(strides), dil,
-                                           pad_l, pad_r);
+                                           md(wei, dt::f32, dnnl::memory::format_tag::any), bias_md, any(out), to_dnnl(geo.strides), dil,
+                                           to_dnnl(geo.pad_begin), to_dnnl(geo.pad_end));
     dnnl::deconvolution_forward::primitive_desc pd(desc, post_op_attr(f), cpu_engine());
-    const int src = as_layout(n.inputs[0], pd.src_desc());
-    std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, constant_memory(user_wei, w->raw(), pd.weights_desc())}};
-    if (b) constants[DNNL_ARG_BIAS] = constant_memory(bias_md, b->raw(), bias_md);
-    compiled();
-    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, pd.src_desc()}}, {src}, std::move(constants), f, pd.dst_desc(),
-                  is_plain(pd.dst_desc(), dims(f.value)));
+    emit_weighted(n, pd, as_layout(n.inputs[0], pd.src_desc()), user_wei, w, b, bias_md, f);
     return true;
   }
 

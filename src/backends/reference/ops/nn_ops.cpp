@@ -25,10 +25,6 @@ double max_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN
 
 int64_t numel_of(const Dims& d) { return ir::checked_numel(d); }
 
-int64_t floor_div(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
 
 // ---------------------------------------------------------------------------
 // Sliding-window geometry shared by Conv, ConvTranspose, pooling and Col2Im.
@@ -78,16 +74,6 @@ void require_rank_at_least(const KernelContext& ctx, const Tensor& t, const char
   if (t.rank() < rank)
     ctx.fail(std::string(what) + " has shape " + ir::dims_to_string(t.dims()) +
              ", expected rank >= " + std::to_string(rank) + " (N x C x spatial...)");
-}
-
-// Kernel shape from the attribute if present, else from the weight tensor.
-Dims kernel_shape_of(const KernelContext& ctx, const Dims& from_weights) {
-  if (!ctx.has_attr("kernel_shape")) return from_weights;
-  Dims k = ctx.attr_ints("kernel_shape");
-  if (k != from_weights)
-    ctx.fail("attribute kernel_shape = " + ints_to_string(k) + " does not match the weights' " +
-             ints_to_string(from_weights));
-  return k;
 }
 
 // ---------------------------------------------------------------------------
@@ -200,48 +186,11 @@ void conv_transpose_kernel(KernelContext& ctx) {
              " divisible by group");
   const int64_t Mg = w.dim(1), M = Mg * group, Cg = C / group;
 
-  Geometry g;
-  g.out = spatial_dims(x.dims());  // each input position is one "window" over Y
-  g.kernel = kernel_shape_of(ctx, spatial_dims(w.dims()));
-  g.strides = spatial_attr(ctx, "strides", nsp, 1, 1);
-  g.dilations = spatial_attr(ctx, "dilations", nsp, 1, 1);
-  const std::vector<int64_t> out_pad = spatial_attr(ctx, "output_padding", nsp, 0, 0);
-  const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
-  if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
-    ctx.fail("auto_pad is '" + auto_pad + "', expected NOTSET, SAME_UPPER, SAME_LOWER or VALID");
-  std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
-  if (auto_pad == "VALID") pads.assign(2 * nsp, 0);
-  if (pads.size() != 2 * nsp)
-    ctx.fail("attribute pads has " + std::to_string(pads.size()) + " values, expected " +
-             std::to_string(2 * nsp));
-  std::vector<int64_t> out_shape = ctx.attr_ints("output_shape");
-  if (out_shape.size() == nsp + 2) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
-  if (!out_shape.empty() && out_shape.size() != nsp)
-    ctx.fail("attribute output_shape = " + ints_to_string(out_shape) + ", expected " +
-             std::to_string(nsp) + " spatial sizes");
-  const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
-
-  g.in.resize(nsp);
-  g.pad_begin.resize(nsp);
-  g.pad_end.resize(nsp);
-  for (size_t d = 0; d < nsp; ++d) {
-    const int64_t full = g.strides[d] * (g.out[d] - 1) + out_pad[d] + g.extent(d);
-    if (!out_shape.empty() || same) {
-      g.in[d] = !out_shape.empty() ? out_shape[d] : g.out[d] * g.strides[d];
-      // Python-style floor division: output_shape may exceed the full size.
-      const int64_t total = full - g.in[d];
-      g.pad_begin[d] = auto_pad == "SAME_UPPER" ? floor_div(total, 2) : total - floor_div(total, 2);
-    } else {
-      if (pads[d] < 0 || pads[d + nsp] < 0)
-        ctx.fail("attribute pads = " + ints_to_string(pads) + " has a negative value");
-      g.pad_begin[d] = pads[d];
-      g.in[d] = full - pads[d] - pads[d + nsp];
-    }
-    if (g.in[d] < 0)
-      ctx.fail("computed output size " + std::to_string(g.in[d]) + " on spatial axis " +
-               std::to_string(d) + " is negative; check pads and output_shape");
-    g.pad_end[d] = 0;  // irrelevant: taps outside [0, size) are simply dropped
-  }
+  // Each input position is one "window" over Y: the forward geometry with
+  // the roles of input and output swapped; taps past Y's end are dropped.
+  Geometry g = transposed_geometry(ctx, spatial_dims(x.dims()), kernel_shape_of(ctx, spatial_dims(w.dims())));
+  std::swap(g.in, g.out);
+  g.pad_end.assign(nsp, 0);
   const std::vector<int64_t> table = window_table(g);
   const int64_t in_n = numel_of(g.out), out_n = numel_of(g.in), k_n = numel_of(g.kernel);
 

@@ -190,4 +190,57 @@ Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& 
   return g;
 }
 
+Geometry transposed_geometry(const KernelContext& ctx, const Dims& in, const Dims& kernel) {
+  const size_t nsp = in.size();
+  Geometry g;
+  g.in = in;
+  g.kernel = kernel;
+  g.strides = spatial_attr(ctx, "strides", nsp, 1, 1);
+  g.dilations = spatial_attr(ctx, "dilations", nsp, 1, 1);
+  const std::vector<int64_t> out_pad = spatial_attr(ctx, "output_padding", nsp, 0, 0);
+  const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
+    ctx.fail("auto_pad is '" + auto_pad + "', expected NOTSET, SAME_UPPER, SAME_LOWER or VALID");
+  std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
+  if (auto_pad == "VALID") pads.assign(2 * nsp, 0);
+  if (pads.size() != 2 * nsp)
+    ctx.fail("attribute pads has " + std::to_string(pads.size()) + " values, expected " + std::to_string(2 * nsp));
+  std::vector<int64_t> out_shape = ctx.attr_ints("output_shape");
+  if (out_shape.size() == nsp + 2) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
+  if (!out_shape.empty() && out_shape.size() != nsp)
+    ctx.fail("attribute output_shape = " + ints_to_string(out_shape) + ", expected " + std::to_string(nsp) + " spatial sizes");
+  const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  // Python-style floor division: output_shape may exceed the full size.
+  auto half = [](int64_t total) { return total >= 0 || total % 2 == 0 ? total / 2 : total / 2 - 1; };
+  g.out.resize(nsp);
+  g.pad_begin.resize(nsp);
+  g.pad_end.resize(nsp);
+  for (size_t d = 0; d < nsp; ++d) {
+    const int64_t full = g.strides[d] * (in[d] - 1) + g.extent(d);
+    if (!out_shape.empty() || same) {
+      g.out[d] = !out_shape.empty() ? out_shape[d] : in[d] * g.strides[d];
+      const int64_t total = full + out_pad[d] - g.out[d];
+      // The odd pixel of padding goes to the end for SAME_UPPER, the start otherwise.
+      g.pad_begin[d] = auto_pad == "SAME_UPPER" ? half(total) : total - half(total);
+    } else {
+      if (pads[d] < 0 || pads[d + nsp] < 0) ctx.fail("attribute pads = " + ints_to_string(pads) + " has a negative value");
+      g.pad_begin[d] = pads[d];
+      g.out[d] = full + out_pad[d] - pads[d] - pads[d + nsp];
+    }
+    if (g.out[d] < 0)
+      ctx.fail("computed output size " + std::to_string(g.out[d]) + " on spatial axis " + std::to_string(d) +
+               " is negative; check pads and output_shape");
+    g.pad_end[d] = full - g.out[d] - g.pad_begin[d];
+  }
+  return g;
+}
+
+Dims kernel_shape_of(const KernelContext& ctx, const Dims& from_weights) {
+  if (!ctx.has_attr("kernel_shape")) return from_weights;
+  Dims k = ctx.attr_ints("kernel_shape");
+  if (k != from_weights)
+    ctx.fail("attribute kernel_shape = " + ints_to_string(k) + " does not match the weights' " + ints_to_string(from_weights));
+  return k;
+}
+
 }  // namespace kiln::ref

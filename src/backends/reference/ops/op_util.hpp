@@ -92,6 +92,14 @@ struct Geometry {
   int64_t extent(size_t d) const { return (kernel[d] - 1) * dilations[d] + 1; }
 };
 Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& kernel, bool ceil_mode);
+// ConvTranspose's output size over `in` (X's spatial dims) from its strides,
+// dilations, output_padding and pads, output_shape or auto_pad, as ONNX
+// specifies. pad_end is what the output lacks at the end of the full scatter,
+// output_padding taken off, so out = (in - 1) * stride + extent - pad_begin -
+// pad_end; an output_shape larger than the full scatter makes a pad negative.
+Geometry transposed_geometry(const KernelContext& ctx, const Dims& in, const Dims& kernel);
+// The kernel_shape attribute if present (it must match the weights), else the weights' spatial dims.
+Dims kernel_shape_of(const KernelContext& ctx, const Dims& from_weights);
 // An optional per-spatial-axis attribute, its length and lower bound checked.
 std::vector<int64_t> spatial_attr(const KernelContext& ctx, const char* name, size_t nsp, int64_t fallback,
                                   int64_t min_value);
