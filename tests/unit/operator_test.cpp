@@ -56,8 +56,10 @@ struct Attr {
   // An initializer_list, so that a one-element list such as {2} is a list, not an int.
   Attr(std::string n, std::initializer_list<int64_t> v) : name(std::move(n)), value(std::vector<int64_t>(v)) {}
   Attr(std::string n, const char* v) : name(std::move(n)), value(std::string(v)) {}
+  Attr(std::string n, std::vector<float> v) : name(std::move(n)), value(std::move(v)) {}
+  Attr(std::string n, std::vector<std::string> v) : name(std::move(n)), value(std::move(v)) {}
   std::string name;
-  std::variant<int64_t, float, std::vector<int64_t>, std::string> value;
+  std::variant<int64_t, float, std::vector<int64_t>, std::string, std::vector<float>, std::vector<std::string>> value;
 };
 
 // A model, its inputs, and what a backend must do with it.
@@ -146,6 +148,12 @@ struct Case {
       } else if (auto* v = std::get_if<std::vector<int64_t>>(&a.value)) {
         p->set_type(onnx::AttributeProto::INTS);
         for (int64_t x : *v) p->add_ints(x);
+      } else if (auto* fs = std::get_if<std::vector<float>>(&a.value)) {
+        p->set_type(onnx::AttributeProto::FLOATS);
+        for (float x : *fs) p->add_floats(x);
+      } else if (auto* ss = std::get_if<std::vector<std::string>>(&a.value)) {
+        p->set_type(onnx::AttributeProto::STRINGS);
+        for (const auto& x : *ss) p->add_strings(x);
       } else {
         p->set_type(onnx::AttributeProto::STRING);
         p->set_s(std::get<std::string>(a.value));
@@ -343,6 +351,112 @@ TEST_P(OperatorTest, ConvTransposeReluThenConcat) {
 // the reference kernel runs it.
 TEST_P(OperatorTest, ConvTransposeOutputPaddingBeyondThePads) {
   Case c = conv_transpose({1, 2, 3, 3}, {2, 2, 3, 3}, {{"strides", {2, 2}}, {"output_padding", {1, 1}}});
+  c.native = false;
+  run(c);
+}
+
+// ---- RNN, GRU, LSTM (a host kernel on oneDNN matmuls; none in the portable kernels) ----
+
+// A recurrent layer of `cell` over x [seq, batch, input] (or [batch, seq,
+// input] with layout 1), hidden size h, constant W, R and B.
+Case recurrent_case(const std::string& cell, int64_t h, const Dims& x, int64_t directions, int64_t opset = 13) {
+  const int64_t gates = cell == "LSTM" ? 4 : cell == "GRU" ? 3 : 1;
+  Case c({cell}, opset);
+  c.portable = false;
+  c.input("x", x, -2, 2).weight("w", {directions, gates * h, x[2]}, 0.6f).weight("r", {directions, gates * h, h}, 0.6f);
+  c.weight("b", {directions, 2 * gates * h}, 0.5f);
+  return c;
+}
+
+TEST_P(OperatorTest, LstmBidirectionalWithStatesAndPeepholes) {
+  Case c = recurrent_case("LSTM", 20, {7, 3, 5}, 2);
+  c.input("h0", {2, 3, 20}).input("c0", {2, 3, 20}).weight("p", {2, 60}, 0.5f).output("y").output("y_h").output("y_c");
+  c.node("LSTM", {"x", "w", "r", "b", "", "h0", "c0", "p"}, {"y", "y_h", "y_c"}, {{"direction", "bidirectional"}});
+  run(c);
+}
+
+// Layout 1 (batch first), clipped gates, the forget gate coupled to the input gate, no bias; Y_h only.
+TEST_P(OperatorTest, LstmBatchMajorClippedWithCoupledForgetGate) {
+  Case c = recurrent_case("LSTM", 17, {5, 6, 3}, 1, 14);
+  c.output("y_h");
+  c.node("LSTM", {"x", "w", "r"}, {"", "y_h"}, {{"layout", int64_t(1)}, {"clip", 0.7f}, {"input_forget", int64_t(1)}, {"hidden_size", int64_t(17)}});
+  run(c);
+}
+
+// PyTorch's GRU resets after the product (linear_before_reset = 1); ONNX's default before it.
+TEST_P(OperatorTest, GruResetBeforeAndAfterTheProduct) {
+  Case c = recurrent_case("GRU", 12, {6, 5, 4}, 1);
+  c.input("h0", {1, 5, 12}).output("before").output("after_h").output("reversed");
+  c.node("GRU", {"x", "w", "r", "b", "", "h0"}, {"before"});
+  c.node("GRU", {"x", "w", "r", "b"}, {"", "after_h"}, {{"linear_before_reset", int64_t(1)}});
+  c.node("GRU", {"x", "w", "r", "b"}, {"reversed"}, {{"direction", "reverse"}, {"linear_before_reset", int64_t(1)}});
+  run(c);
+}
+
+// Every activation ONNX lists, on RNN, with alphas and betas taken in order.
+TEST_P(OperatorTest, RnnEveryActivation) {
+  const std::vector<std::string> acts = {"Tanh", "Sigmoid", "Relu", "Affine", "LeakyRelu", "ThresholdedRelu",
+                                         "ScaledTanh", "HardSigmoid", "Elu", "Softsign", "Softplus"};
+  Case c = recurrent_case("RNN", 18, {4, 2, 3}, 2);
+  for (size_t i = 0; i < acts.size(); ++i) {
+    const std::string y = "y" + std::to_string(i);
+    c.output(y);
+    c.node("RNN", {"x", "w", "r", "b"}, {y},
+           {{"direction", "bidirectional"}, {"activations", std::vector<std::string>{acts[i], "Tanh"}},
+            {"activation_alpha", std::vector<float>{0.3f}}, {"activation_beta", std::vector<float>{0.2f}}});
+  }
+  run(c);
+}
+
+// Rows of different lengths: Y is zero past a row's end, Y_h its last state.
+// One executable runs full rows first, so that a Y in its arena that is not
+// cleared would show the earlier run's values.
+TEST_P(OperatorTest, LstmRowsOfDifferentLengths) {
+  Case c = recurrent_case("LSTM", 9, {6, 4, 3}, 2);
+  c.input_values<int32_t>("lens", {4}, {6, 6, 6, 6}).output("z").output("y_h");
+  c.node("LSTM", {"x", "w", "r", "b", "lens"}, {"y", "y_h"}, {{"direction", "bidirectional"}});
+  c.node("Neg", {"y"}, {"z"});
+  run(c);
+  const auto& b = backend(GetParam());
+  const kiln::ir::Model model = import(c);
+  if (!b.supports(model.graph->nodes[0])) GTEST_SKIP() << GetParam() << " does not claim LSTM";
+  Compiled compiled = compile(GetParam(), model, c.inputs);
+  compiled.exe->run(c.inputs);
+  for (const std::vector<int32_t>& lens : {std::vector<int32_t>{6, 2, 0, 5}, std::vector<int32_t>{3, 3, 3, 3}}) {
+    auto inputs = c.inputs;
+    inputs["lens"] = Tensor::from_vector<int32_t>({4}, lens);
+    const std::vector<Tensor> want = kiln::ref::run_graph(*model.graph, inputs);
+    const std::vector<Tensor> got = compiled.exe->run(inputs);
+    for (size_t k = 0; k < want.size(); ++k) expect_close(got[k], want[k], c.atol, c.rtol, "output " + std::to_string(k));
+  }
+}
+
+TEST_P(OperatorTest, RecurrentSequenceLengthBeyondTheSequenceIsAnInvalidArgument) {
+  Case c = recurrent_case("GRU", 4, {3, 2, 2}, 1);
+  c.input_values<int32_t>("lens", {2}, {3, 1}).output("y");
+  c.node("GRU", {"x", "w", "r", "b", "lens"}, {"y"}, {}, "tagger");
+  const auto& b = backend(GetParam());
+  const kiln::ir::Model model = import(c);
+  if (!b.supports(model.graph->nodes[0])) GTEST_SKIP() << GetParam() << " does not claim GRU";
+  Compiled compiled = compile(GetParam(), model, c.inputs);
+  for (int32_t bad : {4, -1}) {
+    auto inputs = c.inputs;
+    inputs["lens"] = Tensor::from_vector<int32_t>({2}, {2, bad});
+    try {
+      compiled.exe->run(inputs);
+      ADD_FAILURE() << "no error for a length of " << bad;
+    } catch (const kiln::ir::Error& e) {
+      EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tagger"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Weights that are inputs, not constants: the reference kernel runs the layer.
+TEST_P(OperatorTest, RecurrentWeightsThatAreInputs) {
+  Case c({"GRU"});
+  c.input("x", {4, 2, 3}).input("w", {1, 15, 3}).input("r", {1, 15, 5}).output("y");
+  c.node("GRU", {"x", "w", "r"}, {"y"});
   c.native = false;
   run(c);
 }

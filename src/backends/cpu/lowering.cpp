@@ -14,6 +14,7 @@
 #include "backends/cpu/host_kernels.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/cpu/portable/kernels.h"
+#include "backends/cpu/recurrent_kernel.hpp"
 #include "backends/cpu/thread_budget.hpp"
 #include "backends/reference/kernel_context.hpp"
 #include "backends/reference/ops/op_util.hpp"
@@ -147,7 +148,7 @@ const std::set<std::string>& alias_ops() {
 const std::set<std::string>& primitive_ops() {
   static const std::set<std::string> ops = {"Conv", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
                                             "GlobalMaxPool", "Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization",
-                                            "Transpose", "Concat", "Slice", "Gather"};
+                                            "Transpose", "Concat", "Slice", "Gather", "RNN", "GRU", "LSTM"};
   return ops;
 }
 
@@ -370,8 +371,12 @@ class Lowering {
     OneDnnKernel* k = kernel.get();
     add_kernel(label, std::move(args), std::move(writes), std::move(kernel));
     // A native bundle makes its primitives again from their descriptors.
-    if (p_.family == KernelFamily::NativeBundle) return;
-    deferred_.push_back([k, label, threads = omp_get_max_threads()] {
+    if (p_.family != KernelFamily::NativeBundle) defer_creation(k, label, omp_get_max_threads());
+  }
+  // The primitive's code compiled with the deferred work, on `threads`
+  // OpenMP threads: the count its descriptor was made with.
+  void defer_creation(OneDnnKernel* k, const std::string& label, int threads) {
+    deferred_.push_back([k, label, threads] {
       OmpThreads scope(threads);
       try {
         k->create_primitive();
@@ -448,6 +453,7 @@ class Lowering {
     if (op == "Concat") return lower_concat(n);
     if (op == "Slice") return host_kernels_ ? lower_slice(n) : portable_slice(n);
     if (op == "Gather") return host_kernels_ ? lower_gather(n) : portable_gather(n);
+    if (op == "LSTM" || op == "GRU" || op == "RNN") return host_kernels_ && lower_recurrent(n);
     if (loop_ops().count(op) && n.outputs.size() == 1 && loop_layout(n, dims(n.outputs[0])) && lower_elementwise(n)) return true;
     if (binary_algorithm(op) && lower_blocked_binary(n)) return true;
     if (loop_ops().count(op)) return lower_elementwise(n);
@@ -1298,6 +1304,161 @@ class Lowering {
     compiled();
     emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, x.layout}}, {x.buffer}, std::move(constants), f, pd.dst_desc(),
                   is_plain(pd.dst_desc(), d));
+    return true;
+  }
+
+  // ---- RNN, GRU, LSTM: a host kernel, the weights rearranged once ---------------------
+  int add_constant(ir::Tensor t, const std::string& name) {
+    p_.constants.push_back(std::move(t));
+    return add_buffer(Buffer::Kind::Constant, int(p_.constants.size()) - 1, int64_t(p_.constants.back().nbytes()), name);
+  }
+
+  // float32 layers with constant W, R and B. A node that is malformed (a
+  // shape, an attribute) is left to the reference kernel, which says what is
+  // wrong with it.
+  bool lower_recurrent(const ir::Node& n) {
+    using Cell = RecurrentLayer::Cell;
+    RecurrentLayer l;
+    l.cell = n.op_type == "LSTM" ? Cell::Lstm : n.op_type == "GRU" ? Cell::Gru : Cell::Rnn;
+    const bool lstm = l.cell == Cell::Lstm;
+    const size_t max_inputs = lstm ? 8 : 6, max_outputs = lstm ? 3 : 2;
+    if (n.inputs.size() < 3 || n.inputs.size() > max_inputs || n.outputs.size() > max_outputs) return false;
+    auto in = [&](size_t i) { return i < n.inputs.size() ? n.inputs[i] : std::string(); };
+    if (!is_f32(in(0))) return false;
+    const ir::Tensor* w = constant(in(1));
+    const ir::Tensor* r = constant(in(2));
+    const ir::Tensor* b = in(3).empty() ? nullptr : constant(in(3));
+    if (!w || !r || w->dtype() != DType::Float32 || r->dtype() != DType::Float32) return false;
+    if (!in(3).empty() && (!b || b->dtype() != DType::Float32)) return false;
+
+    ref::KernelContext ctx(n, {}, nullptr);
+    const Dims x = dims(in(0));
+    const int64_t layout = n.opset >= 14 ? ctx.attr_int("layout", 0) : 0;
+    const std::string direction = ctx.attr_string("direction", "forward");
+    if (x.size() != 3 || (layout != 0 && layout != 1)) return false;
+    if (direction != "forward" && direction != "reverse" && direction != "bidirectional") return false;
+    l.batch_major = layout == 1;
+    l.seq = l.batch_major ? x[1] : x[0];
+    l.batch = l.batch_major ? x[0] : x[1];
+    l.input = x[2];
+    l.reverse = direction == "reverse";
+    l.directions = direction == "bidirectional" ? 2 : 1;
+    const int64_t D = l.directions, G = l.gates();
+    if (w->rank() != 3 || w->dim(0) != D || w->dim(1) % G != 0 || w->dim(2) != l.input) return false;
+    l.hidden = ctx.attr_int("hidden_size", w->dim(1) / G);
+    const int64_t H = l.hidden;
+    if (H < 1 || w->dim(1) != G * H || r->dims() != Dims{D, G * H, H} || (b && b->dims() != Dims{D, 2 * G * H})) return false;
+    const Dims state = l.batch_major ? Dims{l.batch, D, H} : Dims{D, l.batch, H};
+    if (!in(4).empty() && (dims(in(4)) != Dims{l.batch} || (dtype(in(4)) != DType::Int32 && dtype(in(4)) != DType::Int64)))
+      return false;
+    for (size_t i : {5, 6})
+      if (!in(i).empty() && (!is_f32(in(i)) || dims(in(i)) != state)) return false;
+    if (!in(7).empty() && (!is_f32(in(7)) || dims(in(7)) != Dims{D, 3 * H})) return false;
+    l.sequence_lens_int64 = !in(4).empty() && dtype(in(4)) == DType::Int64;
+    l.linear_before_reset = l.cell == Cell::Gru && ctx.attr_int("linear_before_reset", 0) != 0;
+    l.input_forget = lstm && ctx.attr_int("input_forget", 0) != 0;
+    l.clip = ctx.has_attr("clip") ? ctx.attr_float("clip", 0) : 0;
+    static const std::vector<std::string> defaults[] = {{"Tanh"}, {"Sigmoid", "Tanh"}, {"Sigmoid", "Tanh", "Tanh"}};
+    std::vector<ref::RecurrentActivation> acts;
+    try {
+      acts = ref::recurrent_activations(ctx, defaults[int(l.cell)], D);
+    } catch (const ir::Error&) {
+      return false;
+    }
+    for (const auto& a : acts) {
+      RecurrentLayer::Activation k{};
+      if (!RecurrentKernel::activation_named(a.name, k.act)) return false;
+      k.alpha = float(a.alpha);
+      k.beta = float(a.beta);
+      l.activations.push_back(k);
+    }
+    // Directions first, then groups of batch rows, over the threads.
+    l.chunks = std::clamp<int64_t>(omp_get_max_threads() / D, 1, l.batch);
+    l.sequence_lens = !in(4).empty();
+
+    // The products: weights as oneDNN packs them, W's and R's biases added
+    // into the projection's (but R's of a GRU's hidden gate when the reset
+    // multiplies it: that one is an operand, rbh).
+    auto bias = std::make_shared<ir::Tensor>(DType::Float32, Dims{1, D * G * H});
+    ir::Tensor rbh(DType::Float32, {D, H});
+    if (b) {
+      const float* bs = b->data<float>();
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t k = 0; k < G * H; ++k) {
+          const float wb = bs[d * 2 * G * H + k], rb = bs[d * 2 * G * H + G * H + k];
+          const bool separate = l.linear_before_reset && k >= 2 * H;
+          bias->data<float>()[d * G * H + k] = separate ? wb : wb + rb;
+          if (separate) rbh.data<float>()[d * H + k - 2 * H] = rb;
+        }
+    }
+    const std::string label = n.describe();
+    int64_t scratch = (RecurrentKernel::state_floats(l) * int64_t(sizeof(float)) + 63) / 64 * 64;
+    std::vector<std::pair<OneDnnKernel*, int>> made;  // created once the step is in place
+    auto product = [&](int64_t rows, int64_t k, int64_t cols, const md& user, const void* data, bool with_bias, int threads) {
+      OmpThreads scope(threads);
+      const md src = plain_md({rows, k}), dst = plain_md({rows, cols}), bias_md = plain_md({1, cols});
+      const md any(to_dnnl({k, cols}), dt::f32, dnnl::memory::format_tag::any);
+      const dnnl::matmul::primitive_desc pd(with_bias ? dnnl::matmul::desc(src, any, bias_md, dst) : dnnl::matmul::desc(src, any, dst),
+                                            user_scratchpad(), cpu_engine());
+      std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, constant_memory(user, data, pd.weights_desc())}};
+      if (with_bias) constants[DNNL_ARG_BIAS] = constant_memory(bias_md, bias->raw(), bias_md, bias);
+      std::vector<std::pair<int, md>> runtime{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
+      RecurrentProduct p;
+      if (const md pad = pd.query_md(dnnl::query::scratchpad_md); pad.get_size() > 0) {
+        p.scratchpad = scratch;
+        scratch = (scratch + int64_t(pad.get_size()) + 63) / 64 * 64;
+        runtime.push_back({DNNL_ARG_SCRATCHPAD, pad});
+      }
+      auto kernel = std::make_unique<OneDnnKernel>(pd, std::move(runtime), std::move(constants));
+      made.push_back({kernel.get(), threads});
+      p.kernel = std::move(kernel);
+      return p;
+    };
+    // W [D * G * H, I] and each direction's R [G * H, H], read transposed.
+    RecurrentProduct projection = product(l.seq * l.batch, l.input, D * G * H, md(to_dnnl({l.input, D * G * H}), dt::f32, to_dnnl({1, l.input})),
+                                          w->raw(), true, omp_get_max_threads());
+    std::vector<RecurrentProduct> steps;
+    auto step_products = [&](int64_t d, int64_t rows) {
+      const float* rd = r->data<float>() + d * G * H * H;
+      const int64_t first = RecurrentKernel::products_per_item(l) == 2 ? 2 * H : G * H;  // columns of the first product
+      steps.push_back(product(rows, H, first, md(to_dnnl({H, first}), dt::f32, to_dnnl({1, H})), rd, false, 1));
+      if (first != G * H) steps.push_back(product(rows, H, H, md(to_dnnl({H, H}), dt::f32, to_dnnl({1, H})), rd + 2 * H * H, false, 1));
+    };
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t part = 0; part < l.chunks; ++part) step_products(d, (part + 1) * l.batch / l.chunks - part * l.batch / l.chunks);
+    if (l.sequence_lens)
+      for (int64_t d = 0; d < D; ++d) step_products(d, 1);
+
+    std::vector<int> args{plain(in(0)), add_constant(std::move(rbh), label + "#rbh")};
+    if (in(4).empty()) {
+      ir::Tensor lens(DType::Int32, {l.batch});
+      std::fill_n(lens.data<int32_t>(), l.batch, int32_t(l.seq));
+      args.push_back(add_constant(std::move(lens), label + "#sequence_lens"));
+    } else {
+      args.push_back(plain(in(4)));
+    }
+    auto operand_or_zeros = [&](size_t i, const Dims& d, const char* what) {
+      return in(i).empty() ? add_constant(ir::Tensor(DType::Float32, d), label + "#" + what) : plain(in(i));
+    };
+    args.push_back(operand_or_zeros(5, state, "initial_h"));
+    if (lstm) {
+      args.push_back(operand_or_zeros(6, state, "initial_c"));
+      args.push_back(operand_or_zeros(7, {D, 3 * H}, "P"));
+    }
+    std::vector<char> writes(args.size(), 0);
+    bool* wanted[] = {&l.y, &l.y_h, &l.y_c};
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      if (n.outputs[i].empty()) continue;
+      *wanted[i] = true;
+      args.push_back(define_plain(n.outputs[i]));
+      writes.push_back(1);
+    }
+    args.push_back(add_buffer(Buffer::Kind::Arena, 0, scratch, label + "#scratch"));
+    writes.push_back(1);
+    compiled();
+    add_kernel(label, std::move(args), std::move(writes),
+               std::make_unique<RecurrentKernel>(label, std::move(l), std::move(projection), std::move(steps)));
+    for (const auto& [k, threads] : made) defer_creation(k, label, threads);
     return true;
   }
 

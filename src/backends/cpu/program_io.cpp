@@ -6,6 +6,7 @@
 #include "backends/cpu/codegen.hpp"
 #include "backends/cpu/host_kernels.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
+#include "backends/cpu/recurrent_kernel.hpp"
 #include "runtime/ir/serialize.hpp"
 
 namespace kiln::cpu {
@@ -69,6 +70,7 @@ std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights,
   if (kind == "channels_last_mean") return ChannelsLastMeanKernel::load(j, what);
   if (kind == "gather") return GatherKernel::load(j, what);
   if (kind == "reference") return ReferenceKernel::load(j, what);
+  if (kind == "recurrent") return RecurrentKernel::load(j, weights, blocks, what);
   ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown kernel kind '" + kind + "'");
 }
 

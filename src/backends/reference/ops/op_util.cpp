@@ -2,6 +2,7 @@
 #include "backends/reference/ops/tensor_common.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 namespace kiln::ref {
 
@@ -241,6 +242,72 @@ Dims kernel_shape_of(const KernelContext& ctx, const Dims& from_weights) {
   if (k != from_weights)
     ctx.fail("attribute kernel_shape = " + ints_to_string(k) + " does not match the weights' " + ints_to_string(from_weights));
   return k;
+}
+
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+double RecurrentActivation::operator()(double x) const {
+    if (name == "sigmoid") return 1 / (1 + std::exp(-x));
+    if (name == "tanh") return std::tanh(x);
+    if (name == "relu") return std::max(x, 0.0);
+    if (name == "affine") return alpha * x + beta;
+    if (name == "leakyrelu") return x >= 0 ? x : alpha * x;
+    if (name == "thresholdedrelu") return x > alpha ? x : 0;
+    if (name == "scaledtanh") return alpha * std::tanh(beta * x);
+    if (name == "hardsigmoid") return std::clamp(alpha * x + beta, 0.0, 1.0);
+    if (name == "elu") return x >= 0 ? x : alpha * (std::exp(x) - 1);
+    if (name == "softsign") return x / (1 + std::abs(x));
+    if (name == "softplus") return std::log1p(std::exp(-std::abs(x))) + std::max(x, 0.0);
+    return x;  // unreachable: names are validated when parsed
+}
+
+// Parses activations/activation_alpha/activation_beta. Alphas and betas are
+// consumed in order by the functions that take them (as onnxruntime does);
+// when the lists run out, the defaults of the corresponding ONNX operator apply.
+std::vector<RecurrentActivation> recurrent_activations(const KernelContext& ctx, const std::vector<std::string>& defaults,
+                                                       int64_t num_directions) {
+  std::vector<std::string> names;
+  if (ctx.has_attr("activations")) names = ctx.attr_strings("activations");
+  size_t per_dir = defaults.size();
+  if (names.empty())
+    for (int64_t d = 0; d < num_directions; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
+  else if (names.size() == per_dir && num_directions == 2)
+    names.insert(names.end(), names.begin(), names.end());
+  if (names.size() != per_dir * size_t(num_directions))
+    ctx.fail("activations lists " + std::to_string(names.size()) + " functions, expected " +
+             std::to_string(per_dir * size_t(num_directions)));
+
+  std::vector<float> alphas = ctx.attr_floats("activation_alpha"), betas = ctx.attr_floats("activation_beta");
+  size_t ai = 0, bi = 0;
+  std::vector<RecurrentActivation> out;
+  for (const auto& n : names) {
+    RecurrentActivation a{lower(n)};
+    double default_alpha = 0, default_beta = 0;
+    bool uses_alpha = true, uses_beta = false;
+    if (a.name == "affine") default_alpha = 1, uses_beta = true;
+    else if (a.name == "leakyrelu") default_alpha = 0.01;
+    else if (a.name == "thresholdedrelu" || a.name == "elu") default_alpha = 1.0;
+    else if (a.name == "scaledtanh") default_alpha = 1, default_beta = 1, uses_beta = true;
+    else if (a.name == "hardsigmoid") default_alpha = 0.2, default_beta = 0.5, uses_beta = true;
+    else if (a.name == "sigmoid" || a.name == "tanh" || a.name == "relu" || a.name == "softsign" ||
+             a.name == "softplus")
+      uses_alpha = false;
+    else
+      ctx.fail("unknown activation function '" + n +
+               "', expected one of Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, "
+               "HardSigmoid, Elu, Softsign, Softplus");
+    a.alpha = uses_alpha && ai < alphas.size() ? alphas[ai++] : default_alpha;
+    a.beta = uses_beta && bi < betas.size() ? betas[bi++] : default_beta;
+    out.push_back(a);
+  }
+  return out;
 }
 
 }  // namespace kiln::ref

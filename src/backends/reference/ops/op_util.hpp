@@ -113,4 +113,18 @@ struct SliceWindow {
 SliceWindow slice_window(const KernelContext& ctx, const Dims& in, const std::vector<int64_t>& starts,
                          const std::vector<int64_t>& ends, std::vector<int64_t> axes, std::vector<int64_t> steps);
 
+// An activation function of RNN, GRU or LSTM: its ONNX name in lower case,
+// with the alpha and beta it takes.
+struct RecurrentActivation {
+  std::string name;
+  double alpha = 0, beta = 0;
+  double operator()(double x) const;
+};
+// The layer's activations/activation_alpha/activation_beta, `defaults` (the
+// operator's functions for one direction) where none are given, one list per
+// direction, concatenated. Fails naming the node on an unknown function or a
+// list of the wrong length.
+std::vector<RecurrentActivation> recurrent_activations(const KernelContext& ctx, const std::vector<std::string>& defaults,
+                                                       int64_t num_directions);
+
 }  // namespace kiln::ref

@@ -2,7 +2,6 @@
 // time loop (directions, sequence_lens, layout) and output assembly; only the
 // cell update differs. Computation is in double whatever the tensor type.
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -13,73 +12,6 @@
 
 namespace kiln::ref {
 namespace {
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-struct Activation {
-  std::string name;  // lower case
-  double alpha = 0, beta = 0;
-
-  double operator()(double x) const {
-    if (name == "sigmoid") return 1 / (1 + std::exp(-x));
-    if (name == "tanh") return std::tanh(x);
-    if (name == "relu") return std::max(x, 0.0);
-    if (name == "affine") return alpha * x + beta;
-    if (name == "leakyrelu") return x >= 0 ? x : alpha * x;
-    if (name == "thresholdedrelu") return x > alpha ? x : 0;
-    if (name == "scaledtanh") return alpha * std::tanh(beta * x);
-    if (name == "hardsigmoid") return std::clamp(alpha * x + beta, 0.0, 1.0);
-    if (name == "elu") return x >= 0 ? x : alpha * (std::exp(x) - 1);
-    if (name == "softsign") return x / (1 + std::abs(x));
-    if (name == "softplus") return std::log1p(std::exp(-std::abs(x))) + std::max(x, 0.0);
-    return x;  // unreachable: names are validated when parsed
-  }
-};
-
-// Parses activations/activation_alpha/activation_beta. Alphas and betas are
-// consumed in order by the functions that take them (as onnxruntime does);
-// when the lists run out, the defaults of the corresponding ONNX operator apply.
-std::vector<Activation> parse_activations(const KernelContext& ctx, const std::vector<std::string>& defaults,
-                                          int64_t num_directions) {
-  std::vector<std::string> names;
-  if (ctx.has_attr("activations")) names = ctx.attr_strings("activations");
-  size_t per_dir = defaults.size();
-  if (names.empty())
-    for (int64_t d = 0; d < num_directions; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
-  else if (names.size() == per_dir && num_directions == 2)
-    names.insert(names.end(), names.begin(), names.end());
-  if (names.size() != per_dir * size_t(num_directions))
-    ctx.fail("activations lists " + std::to_string(names.size()) + " functions, expected " +
-             std::to_string(per_dir * size_t(num_directions)));
-
-  std::vector<float> alphas = ctx.attr_floats("activation_alpha"), betas = ctx.attr_floats("activation_beta");
-  size_t ai = 0, bi = 0;
-  std::vector<Activation> out;
-  for (const auto& n : names) {
-    Activation a{lower(n)};
-    double default_alpha = 0, default_beta = 0;
-    bool uses_alpha = true, uses_beta = false;
-    if (a.name == "affine") default_alpha = 1, uses_beta = true;
-    else if (a.name == "leakyrelu") default_alpha = 0.01;
-    else if (a.name == "thresholdedrelu" || a.name == "elu") default_alpha = 1.0;
-    else if (a.name == "scaledtanh") default_alpha = 1, default_beta = 1, uses_beta = true;
-    else if (a.name == "hardsigmoid") default_alpha = 0.2, default_beta = 0.5, uses_beta = true;
-    else if (a.name == "sigmoid" || a.name == "tanh" || a.name == "relu" || a.name == "softsign" ||
-             a.name == "softplus")
-      uses_alpha = false;
-    else
-      ctx.fail("unknown activation function '" + n +
-               "', expected one of Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, "
-               "HardSigmoid, Elu, Softsign, Softplus");
-    a.alpha = uses_alpha && ai < alphas.size() ? alphas[ai++] : default_alpha;
-    a.beta = uses_beta && bi < betas.size() ? betas[bi++] : default_beta;
-    out.push_back(a);
-  }
-  return out;
-}
 
 std::vector<double> to_doubles(const Tensor& t) {
   std::vector<double> v(size_t(t.numel()));
@@ -247,7 +179,7 @@ class Recurrent {
 
 void rnn(KernelContext& ctx) {
   Recurrent L(ctx, 1);
-  auto acts = parse_activations(ctx, {"Tanh"}, L.directions());
+  auto acts = recurrent_activations(ctx, {"Tanh"}, L.directions());
   int64_t H = L.hidden();
   L.run(
       [&](int64_t d, const double* x, std::vector<double>& h, std::vector<double>&) {
@@ -261,14 +193,14 @@ void rnn(KernelContext& ctx) {
 
 void gru(KernelContext& ctx) {
   Recurrent L(ctx, 3);
-  auto acts = parse_activations(ctx, {"Sigmoid", "Tanh"}, L.directions());
+  auto acts = recurrent_activations(ctx, {"Sigmoid", "Tanh"}, L.directions());
   bool linear_before_reset = ctx.attr_int("linear_before_reset", 0) != 0;
   int64_t H = L.hidden();
   enum { Z = 0, R = 1, Hg = 2 };  // gate order in W, R and B
   L.run(
       [&](int64_t d, const double* x, std::vector<double>& h, std::vector<double>&) {
-        const Activation& f = acts[size_t(2 * d)];
-        const Activation& g = acts[size_t(2 * d + 1)];
+        const RecurrentActivation& f = acts[size_t(2 * d)];
+        const RecurrentActivation& g = acts[size_t(2 * d + 1)];
         std::vector<double> z(static_cast<size_t>(H)), r(static_cast<size_t>(H)), rh_prod(static_cast<size_t>(H)), next(static_cast<size_t>(H));
         for (int64_t j = 0; j < H; ++j) {
           z[size_t(j)] = f(L.clip(L.wx(d, Z, j, x) + L.rh(d, Z, j, h) + L.wb(d, Z, j) + L.rb(d, Z, j)));
@@ -288,7 +220,7 @@ void gru(KernelContext& ctx) {
 
 void lstm(KernelContext& ctx) {
   Recurrent L(ctx, 4);
-  auto acts = parse_activations(ctx, {"Sigmoid", "Tanh", "Tanh"}, L.directions());
+  auto acts = recurrent_activations(ctx, {"Sigmoid", "Tanh", "Tanh"}, L.directions());
   bool input_forget = ctx.attr_int("input_forget", 0) != 0;
   int64_t H = L.hidden();
   std::vector<double> c0 = L.optional_state(6, "initial_c");
@@ -303,9 +235,9 @@ void lstm(KernelContext& ctx) {
   };
   L.run(
       [&](int64_t d, const double* x, std::vector<double>& h, std::vector<double>& c) {
-        const Activation& f = acts[size_t(3 * d)];
-        const Activation& g = acts[size_t(3 * d + 1)];
-        const Activation& hf = acts[size_t(3 * d + 2)];
+        const RecurrentActivation& f = acts[size_t(3 * d)];
+        const RecurrentActivation& g = acts[size_t(3 * d + 1)];
+        const RecurrentActivation& hf = acts[size_t(3 * d + 2)];
         const double* p = &peep[size_t(d * 3 * H)];
         std::vector<double> next_h(static_cast<size_t>(H)), next_c(static_cast<size_t>(H));
         for (int64_t j = 0; j < H; ++j) {
