@@ -355,6 +355,30 @@ TEST_P(OperatorTest, ConvTransposeOutputPaddingBeyondThePads) {
   run(c);
 }
 
+// ---- InstanceNormalization (a host kernel; none in the portable kernels) --------
+
+TEST_P(OperatorTest, InstanceNormalization) {
+  Case c({"InstanceNormalization"});
+  c.portable = false;
+  // Rows whose length is not a multiple of the vector width, and values far
+  // from zero with a small spread (a one-pass variance loses it).
+  c.input("x", {2, 3, 5, 7}).input("far", {1, 4, 37}, 99.5f, 100.5f).weight("s", {3}).weight("b", {3}).weight("s4", {4}).weight("b4", {4});
+  c.output("y").output("z");
+  c.atol = 5e-5f;  // x near 100 has a float spacing of 8e-6: the mean alone is that far off; one pass is 100x worse
+  c.node("InstanceNormalization", {"x", "s", "b"}, {"y"});
+  c.node("InstanceNormalization", {"far", "s4", "b4"}, {"z"}, {{"epsilon", 1e-3f}});
+  run(c);
+}
+
+// A scale that is an input: the reference kernel runs it.
+TEST_P(OperatorTest, InstanceNormalizationScaleThatIsAnInput) {
+  Case c({"InstanceNormalization"});
+  c.input("x", {1, 2, 9}).input("s", {2}).weight("b", {2}).output("y");
+  c.node("InstanceNormalization", {"x", "s", "b"}, {"y"});
+  c.native = false;
+  run(c);
+}
+
 // ---- RNN, GRU, LSTM (a host kernel on oneDNN matmuls; none in the portable kernels) ----
 
 // A recurrent layer of `cell` over x [seq, batch, input] (or [batch, seq,

@@ -1,10 +1,13 @@
 #include "backends/cpu/host_kernels.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/interpreter_kernels.hpp"
 #include "backends/cpu/omp_team.hpp"
+#include "backends/cpu/portable/simd.hpp"
+#include "backends/cpu/vector_clones.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/error.hpp"
 #include "runtime/ir/serialize.hpp"
@@ -81,6 +84,68 @@ void ChannelsLastMeanKernel::run(void* const* args) const {
     for (int64_t part = 0; part < parts_; ++part) total += task.partial[part * channels_ + c];
     dst[c] = total * scale;
   }
+}
+
+namespace {
+
+constexpr int kLanes = 16;
+using V = pk::Vec<kLanes>;
+
+KILN_PK_INLINE float lane_sum(V v) {
+  float s = 0;
+  for (int i = 0; i < kLanes; ++i) s += v[i];
+  return s;
+}
+
+// Two passes (the mean, then the squared deviations from it), as the
+// reference does: one pass of sums and sums of squares loses the variance of
+// values far from zero.
+KILN_VECTOR_CLONES void normalize_row(const float* __restrict x, float* __restrict y, int64_t n, float scale, float shift,
+                                      float epsilon) {
+  V acc{};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) acc += pk::load<kLanes>(x + i);
+  float sum = lane_sum(acc);
+  for (; i < n; ++i) sum += x[i];
+  const float mean = sum / float(n);
+  acc = V{};
+  for (i = 0; i + kLanes <= n; i += kLanes) {
+    const V dev = pk::load<kLanes>(x + i) - mean;
+    acc += dev * dev;
+  }
+  float squares = lane_sum(acc);
+  for (; i < n; ++i) squares += (x[i] - mean) * (x[i] - mean);
+  const float a = scale / std::sqrt(squares / float(n) + epsilon), b = shift - mean * a;
+  for (i = 0; i + kLanes <= n; i += kLanes) pk::store<kLanes>(y + i, pk::load<kLanes>(x + i) * a + b);
+  for (; i < n; ++i) y[i] = x[i] * a + b;
+}
+
+}  // namespace
+
+InstanceNormKernel::InstanceNormKernel(int64_t rows, int64_t channels, int64_t length, float epsilon)
+    : rows_(rows), channels_(channels), length_(length), epsilon_(epsilon) {
+  if (rows < 1 || channels < 1 || rows % channels != 0 || length < 1)
+    ir::fail(ir::ErrorKind::InvalidModel, "an instance normalization needs whole images of channels and values (" +
+                                              std::to_string(rows) + " rows, " + std::to_string(channels) + " channels, " +
+                                              std::to_string(length) + " values)");
+}
+
+void InstanceNormKernel::run(void* const* args) const {
+  struct Task {
+    const InstanceNormKernel& k;
+    const float *x, *scale, *shift;
+    float* y;
+  } task{*this, static_cast<const float*>(args[0]), static_cast<const float*>(args[1]), static_cast<const float*>(args[2]),
+         static_cast<float*>(args[3])};
+  team_threads()->parallel_for(
+      nullptr, rows_,
+      [](void* p, int64_t begin, int64_t end) {
+        const Task& t = *static_cast<const Task*>(p);
+        for (int64_t r = begin; r < end; ++r)
+          normalize_row(t.x + r * t.k.length_, t.y + r * t.k.length_, t.k.length_, t.scale[r % t.k.channels_],
+                        t.shift[r % t.k.channels_], t.k.epsilon_);
+      },
+      &task);
 }
 
 StridedCopyKernel::StridedCopyKernel(ir::Dims out, int64_t offset, std::vector<int64_t> strides, size_t element_size)
@@ -191,6 +256,15 @@ void ChannelsLastMeanKernel::save(json& out, WeightsWriter&, BlockWriter&) const
 std::unique_ptr<Kernel> ChannelsLastMeanKernel::load(const json& j, const std::string& what) {
   return std::make_unique<ChannelsLastMeanKernel>(json_field<int64_t>(j, "pixels", what), json_field<int64_t>(j, "channels", what),
                                                   json_field<int64_t>(j, "parts", what));
+}
+
+void InstanceNormKernel::save(json& out, WeightsWriter&, BlockWriter&) const {
+  out = {{"kind", "instance_norm"}, {"rows", rows_}, {"channels", channels_}, {"length", length_}, {"epsilon", epsilon_}};
+}
+
+std::unique_ptr<Kernel> InstanceNormKernel::load(const json& j, const std::string& what) {
+  return std::make_unique<InstanceNormKernel>(json_field<int64_t>(j, "rows", what), json_field<int64_t>(j, "channels", what),
+                                              json_field<int64_t>(j, "length", what), json_field<float>(j, "epsilon", what));
 }
 
 void StridedCopyKernel::save(json& out, WeightsWriter&, BlockWriter&) const {

@@ -90,6 +90,22 @@ class ChannelsLastMeanKernel : public Kernel {
   int64_t pixels_, channels_, parts_;
 };
 
+// InstanceNormalization: each of `rows` rows of `length` values (an image's
+// channel) normalized by its own mean and variance, then scaled and shifted
+// by its channel's (row % channels) scale and B; rows in parallel on the
+// run's OpenMP team. args: X, scale, B, Y.
+class InstanceNormKernel : public Kernel {
+ public:
+  InstanceNormKernel(int64_t rows, int64_t channels, int64_t length, float epsilon);
+  void run(void* const* args) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights, BlockWriter& blocks) const override;
+  static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
+
+ private:
+  int64_t rows_, channels_, length_;
+  float epsilon_;
+};
+
 // One node run by its reference kernel, or by the faster one the
 // interpreter has for it (interpreter_kernels.hpp). args: the values the node reads
 // (ir::values_read order), then its outputs. Its outputs must have the shapes

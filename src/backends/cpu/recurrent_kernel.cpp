@@ -14,17 +14,9 @@
 #include "backends/cpu/portable/simd.hpp"
 #include "backends/cpu/portable/vmath.hpp"
 #include "backends/cpu/thread_budget.hpp"
+#include "backends/cpu/vector_clones.hpp"
 #include "runtime/ir/error.hpp"
 #include "runtime/ir/serialize.hpp"
-
-// The library is built for baseline x86-64 (4-wide vectors, no FMA): the
-// gate math is also compiled for AVX2 and AVX-512, and the loader picks the
-// one the CPU runs. The same formulas in every version.
-#if defined(__x86_64__) && defined(__ELF__)
-#define KILN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
-#else
-#define KILN_VECTOR_CLONES
-#endif
 
 namespace kiln::cpu {
 namespace {
