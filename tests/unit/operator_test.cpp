@@ -1517,6 +1517,25 @@ TEST_P(OperatorTest, ExpSigmoidAndEluAcrossTheFloatRange) {
   check(GetParam(), edges);
 }
 
+// Erf and Tanh too: a polynomial near 0 and exp further out, so relative
+// accuracy is checked on both sides of the switch, down to tiny values, and
+// at the ends (1 in float from about 4 for erf and 9 for tanh) and NaN.
+TEST_P(OperatorTest, ErfAndTanhAcrossTheFloatRange) {
+  std::vector<float> values{-std::numeric_limits<float>::infinity(), -1e3f, -9.1f, -3.9f, 1e-30f, -1e-8f, 0, 0.399f, 0.401f,
+                            0.499f, 0.501f, 4.1f, 1e3f, std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN()};
+  for (float x = -6; x < 6; x += 0.0137f) values.push_back(x);
+  Case c({"Erf", "Tanh"});
+  c.atol = 0;
+  c.rtol = 1e-6f;
+  c.declare_input("x", kFloat, {int64_t(values.size())});
+  c.inputs["x"] = Tensor::from_vector<float>({int64_t(values.size())}, values);
+  c.output("e").output("t");
+  c.node("Erf", {"x"}, {"e"});
+  c.node("Tanh", {"x"}, {"t"});
+  run(c);
+}
+
 // ---- binary elementwise ops with two-sided broadcasting ----------------------------------
 
 struct BinaryOp {

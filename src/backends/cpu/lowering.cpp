@@ -1124,15 +1124,29 @@ class Lowering {
     }
     dnnl::memory::dims dil;
     for (int64_t d : geo.dilations) dil.push_back(d - 1);
-    dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src_md,
-                                        md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any), to_dnnl(geo.strides),
-                                        to_dnnl(geo.kernel), dil, to_dnnl(geo.pad_begin), to_dnnl(geo.pad_end));
-    dnnl::pooling_v2_forward::primitive_desc pd(desc, user_scratchpad(), cpu_engine());
+    auto describe = [&](const md& src) {
+      dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src,
+                                          md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any), to_dnnl(geo.strides),
+                                          to_dnnl(geo.kernel), dil, to_dnnl(geo.pad_begin), to_dnnl(geo.pad_end));
+      return dnnl::pooling_v2_forward::primitive_desc(desc, user_scratchpad(), cpu_engine());
+    };
+    dnnl::pooling_v2_forward::primitive_desc pd = describe(src_md);
+    int src = val(n.inputs[0]).buffer;
+    // On plain (channels-first) input oneDNN 2.6 pools with a simple C++
+    // loop: after a GroupNorm in a 1-D conv net, 0.56 ms against 0.065 for
+    // its channels-last kernel. A reorder there costs less than the
+    // difference.
+    if (src_md == plain_md(in) && !global && std::string_view(pd.impl_info_str()).rfind("jit", 0) != 0) {
+      const md cl = channels_last(in);
+      if (auto other = describe(cl); std::string_view(other.impl_info_str()).rfind("jit", 0) == 0) {
+        pd = other;
+        src = as_layout(n.inputs[0], cl);
+      }
+    }
     Fused f;
     f.value = n.outputs[0];
     compiled();
-    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, src_md}}, {val(n.inputs[0]).buffer}, {}, f,
-                  pd.dst_desc(), is_plain(pd.dst_desc(), out));
+    emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, pd.src_desc()}}, {src}, {}, f, pd.dst_desc(), is_plain(pd.dst_desc(), out));
     return true;
   }
 
