@@ -348,7 +348,8 @@ class Emitter {
   // erf and tanh in plain arithmetic too (libm's are one call per element:
   // a GELU over 255k values took 0.54 ms). Near 0 an odd Taylor polynomial
   // (relative error under 1e-7 below the switch point), elsewhere through
-  // exp; both computed and one selected, so that the loop vectorises.
+  // exp; both computed and one selected, so that the loop vectorises. tanh
+  // is vmath.hpp's vtanh, step for step.
   llvm::Value* odd_series(llvm::Value* x, std::initializer_list<float> coefficients) {
     llvm::Value* x2 = b_.CreateFMul(x, x);
     llvm::Value* p = nullptr;

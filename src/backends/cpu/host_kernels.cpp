@@ -91,12 +91,6 @@ namespace {
 constexpr int kLanes = 16;
 using V = pk::Vec<kLanes>;
 
-KILN_PK_INLINE float lane_sum(V v) {
-  float s = 0;
-  for (int i = 0; i < kLanes; ++i) s += v[i];
-  return s;
-}
-
 // Two passes (the mean, then the squared deviations from it), as the
 // reference does: one pass of sums and sums of squares loses the variance of
 // values far from zero.
@@ -105,7 +99,7 @@ KILN_VECTOR_CLONES void normalize_row(const float* __restrict x, float* __restri
   V acc{};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) acc += pk::load<kLanes>(x + i);
-  float sum = lane_sum(acc);
+  float sum = pk::hsum<kLanes>(acc);
   for (; i < n; ++i) sum += x[i];
   const float mean = sum / float(n);
   acc = V{};
@@ -113,7 +107,7 @@ KILN_VECTOR_CLONES void normalize_row(const float* __restrict x, float* __restri
     const V dev = pk::load<kLanes>(x + i) - mean;
     acc += dev * dev;
   }
-  float squares = lane_sum(acc);
+  float squares = pk::hsum<kLanes>(acc);
   for (; i < n; ++i) squares += (x[i] - mean) * (x[i] - mean);
   const float a = scale / std::sqrt(squares / float(n) + epsilon), b = shift - mean * a;
   for (i = 0; i + kLanes <= n; i += kLanes) pk::store<kLanes>(y + i, pk::load<kLanes>(x + i) * a + b);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -44,21 +43,16 @@ const char* activation_name(Act a) {
   return "?";
 }
 
-// tanh through exp (libm's is one call per lane): 1 - 2 / (1 + e^2x), exact
-// at both ends (e^2x overflowing to inf gives 1, underflowing to 0 gives -1),
-// within about 1e-7 of tanh near 0.
-KILN_PK_INLINE V vtanh(V x) { return 1.0f - 2.0f / (1.0f + pk::vexp<kLanes>(x + x)); }
-
 KILN_PK_INLINE V apply(V x, const Layer::Activation& a) {
   const V zero{};
   switch (a.act) {
     case Act::Sigmoid: return 1.0f / (1.0f + pk::vexp<kLanes>(-x));
-    case Act::Tanh: return vtanh(x);
+    case Act::Tanh: return pk::vtanh<kLanes>(x);
     case Act::Relu: return x > 0.0f ? x : zero;
     case Act::Affine: return a.alpha * x + a.beta;
     case Act::LeakyRelu: return x >= 0.0f ? x : a.alpha * x;
     case Act::ThresholdedRelu: return x > a.alpha ? x : zero;
-    case Act::ScaledTanh: return a.alpha * vtanh(a.beta * x);
+    case Act::ScaledTanh: return a.alpha * pk::vtanh<kLanes>(a.beta * x);
     case Act::HardSigmoid: {
       const V y = a.alpha * x + a.beta;
       return y < 0.0f ? zero : y > 1.0f ? zero + 1.0f : y;
@@ -176,6 +170,10 @@ class Runner {
   // The gates' input projections and biases, every step and direction at once.
   void project() const { product(projection_, o_.x, gates_); }
 
+  int64_t length(int64_t b) const {
+    return l_.sequence_lens_int64 ? static_cast<const int64_t*>(o_.lens)[b] : static_cast<const int32_t*>(o_.lens)[b];
+  }
+
   // Batch rows [b0, b1) of direction d, `len` steps each, with the products
   // from steps_[first].
   void recur(int64_t d, int64_t b0, int64_t b1, int64_t len, size_t first) const {
@@ -186,8 +184,7 @@ class Runner {
       std::memcpy(h + (b - b0) * H_, o_.h0 + state_index(d, b), size_t(H_) * sizeof(float));
       if (o_.c0) std::memcpy(c + (b - b0) * H_, o_.c0 + state_index(d, b), size_t(H_) * sizeof(float));
     }
-    const size_t per_direction = l_.cell == Cell::Lstm ? 3 : l_.cell == Cell::Gru ? 2 : 1;
-    const Layer::Activation* act = &l_.activations[size_t(d) * per_direction];
+    const Layer::Activation* act = &l_.activations[size_t(d * l_.activations_per_direction())];
     const float* rbh = l_.linear_before_reset ? o_.rbh + d * H_ : nullptr;
     const int64_t ldg = l_.batch_major ? T * n_ : n_;  // between consecutive batch rows
     const bool backwards = l_.reverse || d == 1;
@@ -252,8 +249,6 @@ class Runner {
   float *gates_, *h_, *c_, *prod_, *rh_, *tmp_;
 };
 
-size_t cell_activations(const RecurrentLayer& l) { return l.cell == Cell::Lstm ? 3 : l.cell == Cell::Gru ? 2 : 1; }
-
 }  // namespace
 
 int64_t RecurrentKernel::products_per_item(const RecurrentLayer& l) {
@@ -266,10 +261,8 @@ int64_t RecurrentKernel::state_floats(const RecurrentLayer& l) {
 }
 
 bool RecurrentKernel::activation_named(const std::string& name, RecurrentLayer::Act& act) {
-  std::string lower = name;
-  for (auto& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
   for (const auto& [n, a] : kActivations)
-    if (lower == n) {
+    if (name == n) {
       act = a;
       return true;
     }
@@ -281,7 +274,7 @@ RecurrentKernel::RecurrentKernel(std::string node, RecurrentLayer layer, Recurre
     : node_(std::move(node)), l_(std::move(layer)), projection_(std::move(projection)), steps_(std::move(steps)) {
   const int64_t items = l_.directions * l_.chunks + (l_.sequence_lens ? l_.directions : 0);
   if (l_.seq < 1 || l_.batch < 1 || l_.input < 1 || l_.hidden < 1 || l_.directions < 1 || l_.directions > 2 || l_.chunks < 1 ||
-      l_.chunks > l_.batch || l_.activations.size() != cell_activations(l_) * size_t(l_.directions) || !projection_.kernel ||
+      l_.chunks > l_.batch || int64_t(l_.activations.size()) != l_.activations_per_direction() * l_.directions || !projection_.kernel ||
       int64_t(steps_.size()) != items * products_per_item(l_))
     ir::fail(ir::ErrorKind::InvalidModel, node_ + ": a recurrent layer's sizes, activations or products are inconsistent");
   for (const auto& s : steps_)
@@ -304,36 +297,33 @@ void RecurrentKernel::run(void* const* args) const {
   if (l_.y_c) o.yc = static_cast<float*>(args[i++]);
   o.scratch = static_cast<char*>(args[i]);
 
+  const Runner runner(l_, o, projection_, steps_);
   // Checked here: a worker of the parallel loop below may not throw.
-  std::vector<int64_t> lens(size_t(l_.batch));
   bool uniform = true;
   for (int64_t b = 0; b < l_.batch; ++b) {
-    const int64_t v = l_.sequence_lens_int64 ? static_cast<const int64_t*>(o.lens)[b] : static_cast<const int32_t*>(o.lens)[b];
+    const int64_t v = runner.length(b);
     if (v < 0 || v > l_.seq)
       ir::fail(ir::ErrorKind::InvalidArgument, node_ + ": sequence_lens[" + std::to_string(b) + "] is " + std::to_string(v) +
                                                    ", expected a value in [0, " + std::to_string(l_.seq) + "]");
-    lens[size_t(b)] = v;
-    uniform = uniform && v == lens[0];
+    uniform = uniform && v == runner.length(0);
   }
   if (!uniform && !l_.sequence_lens)
     ir::fail(ir::ErrorKind::Internal, node_ + ": rows of different lengths in a layer compiled without sequence_lens");
   // Steps past a row's length leave zeros in Y.
-  if (o.y && (!uniform || lens[0] != l_.seq))
+  if (o.y && (!uniform || runner.length(0) != l_.seq))
     std::memset(o.y, 0, size_t(l_.seq * l_.directions * l_.batch * l_.hidden) * sizeof(float));
 
-  const Runner runner(l_, o, projection_, steps_);
   runner.project();
   // Rows of one length: each direction's rows in `chunks` groups at once.
   // Rows of different lengths: one by one, each direction on its own.
   struct Task {
     const Runner& runner;
     const RecurrentLayer& l;
-    const std::vector<int64_t>& lens;
     bool uniform;
     int64_t per_item;
     std::atomic<bool> failed{false};
     std::string error;
-  } task{runner, l_, lens, uniform, products_per_item(l_), {false}, {}};
+  } task{runner, l_, uniform, products_per_item(l_), {false}, {}};
   const int64_t items = l_.directions * (uniform ? l_.chunks : 1);
   team_threads()->parallel_for(
       nullptr, items,
@@ -345,10 +335,10 @@ void RecurrentKernel::run(void* const* args) const {
             if (t.uniform) {
               const int64_t d = item / t.l.chunks, part = item % t.l.chunks;
               const int64_t b0 = part * t.l.batch / t.l.chunks, b1 = (part + 1) * t.l.batch / t.l.chunks;
-              t.runner.recur(d, b0, b1, t.lens[size_t(b0)], size_t(item * t.per_item));
+              t.runner.recur(d, b0, b1, t.runner.length(b0), size_t(item * t.per_item));
             } else {
               const size_t first = size_t((t.l.directions * t.l.chunks + item) * t.per_item);
-              for (int64_t b = 0; b < t.l.batch; ++b) t.runner.recur(item, b, b + 1, t.lens[size_t(b)], first);
+              for (int64_t b = 0; b < t.l.batch; ++b) t.runner.recur(item, b, b + 1, t.runner.length(b), first);
             }
           }
         } catch (const std::exception& e) {

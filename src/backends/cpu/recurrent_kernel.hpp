@@ -34,6 +34,7 @@ struct RecurrentLayer {
   int64_t chunks = 1;  // groups of batch rows per direction, run in parallel
 
   int64_t gates() const { return cell == Cell::Lstm ? 4 : cell == Cell::Gru ? 3 : 1; }
+  int64_t activations_per_direction() const { return cell == Cell::Lstm ? 3 : cell == Cell::Gru ? 2 : 1; }
 };
 
 // A oneDNN matmul the kernel runs, with where its scratchpad starts in the
@@ -63,7 +64,8 @@ class RecurrentKernel : public Kernel {
   static std::unique_ptr<Kernel> load(const nlohmann::json& j, const WeightsReader& weights, const BlockReader& blocks,
                                       const std::string& what);
 
-  // The kernel's name of an ONNX activation (any case); false if it has none.
+  // The kernel's name of an ONNX activation, in lower case as
+  // ref::recurrent_activations gives it; false if it has none.
   static bool activation_named(const std::string& name, RecurrentLayer::Act& act);
   // Products per item: 2 for a GRU without linear_before_reset.
   static int64_t products_per_item(const RecurrentLayer& l);
