@@ -2,10 +2,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <functional>
+#include <list>
+
+#include <nlohmann/json.hpp>
 
 #include "backends/cpu/lowering.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/cpu/portable/kernels.h"
+#include "backends/cpu/thread_budget.hpp"
+#include "backends/program_blocks.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "imported_model.hpp"
 #include "random_data.hpp"
@@ -315,5 +322,77 @@ TEST(CpuLowering, ThreeByThreeConvolutionsInChannelBlocksUseWinograd) {
     if (c.winograd && !winograd && kernel.implementation().find("avx512") == std::string::npos)
       GTEST_SKIP() << "oneDNN has Winograd kernels on AVX-512 only; here: " << kernel.implementation();
     EXPECT_EQ(winograd, c.winograd) << c.name << ": " << kernel.implementation();
+  }
+}
+
+namespace {
+
+// The saved kernel made again from its bytes, as a warm start does; `edit`
+// changes what was saved first.
+std::unique_ptr<kiln::cpu::Kernel> save_and_load(const kiln::cpu::OneDnnKernel& kernel,
+                                                 const std::function<void(nlohmann::json&)>& edit = {}) {
+  kiln::backends::WeightsWriter weights;
+  kiln::backends::BlockWriter blocks;
+  nlohmann::json saved;
+  kernel.save(saved, weights, blocks);
+  if (edit) edit(saved);
+  static std::list<std::string> kept;  // the loaded kernels' weights point into these
+  std::string& bytes = kept.emplace_back(size_t(weights.size()), '\0');
+  for (const auto& [offset, chunk] : weights.chunks()) std::memcpy(bytes.data() + offset, chunk.first, chunk.second);
+  const std::string& program = kept.emplace_back(blocks.finish({{"kernel", saved}}));
+  const kiln::backends::BlockReader read(program, "the test's program");
+  return kiln::cpu::OneDnnKernel::load(read.document()["kernel"], kiln::cpu::WeightsReader(bytes.data(), bytes.size()), read,
+                                       "the test's kernel");
+}
+
+}  // namespace
+
+// A convolution can take the next of oneDNN's jit implementations (here by
+// policy; by timing, only when making the preferred one took long): it reads
+// and writes the same layouts, its weights are reordered for it, and a saved
+// program makes that implementation again, not the preferred one.
+TEST(CpuLowering, AConvolutionCanTakeAnotherImplementationAndKeepsItThroughTheCache) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 4, 1000}).output("y", onnx::TensorProto::FLOAT, {1, 32, 1000});
+  b.initializer(ModelBuilder::float_tensor("w", {32, 4, 3}, random_values(384, 1)));
+  b.initializer(ModelBuilder::float_tensor("bias", {32}, random_values(32, 2)));
+  auto& conv = b.node("Conv", {"x", "w", "bias"}, {"c"}, "conv");
+  ModelBuilder::attr_ints(conv, "pads", {1, 1});
+  b.node("Relu", {"c"}, {"y"});
+  auto m = kiln::test::import(b);
+  auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {1, 4, 1000}}}}, kiln::ref::constant_evaluator());
+  std::vector<kiln::cpu::ImplementationTrial> trials;
+  auto p = kiln::cpu::lower(*m.graph, spec, kiln::cpu::KernelFamily::Native, nullptr, &trials);
+  ASSERT_EQ(trials.size(), 1u);
+  const std::string preferred = static_cast<const kiln::cpu::OneDnnKernel&>(*step_of(p, "conv").kernel).implementation();
+
+  kiln::cpu::ThreadBudget budget(2);
+  EXPECT_EQ(kiln::cpu::choose_implementations(p, trials, budget, kiln::cpu::TrialPolicy::Off), 0);
+  ASSERT_EQ(kiln::cpu::choose_implementations(p, trials, budget, kiln::cpu::TrialPolicy::Other), 1) << "preferred: " << preferred;
+  const auto& other = static_cast<const kiln::cpu::OneDnnKernel&>(*step_of(p, "conv").kernel);
+  EXPECT_NE(other.implementation(), preferred);
+  EXPECT_EQ(other.implementation().substr(0, 3), "jit");
+  EXPECT_GT(other.implementation_index(), 0);
+
+  const auto loaded = save_and_load(other);
+  const auto& again = static_cast<const kiln::cpu::OneDnnKernel&>(*loaded);
+  EXPECT_EQ(again.implementation(), other.implementation());
+  EXPECT_EQ(again.implementation_index(), other.implementation_index());
+
+  // An entry naming an implementation oneDNN does not offer there is refused
+  // (the cache then compiles again), never made with another one.
+  const std::vector<std::function<void(nlohmann::json&)>> edits = {
+      [](nlohmann::json& i) { i[1] = "jit:elsewhere"; },
+      [](nlohmann::json& i) { i[0] = 99; },
+      [](nlohmann::json& i) { i = "jit"; },
+  };
+  for (const auto& edit : edits) {
+    try {
+      save_and_load(other, [&](nlohmann::json& saved) { edit(saved["primitive"]["implementation"]); });
+      ADD_FAILURE() << "loaded";
+    } catch (const kiln::ir::Error& e) {
+      EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::InvalidModel);
+      EXPECT_NE(std::string(e.what()).find("implementation"), std::string::npos) << e.what();
+    }
   }
 }

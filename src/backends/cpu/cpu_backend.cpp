@@ -251,9 +251,10 @@ class CpuBackend : public Backend {
     OmpThreads omp(budget_->threads);
     cpu::Program program;
     cpu::DeferredWork deferred;
+    std::vector<cpu::ImplementationTrial> trials;
     try {
       program = cpu::lower(*graph, spec, options.kernels == "portable" ? cpu::KernelFamily::Portable : cpu::KernelFamily::Native,
-                           &deferred);
+                           &deferred, &trials);
     } catch (const ir::Error& e) {
       if (e.kind() != ir::ErrorKind::Unsupported) throw;
       // Shapes that depend on data cannot be planned statically. The
@@ -266,6 +267,7 @@ class CpuBackend : public Backend {
     std::vector<std::string> step_symbols;
     cpu::ProgramObjects objects;
     generate_code(program, deferred, objects, step_symbols);
+    cpu::choose_implementations(program, trials, *budget_, cpu::trial_policy());
     return std::make_unique<CpuExecutable>(std::move(program), std::move(objects), std::move(step_symbols), jit_shared(), budget_);
   }
 

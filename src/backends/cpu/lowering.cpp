@@ -163,12 +163,14 @@ bool is_static(const ir::Specialization& spec, const std::string& name) {
 
 class Lowering {
  public:
-  Lowering(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork& deferred)
+  Lowering(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork& deferred,
+           std::vector<ImplementationTrial>* trials)
       : g_(graph),
         spec_(spec),
         portable_(family == KernelFamily::Portable),
         host_kernels_(family == KernelFamily::Native),
-        deferred_(deferred) {
+        deferred_(deferred),
+        trials_(family == KernelFamily::Native ? trials : nullptr) {
     p_.family = family;
   }
 
@@ -894,6 +896,7 @@ class Lowering {
     compiled();
     emit_with_dst(n.describe(), pd, {{DNNL_ARG_SRC, pd.src_desc(0)}}, {src}, std::move(constants), f, pd.dst_desc(0),
                   is_plain(pd.dst_desc(0), dims(f.value)));
+    if (trials_) trials_->push_back({p_.steps.size() - 1, user_wei, w->raw()});
   }
 
   // ---- ConvTranspose: oneDNN deconvolution ---------------------------------------
@@ -2388,6 +2391,7 @@ class Lowering {
   const bool host_kernels_;  // false: a portable call wherever Native would run a host kernel
   Program p_;
   DeferredWork& deferred_;
+  std::vector<ImplementationTrial>* trials_;
   std::map<std::string, Val> vals_;
   std::map<std::string, std::vector<size_t>> consumers_;
   std::map<std::string, size_t> producer_;
@@ -2443,9 +2447,10 @@ bool lowers(const ir::Node& node, const ir::Specialization& spec) {
   return lowers_natively(node) || ref::has_kernel(node.domain, node.op_type);
 }
 
-Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork* deferred) {
+Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork* deferred,
+              std::vector<ImplementationTrial>* trials) {
   DeferredWork work;
-  Program p = Lowering(graph, spec, family, deferred ? *deferred : work).run();
+  Program p = Lowering(graph, spec, family, deferred ? *deferred : work, trials).run();
   p.graph_nodes = int(graph.nodes.size());
   for (auto& task : work) task();
   return p;

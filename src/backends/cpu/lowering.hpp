@@ -5,6 +5,7 @@
 // post-ops; elementwise chains into one loop), the layouts (oneDNN's blocked
 // layouts kept between the primitives that want them, reorders only at the
 // edges) and the memory plan.
+#include "backends/cpu/implementation_choice.hpp"
 #include "backends/cpu/program.hpp"
 #include "runtime/ir/graph.hpp"
 #include "runtime/ir/shape_inference.hpp"
@@ -17,9 +18,11 @@ namespace kiln::cpu {
 // `family` picks the kernels of convolutions, products, pooling,
 // normalisations and copies; what neither compiles runs its reference kernel.
 // With `deferred`, the work that only has to be done before the program
-// first runs (see DeferredWork) is appended there instead of done.
+// first runs (see DeferredWork) is appended there instead of done. With
+// `trials`, the steps that could take another oneDNN implementation are
+// listed there (see implementation_choice.hpp).
 Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family = KernelFamily::Native,
-              DeferredWork* deferred = nullptr);
+              DeferredWork* deferred = nullptr, std::vector<ImplementationTrial>* trials = nullptr);
 
 // Convolutions whose input or output has at least this many bytes compute in
 // oneDNN's 16-channel blocks; smaller ones in the layout oneDNN picks

@@ -1,6 +1,7 @@
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/program_blocks.hpp"
 
+#include <chrono>
 #include <cstring>
 
 #include "backends/cpu/thread_budget.hpp"
@@ -36,11 +37,12 @@ dnnl::primitive_attr user_scratchpad() {
 }
 
 OneDnnKernel::OneDnnKernel(dnnl::primitive_desc_base pd, std::vector<std::pair<int, dnnl::memory::desc>> runtime_args,
-                           std::unordered_map<int, dnnl::memory> constant_args, int sum_from)
+                           std::unordered_map<int, dnnl::memory> constant_args, int sum_from, int implementation)
     : pd_(std::move(pd)),
       runtime_args_(std::move(runtime_args)),
       constant_args_(std::move(constant_args)),
-      sum_from_(sum_from) {
+      sum_from_(sum_from),
+      implementation_(implementation) {
   for (size_t i = 0; i < runtime_args_.size(); ++i)
     if (runtime_args_[i].first == DNNL_ARG_DST) dst_index_ = int(i);
   if (sum_from_ >= 0 && dst_index_ < 0) ir::fail(ir::ErrorKind::Internal, "oneDNN kernel: a Sum post-op needs a destination");
@@ -53,7 +55,27 @@ OneDnnKernel::OneDnnKernel(dnnl::primitive_desc_base pd, std::vector<std::pair<i
 }
 
 void OneDnnKernel::create_primitive() {
-  if (!primitive_) primitive_ = dnnl::primitive(pd_.get());
+  if (primitive_) return;
+  const auto start = std::chrono::steady_clock::now();
+  primitive_ = dnnl::primitive(pd_.get());
+  creation_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+OneDnnImplementations::OneDnnImplementations(const void* op_desc, const_dnnl_primitive_attr_t attr) {
+  dnnl::error::wrap_c_api(dnnl_primitive_desc_iterator_create(&iterator_, op_desc, attr, cpu_engine().get(), nullptr),
+                          "oneDNN has no implementation of this operation");
+}
+
+OneDnnImplementations::~OneDnnImplementations() { dnnl_primitive_desc_iterator_destroy(iterator_); }
+
+bool OneDnnImplementations::next() {
+  if (dnnl_primitive_desc_iterator_next(iterator_) != dnnl_success) return false;
+  ++index_;
+  return true;
+}
+
+dnnl::primitive_desc_base OneDnnImplementations::descriptor() const {
+  return dnnl::primitive_desc_base(dnnl_primitive_desc_iterator_fetch(iterator_));
 }
 
 void OneDnnKernel::run(void* const* args) const {
@@ -153,6 +175,7 @@ void OneDnnKernel::save(json& out, WeightsWriter& weights, BlockWriter& blocks) 
     const void* desc = nullptr;
     dnnl::error::wrap_c_api(dnnl_primitive_desc_query(pd, dnnl_query_op_d, 0, &desc), "query operation descriptor");
     prim["desc"] = blocks.add(desc, size);
+    if (implementation_ > 0) prim["implementation"] = {implementation_, pd_.impl_info_str()};
   }
   const_dnnl_primitive_attr_t attr = nullptr;
   const_dnnl_post_ops_t post_ops = nullptr;
@@ -218,7 +241,27 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
                                                what + ": oneDNN operation descriptor of kind " + std::to_string(int(kind)), int64_t(size));
     std::vector<int64_t> aligned((size + 7) / 8);  // the descriptors hold 64-bit fields
     std::memcpy(aligned.data(), desc.data(), size);
-    status = dnnl_primitive_desc_create(&pd, aligned.data(), attr.get(), engine, nullptr);
+    if (!prim.contains("implementation")) {
+      status = dnnl_primitive_desc_create(&pd, aligned.data(), attr.get(), engine, nullptr);
+    } else {
+      // Not the implementation oneDNN prefers: the compile timed another one.
+      const json& chosen = prim["implementation"];
+      if (!chosen.is_array() || chosen.size() != 2 || !chosen[0].is_number_integer() || !chosen[1].is_string())
+        ir::fail(ir::ErrorKind::InvalidModel, what + ": a oneDNN implementation must be [index, name]");
+      const int index = chosen[0].get<int>();
+      const std::string name = chosen[1].get<std::string>();
+      try {
+        OneDnnImplementations all(aligned.data(), attr.get());
+        while (all.index() < index && all.next()) {
+        }
+        if (all.index() != index || all.descriptor().impl_info_str() != name)
+          ir::fail(ir::ErrorKind::InvalidModel, what + ": oneDNN no longer offers implementation " + std::to_string(index) + " (" +
+                                                    name + ") of the saved primitive");
+        status = dnnl_primitive_desc_clone(&pd, all.descriptor().get());
+      } catch (const dnnl::error& e) {
+        status = e.status;
+      }
+    }
   }
   if (status != dnnl_success)
     ir::fail(ir::ErrorKind::InvalidModel, what + ": oneDNN cannot create the saved primitive again (status " +
@@ -247,7 +290,8 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
     runtime.push_back({r[0].get<int>(), dnnl::memory::desc(md_from_json(r[1], blocks, what))});
   }
   auto kernel = std::make_unique<OneDnnKernel>(std::move(owned), std::move(runtime), std::move(constants),
-                                               ir::json_field<int>(j, "sum_from", what));
+                                               ir::json_field<int>(j, "sum_from", what),
+                                               prim.contains("implementation") ? prim["implementation"][0].get<int>() : 0);
   kernel->create_primitive();
   return kernel;
 }

@@ -21,14 +21,18 @@ class OneDnnKernel : public Kernel {
   // layout of the buffer bound there. If `sum_from` >= 0, that argument (a
   // residual of the destination's layout) is copied into DNNL_ARG_DST first,
   // for a Sum post-op.
+  // `implementation`: where `pd` stands in oneDNN's list of implementations
+  // of its operation (0: the one oneDNN prefers), for making it again.
   OneDnnKernel(dnnl::primitive_desc_base pd, std::vector<std::pair<int, dnnl::memory::desc>> runtime_args,
-               std::unordered_map<int, dnnl::memory> constant_args, int sum_from = -1);
+               std::unordered_map<int, dnnl::memory> constant_args, int sum_from = -1, int implementation = 0);
   // Makes the primitive (oneDNN compiles its code here), once, before the
   // first run. Kept apart from construction so that the lowering can leave it
   // to run beside LLVM code generation. The calling thread's OpenMP thread
   // count must be the one the descriptor was made with: oneDNN keys its
   // primitive cache by it.
   void create_primitive();
+  // How long create_primitive() took, in milliseconds (0 before).
+  double creation_ms() const { return creation_ms_; }
   // Not reentrant: the memory handles are rebound on every call, which
   // allocates nothing. Runs of one Runtime are serialised (cpu_backend.cpp).
   void run(void* const* args) const override;
@@ -40,6 +44,11 @@ class OneDnnKernel : public Kernel {
   // oneDNN's name for the implementation it chose ("jit:uni", "ref:any").
   std::string implementation() const { return pd_.impl_info_str(); }
   dnnl::primitive::kind primitive_kind() const { return pd_.get_kind(); }
+  int implementation_index() const { return implementation_; }
+  const dnnl::primitive_desc_base& descriptor() const { return pd_; }
+  const std::vector<std::pair<int, dnnl::memory::desc>>& runtime_args() const { return runtime_args_; }
+  const std::unordered_map<int, dnnl::memory>& constant_args() const { return constant_args_; }
+  int sum_from() const { return sum_from_; }
 
  private:
   dnnl::primitive_desc_base pd_;
@@ -51,6 +60,27 @@ class OneDnnKernel : public Kernel {
   mutable dnnl::stream stream_;
   int sum_from_ = -1;
   int dst_index_ = -1;
+  int implementation_ = 0;
+  double creation_ms_ = 0;
+};
+
+// oneDNN's implementations of one operation (an operation descriptor and its
+// attributes), in its order of preference, each with its position in that
+// order. Throws dnnl::error if oneDNN has none.
+class OneDnnImplementations {
+ public:
+  OneDnnImplementations(const void* op_desc, const_dnnl_primitive_attr_t attr);
+  ~OneDnnImplementations();
+  OneDnnImplementations(const OneDnnImplementations&) = delete;
+  OneDnnImplementations& operator=(const OneDnnImplementations&) = delete;
+  // Moves to the next implementation; false past the last.
+  bool next();
+  int index() const { return index_; }
+  dnnl::primitive_desc_base descriptor() const;
+
+ private:
+  dnnl_primitive_desc_iterator_t iterator_ = nullptr;
+  int index_ = 0;
 };
 
 // Whether `kernel` is a OneDnnKernel: the only host kernel a native bundle runs.
