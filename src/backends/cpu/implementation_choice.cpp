@@ -96,39 +96,84 @@ std::unique_ptr<OneDnnKernel> other_implementation(const OneDnnKernel& current, 
   return nullptr;
 }
 
-// The fastest of a few runs of each kernel, taken in turns on the budget's
-// threads over zeroed buffers of the step's layouts: {current, other} in ms.
-std::pair<double, double> time_both(const OneDnnKernel& current, const OneDnnKernel& other, ThreadBudget& budget) {
-  std::vector<dnnl::memory> buffers;
-  std::vector<void*> args;
-  for (const auto& [id, desc] : current.runtime_args()) {
-    buffers.emplace_back(desc, cpu_engine());
-    std::memset(buffers.back().get_data_handle(), 0, desc.get_size());
-    args.push_back(buffers.back().get_data_handle());
+// Times kernels of one step, one run at a time on the budget's threads as a
+// run does, over zeroed buffers of the step's layouts.
+class Stopwatch {
+ public:
+  Stopwatch(const OneDnnKernel& step, ThreadBudget& budget) : budget_(budget) {
+    for (const auto& [id, desc] : step.runtime_args()) {
+      buffers_.emplace_back(desc, cpu_engine());
+      std::memset(buffers_.back().get_data_handle(), 0, desc.get_size());
+      args_.push_back(buffers_.back().get_data_handle());
+    }
   }
-  using clock = std::chrono::steady_clock;
-  auto once = [&](const OneDnnKernel& k) {
-    const auto start = clock::now();
-    k.run(args.data());
-    return std::chrono::duration<double, std::milli>(clock::now() - start).count();
+  template <typename F>
+  void hold(const F& f) {
+    if (ThreadBudget::held() == &budget_) f();  // already this thread's, as in a run
+    else budget_.hold(f);
+  }
+  double once(const OneDnnKernel& k) {
+    const auto start = std::chrono::steady_clock::now();
+    k.run(args_.data());
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+
+ private:
+  ThreadBudget& budget_;
+  std::vector<dnnl::memory> buffers_;
+  std::vector<void*> args_;
+};
+
+// About the least a convolution's run can take on `threads` threads, in ms:
+// its multiply-adds at 100 GFLOP/s a thread (about what oneDNN reaches on
+// resnet50 here), known without running it.
+double least_run_ms(const OneDnnKernel& k, int threads) {
+  const dnnl::primitive_desc_base& pd = k.descriptor();
+  auto count = [](const dnnl::memory::dims& d, size_t from) {
+    double n = 1;
+    for (size_t i = from; i < d.size(); ++i) n *= double(d[i]);
+    return n;
   };
+  const dnnl::memory::dims src = pd.src_desc(0).dims(), dst = pd.dst_desc(0).dims();
+  // Per output value of a convolution (per input value of a deconvolution),
+  // every weight of its group.
+  const double points = std::max(count(src, 2), count(dst, 2)) * double(dst[0]);
+  return 2 * points * count(pd.weights_desc(0).dims(), 0) / (threads * 1e8);
+}
+
+// Whether `k` is worth a trial on `threads` threads. Making oneDNN's brgemm
+// convolution takes time in proportion to the output's width (64 channels,
+// kernel 3, 1-D: 1 ms at 32 steps, 2 at 256, 6 at 1000, 22 at 4000; 2-D at
+// 1000 wide: 23 ms), and images up to 224 wide measured 1-2 ms. And the
+// trial (making the other primitive, reordering its weights, about six
+// runs) must cost less than making the current one again costs a warm start.
+bool worth_a_trial(const OneDnnKernel& k, int threads) {
+  return k.descriptor().dst_desc(0).dims().back() >= 256 && k.creation_ms() >= 5 * least_run_ms(k, threads);
+}
+
+// Whether `other` should replace `current`: the fastest of alternating runs
+// of each, more rounds while the two are within 10% of each other and the
+// rounds cost less than making the current one again does. Within 2% (below
+// the noise of a run here) the one that is cheaper to make wins: a warm start
+// makes it in every process.
+bool other_wins(const OneDnnKernel& current, const OneDnnKernel& other, Stopwatch& watch) {
   double best[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
-  auto measure = [&] {
-    once(current);  // each first run faults pages in and warms the caches
-    once(other);
-    // Two rounds at least; more while they cost less than what making the
-    // current one again costs (what choosing the other could save a warm start).
+  watch.hold([&] {
+    watch.once(current);  // the first runs fault pages in
+    watch.once(other);
     double spent = 0;
-    for (int round = 0; round < 10 && (round < 2 || spent < current.creation_ms()); ++round)
+    for (int round = 0; round < 10; ++round) {
       for (int k = 0; k < 2; ++k) {
-        const double ms = once(k == 0 ? current : other);
+        const double ms = watch.once(k == 0 ? current : other);
         best[k] = std::min(best[k], ms);
         spent += ms;
       }
-  };
-  if (ThreadBudget::held() == &budget) measure();  // already this thread's, as in a run
-  else budget.hold(measure);
-  return {best[0], best[1]};
+      const bool close = best[1] < 1.1 * best[0] && best[0] < 1.1 * best[1];
+      if (!close || (round >= 1 && spent >= current.creation_ms())) break;
+    }
+  });
+  const double slack = other.creation_ms() < current.creation_ms() ? 1.02 : 1.0;
+  return best[1] <= slack * best[0];
 }
 
 }  // namespace
@@ -140,7 +185,7 @@ int choose_implementations(Program& program, const std::vector<ImplementationTri
   for (const ImplementationTrial& trial : trials) {
     Step& step = program.steps.at(trial.step);
     auto* current = dynamic_cast<OneDnnKernel*>(step.kernel.get());
-    if (!current || (policy == TrialPolicy::Timed && current->creation_ms() < kTrialFromMs)) continue;
+    if (!current || (policy == TrialPolicy::Timed && !worth_a_trial(*current, budget.threads))) continue;
     std::unique_ptr<OneDnnKernel> other;
     try {
       other = other_implementation(*current, trial);
@@ -149,11 +194,8 @@ int choose_implementations(Program& program, const std::vector<ImplementationTri
     }
     if (!other) continue;
     if (policy == TrialPolicy::Timed) {
-      // Within 2% (below the noise of a run here) the one that is cheaper to
-      // make again wins: a warm start makes it in every process.
-      const auto [current_ms, other_ms] = time_both(*current, *other, budget);
-      const double slack = other->creation_ms() < current->creation_ms() ? 1.02 : 1.0;
-      if (other_ms > slack * current_ms) continue;
+      Stopwatch watch(*current, budget);
+      if (!other_wins(*current, *other, watch)) continue;
     }
     step.kernel = std::move(other);
     ++changed;

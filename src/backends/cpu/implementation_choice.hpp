@@ -3,10 +3,11 @@
 // its brgemm kernels, which generate code for the shape when the primitive is
 // made; for some shapes that takes far longer than running it, and a warm
 // start pays it again in every process (a 1-D convolution over 4000 steps: 22
-// ms to make, 0.35 ms to run; its older jit kernel: 1 ms to make). Where
-// making the preferred primitive took long, the compile also makes the next
-// jit implementation, times both on the run's threads and keeps the faster;
-// the cache entry records which one, so a warm start makes only that.
+// ms to make, 0.35 ms to run; its older jit kernel: 1 ms to make). Where the
+// output is wide and making the preferred primitive took long against its
+// run, the compile also makes the next jit implementation, times both on the
+// run's threads and keeps the faster; the cache entry records which one, so a
+// warm start makes only that.
 #include <cstddef>
 #include <vector>
 
@@ -29,16 +30,13 @@ struct ImplementationTrial {
 
 enum class TrialPolicy {
   Off,    // keep what oneDNN prefers
-  Timed,  // try another where the preferred one took long to make; keep the faster
+  Timed,  // try another where the preferred one is wide and took long to make; keep the faster
   Other,  // take another wherever one fits (for the tests: every such path runs)
 };
 
 // KILN_IMPLEMENTATION_TRIALS: off, timed (the default) or other. Read once.
 // Throws ir::Error(InvalidArgument) for any other value.
 TrialPolicy trial_policy();
-
-// Making a preferred primitive that took at least this long is worth a trial.
-inline constexpr double kTrialFromMs = 2;
 
 // Decides each trial of `program` (whose primitives are made) by `policy`,
 // timing on `budget`'s threads as a run does. Returns the steps that changed
