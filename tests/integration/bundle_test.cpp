@@ -123,6 +123,11 @@ class BundleTest : public ::testing::Test {
     return program;
   }
 
+  // `model` (default: conv_net()) frozen with `kernels` at batch sizes 1 and
+  // 8, run by a C program at batch sizes 1, 3, 8 and 13 and on 1 and 3
+  // threads, against the JIT. Its input "x" is [batch, item...].
+  void net_matches_the_jit(kiln::Runtime& runtime, const std::string& kernels, const std::string& libs, const std::string& model,
+                           const std::vector<int64_t>& item);
   void conv_net_matches_the_jit(kiln::Runtime& runtime, const std::string& kernels, const std::string& libs);
 
   fs::path dir_;
@@ -421,7 +426,12 @@ std::string conv_net() {
 // with `libs`, and compares its outputs with the JIT's (in `runtime`) for
 // batch sizes 1, 3, 8 and 13 from compiled sizes 1 and 8, on 1 and 3 host threads.
 void BundleTest::conv_net_matches_the_jit(kiln::Runtime& runtime, const std::string& kernels, const std::string& libs) {
-  write_file(dir_ / "net.onnx", conv_net());
+  net_matches_the_jit(runtime, kernels, libs, conv_net(), {3, 16, 16});
+}
+
+void BundleTest::net_matches_the_jit(kiln::Runtime& runtime, const std::string& kernels, const std::string& libs,
+                                     const std::string& model, const std::vector<int64_t>& item) {
+  write_file(dir_ / "net.onnx", model);
   kiln::Model net = kiln::Model::load(runtime, (dir_ / "net.onnx").string());
   kiln::Model::FreezeOptions o;
   o.output_dir = dir_.string();
@@ -438,7 +448,11 @@ void BundleTest::conv_net_matches_the_jit(kiln::Runtime& runtime, const std::str
   for (int64_t n : {1, 3, 8, 13})
     for (int threads : {1, 3}) {
       SCOPED_TRACE("batch " + std::to_string(n) + ", threads " + std::to_string(threads));
-      std::vector<float> x(size_t(n * 3 * 16 * 16));
+      std::vector<int64_t> shape{n};
+      shape.insert(shape.end(), item.begin(), item.end());
+      int64_t values = 1;
+      for (int64_t d : shape) values *= d;
+      std::vector<float> x(static_cast<size_t>(values));
       for (float& v : x) v = pixel(rng);
       write_file(dir_ / "x.f32", std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
       const Output r = sh(driver.string() + " " + (dir_ / "net.weights.bin").string() + " " + std::to_string(n) + " " +
@@ -447,7 +461,7 @@ void BundleTest::conv_net_matches_the_jit(kiln::Runtime& runtime, const std::str
       const std::string y = read_file(dir_ / "y.f32");
       std::vector<float> got(y.size() / sizeof(float));
       std::memcpy(got.data(), y.data(), y.size());
-      const kiln::Tensor want = net.run({{"x", kiln::Tensor::from_vector(kiln::DType::Float32, {n, 3, 16, 16}, x)}})[0];
+      const kiln::Tensor want = net.run({{"x", kiln::Tensor::from_vector(kiln::DType::Float32, shape, x)}})[0];
       expect_close(got, std::vector<float>(want.data_as<float>(), want.data_as<float>() + want.numel()), "y");
     }
 }
@@ -455,6 +469,37 @@ void BundleTest::conv_net_matches_the_jit(kiln::Runtime& runtime, const std::str
 TEST_F(BundleTest, ConvolutionalNetworkMatchesTheJit) {
   if (!have("cc")) GTEST_SKIP() << "no C compiler";
   conv_net_matches_the_jit(*runtime_, "portable", "-lm");
+}
+
+// A bidirectional GRU over batch-major input (ONNX's layout 1, so that the
+// batch is the first axis, as a bundle's inputs have it), then an LSTM over
+// its output: kiln_pk_recurrent in a bundle.
+TEST_F(BundleTest, RecurrentNetworkMatchesTheJit) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  using kiln::test::ModelBuilder;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0, 0.4f);
+  auto weights = [&](const std::string& name, std::vector<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(rng);
+    return ModelBuilder::float_tensor(name, dims, v);
+  };
+  ModelBuilder b(14);
+  b.input("x", 1, {"batch", 7, 5}).output("y", 1, {"batch", 7, 1, 4});
+  b.initializer(weights("gw", {2, 18, 5})).initializer(weights("gr", {2, 18, 6})).initializer(weights("gb", {2, 36}));
+  b.initializer(weights("lw", {1, 16, 12})).initializer(weights("lr", {1, 16, 4})).initializer(weights("lb", {1, 32}));
+  b.initializer(ModelBuilder::int64_tensor("flat", {3}, {0, 7, 12}));
+  auto& gru = b.node("GRU", {"x", "gw", "gr", "gb"}, {"g"});
+  ModelBuilder::attr_int(gru, "hidden_size", 6);
+  ModelBuilder::attr_int(gru, "layout", 1);
+  ModelBuilder::attr_string(gru, "direction", "bidirectional");
+  b.node("Reshape", {"g", "flat"}, {"gf"});
+  auto& lstm = b.node("LSTM", {"gf", "lw", "lr", "lb"}, {"y"});
+  ModelBuilder::attr_int(lstm, "hidden_size", 4);
+  ModelBuilder::attr_int(lstm, "layout", 1);
+  net_matches_the_jit(*runtime_, "portable", "-lm", b.model().SerializeAsString(), {7, 5});
 }
 
 // --kernels native: oneDNN's primitives, made again from the bundle's tables

@@ -379,14 +379,13 @@ TEST_P(OperatorTest, InstanceNormalizationScaleThatIsAnInput) {
   run(c);
 }
 
-// ---- RNN, GRU, LSTM (a host kernel on oneDNN matmuls; none in the portable kernels) ----
+// ---- RNN, GRU, LSTM (a host kernel on oneDNN matmuls; kiln_pk_recurrent) ----
 
 // A recurrent layer of `cell` over x [seq, batch, input] (or [batch, seq,
 // input] with layout 1), hidden size h, constant W, R and B.
 Case recurrent_case(const std::string& cell, int64_t h, const Dims& x, int64_t directions, int64_t opset = 13) {
   const int64_t gates = cell == "LSTM" ? 4 : cell == "GRU" ? 3 : 1;
   Case c({cell}, opset);
-  c.portable = false;
   c.input("x", x, -2, 2).weight("w", {directions, gates * h, x[2]}, 0.6f).weight("r", {directions, gates * h, h}, 0.6f);
   c.weight("b", {directions, 2 * gates * h}, 0.5f);
   return c;

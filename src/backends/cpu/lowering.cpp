@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -440,6 +441,7 @@ class Lowering {
       if (op == "Concat") return portable_concat(n);
       if (op == "Slice") return portable_slice(n);
       if (op == "Gather") return portable_gather(n);
+      if (op == "LSTM" || op == "GRU" || op == "RNN") return portable_recurrent(n);
       if (loop_ops().count(op)) return lower_elementwise(n);
       return false;
     }
@@ -457,7 +459,7 @@ class Lowering {
     if (op == "Concat") return lower_concat(n);
     if (op == "Slice") return host_kernels_ ? lower_slice(n) : portable_slice(n);
     if (op == "Gather") return host_kernels_ ? lower_gather(n) : portable_gather(n);
-    if (op == "LSTM" || op == "GRU" || op == "RNN") return host_kernels_ && lower_recurrent(n);
+    if (op == "LSTM" || op == "GRU" || op == "RNN") return host_kernels_ ? lower_recurrent(n) : portable_recurrent(n);
     if (loop_ops().count(op) && n.outputs.size() == 1 && loop_layout(n, dims(n.outputs[0])) && lower_elementwise(n)) return true;
     if (binary_algorithm(op) && lower_blocked_binary(n)) return true;
     if (loop_ops().count(op)) return lower_elementwise(n);
@@ -1355,27 +1357,26 @@ class Lowering {
   // float32 layers with constant W, R and B. A node that is malformed (a
   // shape, an attribute) is left to the reference kernel, which says what is
   // wrong with it.
-  bool lower_recurrent(const ir::Node& n) {
+  // The layer a recurrent node describes (its outputs not yet marked), or
+  // nullopt where the node is malformed or outside what the kernels take:
+  // its reference kernel then runs it, and reports what is wrong.
+  std::optional<RecurrentLayer> read_recurrent(const ir::Node& n) {
     using Cell = RecurrentLayer::Cell;
     RecurrentLayer l;
     l.cell = n.op_type == "LSTM" ? Cell::Lstm : n.op_type == "GRU" ? Cell::Gru : Cell::Rnn;
     const bool lstm = l.cell == Cell::Lstm;
     const size_t max_inputs = lstm ? 8 : 6, max_outputs = lstm ? 3 : 2;
-    if (n.inputs.size() < 3 || n.inputs.size() > max_inputs || n.outputs.size() > max_outputs) return false;
+    if (n.inputs.size() < 3 || n.inputs.size() > max_inputs || n.outputs.size() > max_outputs) return std::nullopt;
     auto in = [&](size_t i) { return i < n.inputs.size() ? n.inputs[i] : std::string(); };
-    if (!is_f32(in(0))) return false;
-    const ir::Tensor* w = constant(in(1));
-    const ir::Tensor* r = constant(in(2));
-    const ir::Tensor* b = in(3).empty() ? nullptr : constant(in(3));
-    if (!w || !r || w->dtype() != DType::Float32 || r->dtype() != DType::Float32) return false;
-    if (!in(3).empty() && (!b || b->dtype() != DType::Float32)) return false;
+    if (!is_f32(in(0)) || !is_f32(in(1)) || !is_f32(in(2)) || (!in(3).empty() && !is_f32(in(3)))) return std::nullopt;
+    const Dims wd = dims(in(1)), rd = dims(in(2));
 
     ref::KernelContext ctx(n, {}, nullptr);
     const Dims x = dims(in(0));
     const int64_t layout = n.opset >= 14 ? ctx.attr_int("layout", 0) : 0;
     const std::string direction = ctx.attr_string("direction", "forward");
-    if (x.size() != 3 || (layout != 0 && layout != 1)) return false;
-    if (direction != "forward" && direction != "reverse" && direction != "bidirectional") return false;
+    if (x.size() != 3 || (layout != 0 && layout != 1)) return std::nullopt;
+    if (direction != "forward" && direction != "reverse" && direction != "bidirectional") return std::nullopt;
     l.batch_major = layout == 1;
     l.seq = l.batch_major ? x[1] : x[0];
     l.batch = l.batch_major ? x[0] : x[1];
@@ -1383,16 +1384,17 @@ class Lowering {
     l.reverse = direction == "reverse";
     l.directions = direction == "bidirectional" ? 2 : 1;
     const int64_t D = l.directions, G = l.gates();
-    if (w->rank() != 3 || w->dim(0) != D || w->dim(1) % G != 0 || w->dim(2) != l.input) return false;
-    l.hidden = ctx.attr_int("hidden_size", w->dim(1) / G);
+    if (wd.size() != 3 || wd[0] != D || wd[1] % G != 0 || wd[2] != l.input) return std::nullopt;
+    l.hidden = ctx.attr_int("hidden_size", wd[1] / G);
     const int64_t H = l.hidden;
-    if (H < 1 || w->dim(1) != G * H || r->dims() != Dims{D, G * H, H} || (b && b->dims() != Dims{D, 2 * G * H})) return false;
+    if (H < 1 || wd[1] != G * H || rd != Dims{D, G * H, H} || (!in(3).empty() && dims(in(3)) != Dims{D, 2 * G * H}))
+      return std::nullopt;
     const Dims state = l.batch_major ? Dims{l.batch, D, H} : Dims{D, l.batch, H};
     if (!in(4).empty() && (dims(in(4)) != Dims{l.batch} || (dtype(in(4)) != DType::Int32 && dtype(in(4)) != DType::Int64)))
-      return false;
+      return std::nullopt;
     for (size_t i : {5, 6})
-      if (!in(i).empty() && (!is_f32(in(i)) || dims(in(i)) != state)) return false;
-    if (!in(7).empty() && (!is_f32(in(7)) || dims(in(7)) != Dims{D, 3 * H})) return false;
+      if (!in(i).empty() && (!is_f32(in(i)) || dims(in(i)) != state)) return std::nullopt;
+    if (!in(7).empty() && (!is_f32(in(7)) || dims(in(7)) != Dims{D, 3 * H})) return std::nullopt;
     l.sequence_lens_int64 = !in(4).empty() && dtype(in(4)) == DType::Int64;
     l.linear_before_reset = l.cell == Cell::Gru && ctx.attr_int("linear_before_reset", 0) != 0;
     l.input_forget = lstm && ctx.attr_int("input_forget", 0) != 0;
@@ -1402,18 +1404,34 @@ class Lowering {
     try {
       acts = ref::recurrent_activations(ctx, defaults[int(l.cell)], D);
     } catch (const ir::Error&) {
-      return false;
+      return std::nullopt;
     }
     for (const auto& a : acts) {
       RecurrentLayer::Activation k{};
-      if (!RecurrentKernel::activation_named(a.name, k.act)) return false;
+      if (!RecurrentKernel::activation_named(a.name, k.act)) return std::nullopt;
       k.alpha = float(a.alpha);
       k.beta = float(a.beta);
       l.activations.push_back(k);
     }
+    l.sequence_lens = !in(4).empty();
+    return l;
+  }
+
+  bool lower_recurrent(const ir::Node& n) {
+    using Cell = RecurrentLayer::Cell;
+    std::optional<RecurrentLayer> read = read_recurrent(n);
+    if (!read) return false;
+    RecurrentLayer l = std::move(*read);
+    const bool lstm = l.cell == Cell::Lstm;
+    auto in = [&](size_t i) { return i < n.inputs.size() ? n.inputs[i] : std::string(); };
+    const ir::Tensor* w = constant(in(1));
+    const ir::Tensor* r = constant(in(2));
+    const ir::Tensor* b = in(3).empty() ? nullptr : constant(in(3));
+    if (!w || !r || (!in(3).empty() && !b)) return false;
+    const int64_t D = l.directions, G = l.gates(), H = l.hidden;
+    const Dims state = l.batch_major ? Dims{l.batch, D, H} : Dims{D, l.batch, H};
     // Directions first, then groups of batch rows, over the threads.
     l.chunks = std::clamp<int64_t>(omp_get_max_threads() / D, 1, l.batch);
-    l.sequence_lens = !in(4).empty();
 
     // The products: weights as oneDNN packs them, W's and R's biases added
     // into the projection's (but R's of a GRU's hidden gate when the reset
@@ -1498,6 +1516,57 @@ class Lowering {
     add_kernel(label, std::move(args), std::move(writes),
                std::make_unique<RecurrentKernel>(label, std::move(l), std::move(projection), std::move(steps)));
     for (const auto& [k, threads] : made) defer_creation(k, label, threads);
+    return true;
+  }
+
+  // The portable kernel: weights that are inputs too, as it reads them as
+  // ONNX lays them out.
+  bool portable_recurrent(const ir::Node& n) {
+    std::optional<RecurrentLayer> read = read_recurrent(n);
+    if (!read) return false;
+    const RecurrentLayer& l = *read;
+    std::vector<int64_t> activations;
+    for (const auto& a : l.activations) {
+      uint32_t alpha, beta;
+      std::memcpy(&alpha, &a.alpha, sizeof alpha);
+      std::memcpy(&beta, &a.beta, sizeof beta);
+      activations.insert(activations.end(), {int64_t(a.act), int64_t(alpha), int64_t(beta)});
+    }
+    std::vector<int> args;
+    std::vector<Call::Arg> operands;
+    for (size_t i = 0; i < 8; ++i) {
+      const bool has = i < n.inputs.size() && !n.inputs[i].empty();
+      if (i == 4) {  // sequence_lens, then whether they are int64
+        operands.push_back(has ? Call::buffer(int(args.size())) : Call::null());
+        operands.push_back(Call::i32(l.sequence_lens_int64));
+      } else if (i == 6 && l.cell != RecurrentLayer::Cell::Lstm) {  // initial_c, then P: only an LSTM's
+        operands.insert(operands.end(), {Call::null(), Call::null()});
+        break;
+      } else {
+        operands.push_back(has ? Call::buffer(int(args.size())) : Call::null());
+      }
+      if (has) args.push_back(plain(n.inputs[i]));
+    }
+    std::vector<char> writes(args.size(), 0);
+    for (size_t i = 0; i < 3; ++i) {
+      const bool wanted = i < n.outputs.size() && !n.outputs[i].empty();
+      operands.push_back(wanted ? Call::buffer(int(args.size())) : Call::null());
+      if (!wanted) continue;
+      args.push_back(define_plain(n.outputs[i]));
+      writes.push_back(1);
+    }
+    static_assert(int(RecurrentLayer::Cell::Lstm) == KILN_PK_CELL_LSTM && int(RecurrentLayer::Cell::Gru) == KILN_PK_CELL_GRU &&
+                  int(RecurrentLayer::Act::Softplus) == KILN_PK_RNN_SOFTPLUS && int(RecurrentLayer::Act::Affine) == KILN_PK_RNN_AFFINE);
+    const int32_t cell = int32_t(l.cell);
+    operands.push_back(scratch(args, writes,
+                               kiln_pk_recurrent_scratch_bytes(cell, l.seq, l.batch, l.input, l.hidden, l.directions), n.describe()));
+    std::vector<Call::Arg> call_args{Call::i32(cell), Call::i64(l.seq), Call::i64(l.batch), Call::i64(l.input), Call::i64(l.hidden),
+                                     Call::i64(l.directions), Call::i32(l.reverse), Call::i32(l.batch_major),
+                                     Call::i32(l.linear_before_reset), Call::i32(l.input_forget), Call::f32(l.clip),
+                                     Call::array(std::move(activations))};
+    call_args.insert(call_args.end(), operands.begin(), operands.end());
+    compiled();
+    add_call(n.describe(), std::move(args), std::move(writes), {"kiln_pk_recurrent", std::move(call_args), true});
     return true;
   }
 

@@ -150,6 +150,30 @@ void kiln_pk_copy_rows(const kiln_pk_threads* threads, int64_t rows, int64_t row
 int64_t kiln_pk_gather(const kiln_pk_threads* threads, int64_t outer, int64_t axis_dim, int64_t inner_bytes,
                        int64_t num_indices, int32_t index_is_64, const void* indices, const void* data, void* dst);
 
+/* ONNX RNN, GRU and LSTM (cell KILN_PK_CELL_*), float32, over x [seq,
+ * batch, input] (batch_major: [batch, seq, input]). w, r, b, p, initial_h,
+ * initial_c, y, y_h, y_c as ONNX lays them out for that layout; b, p, the
+ * initial states and sequence_lens (int32, or int64 when lens_int64) may be
+ * NULL, and so may any output. `activations`: per direction, per function of
+ * the cell (f; f, g; f, g, h), {KILN_PK_RNN_*, alpha's bits, beta's bits}.
+ * A bidirectional layer (directions 2) runs its second direction backwards,
+ * as `reverse` runs the only one. Returns 0, or 1 + the first batch row
+ * whose sequence length is outside [0, seq] (nothing is written then). */
+enum { KILN_PK_CELL_RNN = 0, KILN_PK_CELL_GRU = 1, KILN_PK_CELL_LSTM = 2 };
+enum {
+  KILN_PK_RNN_SIGMOID = 0, KILN_PK_RNN_TANH, KILN_PK_RNN_RELU, KILN_PK_RNN_AFFINE, KILN_PK_RNN_LEAKY_RELU,
+  KILN_PK_RNN_THRESHOLDED_RELU, KILN_PK_RNN_SCALED_TANH, KILN_PK_RNN_HARD_SIGMOID, KILN_PK_RNN_ELU,
+  KILN_PK_RNN_SOFTSIGN, KILN_PK_RNN_SOFTPLUS
+};
+int64_t kiln_pk_recurrent(const kiln_pk_threads* threads, int32_t cell, int64_t seq, int64_t batch, int64_t input,
+                          int64_t hidden, int64_t directions, int32_t reverse, int32_t batch_major,
+                          int32_t linear_before_reset, int32_t input_forget, float clip, const int64_t* activations,
+                          const float* x, const float* w, const float* r, const float* b, const void* sequence_lens,
+                          int32_t lens_int64, const float* initial_h, const float* initial_c, const float* p, float* y,
+                          float* y_h, float* y_c, void* scratch);
+size_t kiln_pk_recurrent_scratch_bytes(int32_t cell, int64_t seq, int64_t batch, int64_t input, int64_t hidden,
+                                       int64_t directions);
+
 #ifdef __cplusplus
 }
 #endif
