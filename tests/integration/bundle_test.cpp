@@ -381,17 +381,20 @@ TEST_F(BundleTest, RustProgramMatchesTheJit) {
 
 // A small convolutional network: convolution, pooling, depthwise with a
 // residual Add, Clip, global pooling, Gemm, Softmax; batch axis "batch".
+// A float initializer of normally distributed values.
+onnx::TensorProto random_weights(std::mt19937& rng, float sd, const std::string& name, std::vector<int64_t> dims) {
+  std::normal_distribution<float> normal(0, sd);
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = normal(rng);
+  return kiln::test::ModelBuilder::float_tensor(name, std::move(dims), v);
+}
+
 std::string conv_net() {
   using kiln::test::ModelBuilder;
   std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0, 0.3f);
-  auto weights = [&](const std::string& name, std::vector<int64_t> dims) {
-    int64_t n = 1;
-    for (int64_t d : dims) n *= d;
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = normal(rng);
-    return ModelBuilder::float_tensor(name, dims, v);
-  };
+  auto weights = [&](const std::string& name, std::vector<int64_t> dims) { return random_weights(rng, 0.3f, name, std::move(dims)); };
   ModelBuilder b;
   b.input("x", 1, {"batch", 3, 16, 16}).output("y", 1, {"batch", 10});
   b.initializer(weights("w1", {16, 3, 3, 3})).initializer(weights("b1", {16})).initializer(weights("w4", {16, 16, 3, 3}));
@@ -478,14 +481,7 @@ TEST_F(BundleTest, RecurrentNetworkMatchesTheJit) {
   if (!have("cc")) GTEST_SKIP() << "no C compiler";
   using kiln::test::ModelBuilder;
   std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0, 0.4f);
-  auto weights = [&](const std::string& name, std::vector<int64_t> dims) {
-    int64_t n = 1;
-    for (int64_t d : dims) n *= d;
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = normal(rng);
-    return ModelBuilder::float_tensor(name, dims, v);
-  };
+  auto weights = [&](const std::string& name, std::vector<int64_t> dims) { return random_weights(rng, 0.4f, name, std::move(dims)); };
   ModelBuilder b(14);
   b.input("x", 1, {"batch", 7, 5}).output("y", 1, {"batch", 7, 1, 4});
   b.initializer(weights("gw", {2, 18, 5})).initializer(weights("gr", {2, 18, 6})).initializer(weights("gb", {2, 36}));
