@@ -59,21 +59,20 @@ std::unique_ptr<OneDnnKernel> other_implementation(const OneDnnKernel& current, 
     const std::string_view name = other.impl_info_str();
     if (name.rfind("jit", 0) != 0 || name == pd.impl_info_str()) continue;
     std::vector<std::pair<int, md>> runtime = current.runtime_args();
+    // The arena holds the current one's scratchpad (if any): a smaller one fits in it.
+    size_t scratch_room = 0;
     bool fits = true;
     for (auto& [id, desc] : runtime) {
       if (id == OneDnnKernel::kNotBound) continue;
       const md want = other.query_md(dnnl::query::exec_arg_md, id);
       if (id == DNNL_ARG_SCRATCHPAD) {
-        // The arena holds the current one's: a smaller one fits in it.
-        if (want.get_size() > desc.get_size()) fits = false;
-        else if (want.get_size() > 0) desc = want;
+        scratch_room = desc.get_size();
+        if (want.get_size() > 0) desc = want;
       } else if (want != desc) {
         fits = false;
       }
     }
-    const md scratch = other.query_md(dnnl::query::scratchpad_md);
-    const bool has_scratch = std::any_of(runtime.begin(), runtime.end(), [](const auto& r) { return r.first == DNNL_ARG_SCRATCHPAD; });
-    if (scratch.get_size() > 0 && !has_scratch) fits = false;
+    if (other.query_md(dnnl::query::scratchpad_md).get_size() > scratch_room) fits = false;
     std::unordered_map<int, dnnl::memory> constants;
     for (const auto& [id, memory] : current.constant_args()) {
       const md want = other.query_md(dnnl::query::exec_arg_md, id);

@@ -1533,38 +1533,28 @@ class Lowering {
       activations.insert(activations.end(), {int64_t(a.act), int64_t(alpha), int64_t(beta)});
     }
     std::vector<int> args;
-    std::vector<Call::Arg> operands;
-    for (size_t i = 0; i < 8; ++i) {
-      const bool has = i < n.inputs.size() && !n.inputs[i].empty();
-      if (i == 4) {  // sequence_lens, then whether they are int64
-        operands.push_back(has ? Call::buffer(int(args.size())) : Call::null());
-        operands.push_back(Call::i32(l.sequence_lens_int64));
-      } else if (i == 6 && l.cell != RecurrentLayer::Cell::Lstm) {  // initial_c, then P: only an LSTM's
-        operands.insert(operands.end(), {Call::null(), Call::null()});
-        break;
-      } else {
-        operands.push_back(has ? Call::buffer(int(args.size())) : Call::null());
-      }
-      if (has) args.push_back(plain(n.inputs[i]));
-    }
-    std::vector<char> writes(args.size(), 0);
-    for (size_t i = 0; i < 3; ++i) {
-      const bool wanted = i < n.outputs.size() && !n.outputs[i].empty();
-      operands.push_back(wanted ? Call::buffer(int(args.size())) : Call::null());
-      if (!wanted) continue;
-      args.push_back(define_plain(n.outputs[i]));
-      writes.push_back(1);
-    }
+    std::vector<char> writes;
+    // Each input or output the node has, as the call's next buffer (null where it has none).
+    auto operand = [&](const std::vector<std::string>& values, size_t i, bool output) {
+      if (i >= values.size() || values[i].empty()) return Call::null();
+      args.push_back(output ? define_plain(values[i]) : plain(values[i]));
+      writes.push_back(output);
+      return Call::buffer(int(args.size()) - 1);
+    };
     static_assert(int(RecurrentLayer::Cell::Lstm) == KILN_PK_CELL_LSTM && int(RecurrentLayer::Cell::Gru) == KILN_PK_CELL_GRU &&
                   int(RecurrentLayer::Act::Softplus) == KILN_PK_RNN_SOFTPLUS && int(RecurrentLayer::Act::Affine) == KILN_PK_RNN_AFFINE);
     const int32_t cell = int32_t(l.cell);
-    operands.push_back(scratch(args, writes,
-                               kiln_pk_recurrent_scratch_bytes(cell, l.seq, l.batch, l.input, l.hidden, l.directions), n.describe()));
-    std::vector<Call::Arg> call_args{Call::i32(cell), Call::i64(l.seq), Call::i64(l.batch), Call::i64(l.input), Call::i64(l.hidden),
-                                     Call::i64(l.directions), Call::i32(l.reverse), Call::i32(l.batch_major),
-                                     Call::i32(l.linear_before_reset), Call::i32(l.input_forget), Call::f32(l.clip),
-                                     Call::array(std::move(activations))};
-    call_args.insert(call_args.end(), operands.begin(), operands.end());
+    // Braced lists evaluate in order: the buffers are numbered as listed.
+    std::vector<Call::Arg> call_args{
+        Call::i32(cell), Call::i64(l.seq), Call::i64(l.batch), Call::i64(l.input), Call::i64(l.hidden), Call::i64(l.directions),
+        Call::i32(l.reverse), Call::i32(l.batch_major), Call::i32(l.linear_before_reset), Call::i32(l.input_forget),
+        Call::f32(l.clip), Call::array(std::move(activations)),
+        operand(n.inputs, 0, false), operand(n.inputs, 1, false), operand(n.inputs, 2, false), operand(n.inputs, 3, false),
+        operand(n.inputs, 4, false), Call::i32(l.sequence_lens_int64),
+        operand(n.inputs, 5, false), operand(n.inputs, 6, false), operand(n.inputs, 7, false),  // only an LSTM has 6 and 7
+        operand(n.outputs, 0, true), operand(n.outputs, 1, true), operand(n.outputs, 2, true)};
+    call_args.push_back(scratch(args, writes,
+                                kiln_pk_recurrent_scratch_bytes(cell, l.seq, l.batch, l.input, l.hidden, l.directions), n.describe()));
     compiled();
     add_call(n.describe(), std::move(args), std::move(writes), {"kiln_pk_recurrent", std::move(call_args), true});
     return true;

@@ -224,6 +224,7 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
   const dnnl_engine_t engine = cpu_engine().get();
   dnnl_primitive_desc_t pd = nullptr;
   dnnl_status_t status;
+  dnnl::primitive_desc_base owned;
   if (kind == dnnl_reorder) {
     const dnnl_memory_desc_t src = md_from_json(ir::json_field<json>(prim, "src", what), blocks, what);
     const dnnl_memory_desc_t dst = md_from_json(ir::json_field<json>(prim, "dst", what), blocks, what);
@@ -254,10 +255,11 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
         OneDnnImplementations all(aligned.data(), attr.get());
         while (all.index() < index && all.next()) {
         }
-        if (all.index() != index || all.descriptor().impl_info_str() != name)
+        owned = all.descriptor();
+        if (all.index() != index || owned.impl_info_str() != name)
           ir::fail(ir::ErrorKind::InvalidModel, what + ": oneDNN no longer offers implementation " + std::to_string(index) + " (" +
                                                     name + ") of the saved primitive");
-        status = dnnl_primitive_desc_clone(&pd, all.descriptor().get());
+        status = dnnl_success;
       } catch (const dnnl::error& e) {
         status = e.status;
       }
@@ -266,7 +268,7 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
   if (status != dnnl_success)
     ir::fail(ir::ErrorKind::InvalidModel, what + ": oneDNN cannot create the saved primitive again (status " +
                                               std::to_string(int(status)) + ")");
-  dnnl::primitive_desc_base owned(pd);
+  if (!owned) owned = dnnl::primitive_desc_base(pd);
 
   std::unordered_map<int, dnnl::memory> constants;
   for (const json& c : ir::json_field<json>(j, "constants", what)) {
@@ -275,7 +277,7 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
     const dnnl_memory_desc_t saved = md_from_json(c[1], blocks, what);
     // The weights were reordered for the layout the primitive chose when it
     // was compiled: the primitive made now must want the same one.
-    const dnnl_memory_desc_t* want = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, id);
+    const dnnl_memory_desc_t* want = dnnl_primitive_desc_query_md(owned.get(), dnnl_query_exec_arg_md, id);
     if (!want || !dnnl_memory_desc_equal(want, &saved))
       ir::fail(ir::ErrorKind::InvalidModel, what + ": the recreated oneDNN primitive wants argument " + std::to_string(id) +
                                                 " in another layout than the saved weights");

@@ -86,12 +86,13 @@ extern "C" int64_t kiln_pk_recurrent(const kiln_pk_threads* threads, int32_t cel
   const int64_t G = cell == KILN_PK_CELL_LSTM ? 4 : cell == KILN_PK_CELL_GRU ? 3 : 1;
   const Layer l{cell, seq, batch, input, hidden, directions, G, reverse, batch_major, linear_before_reset, input_forget, clip};
   const int64_t H = hidden, GH = G * H, B = batch, T = seq, D = directions;
-  for (int64_t row = 0; row < B; ++row) {
-    const int64_t len = !sequence_lens ? T
-                        : lens_int64   ? static_cast<const int64_t*>(sequence_lens)[row]
-                                       : static_cast<const int32_t*>(sequence_lens)[row];
-    if (len < 0 || len > T) return row + 1;
-  }
+  auto length = [&](int64_t row) {
+    return !sequence_lens ? T
+           : lens_int64   ? static_cast<const int64_t*>(sequence_lens)[row]
+                          : static_cast<const int32_t*>(sequence_lens)[row];
+  };
+  for (int64_t row = 0; row < B; ++row)
+    if (length(row) < 0 || length(row) > T) return row + 1;
   float* proj = static_cast<float*>(scratch);  // [T * B, G * H], rows in X's order
   float* gates = proj + T * B * GH;             // [B, G * H]
   float* h = gates + B * GH;                    // [B, H]
@@ -129,11 +130,6 @@ extern "C" int64_t kiln_pk_recurrent(const kiln_pk_threads* threads, int32_t cel
     for (int64_t s = 0; s < T; ++s) {
       kiln_pk_gemm(threads, 1, B, reset_first ? 2 * H : GH, H, h, H, 0, 0, rd, H, 0, 1, gates, GH, 0, 1.0f, nullptr, 0, 0, 0.0f,
                    nullptr, KILN_PK_ACT_NONE, 0.0f, 0.0f, work);
-      auto length = [&](int64_t row) {
-        return !sequence_lens ? T
-               : lens_int64   ? static_cast<const int64_t*>(sequence_lens)[row]
-                              : static_cast<const int32_t*>(sequence_lens)[row];
-      };
       auto xrow = [&](int64_t row) {
         const int64_t t = backwards ? length(row) - 1 - s : s;
         return proj + (batch_major ? row * T + t : t * B + row) * GH;
