@@ -176,6 +176,34 @@ TEST(CpuLowering, AStridedPointwiseConvolutionRunsOnASubsampledCopy) {
   EXPECT_EQ(subsample.args[1], conv.args[0]);
 }
 
+// A ConvTranspose whose kernel is as large as its stride is a 1x1
+// convolution to every tap's channels, then one copy to the pixels; an
+// overlapping kernel stays oneDNN's deconvolution.
+TEST(CpuLowering, AConvTransposeWhoseKernelIsItsStrideIsAConvolutionAndACopy) {
+  auto lower = [](int64_t kernel) {
+    ModelBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, {2, 8, 5, 6}).output("y", onnx::TensorProto::FLOAT, {2, 4, 10, 12});
+    b.initializer(ModelBuilder::float_tensor("w", {8, 4, kernel, kernel}, random_values(size_t(32 * kernel * kernel), 1)));
+    auto& n = b.node("ConvTranspose", {"x", "w"}, {"y"}, "up");
+    ModelBuilder::attr_ints(n, "strides", {2, 2});
+    if (kernel == 4) ModelBuilder::attr_ints(n, "pads", {1, 1, 1, 1});
+    auto m = kiln::test::import(b);
+    auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {2, 8, 5, 6}}}}, kiln::ref::constant_evaluator());
+    return kiln::cpu::lower(*m.graph, spec);
+  };
+  const auto p = lower(2);
+  const auto& conv = step_of(p, "up");
+  const auto& taps = p.buffers[size_t(conv.args[1])];  // after the source; a scratchpad may follow
+  EXPECT_NE(taps.name.find("#taps"), std::string::npos) << taps.name;
+  EXPECT_EQ(taps.bytes, 2 * 16 * 5 * 6 * int64_t(sizeof(float)));  // 4 taps x 4 channels for each input pixel
+  const auto copy = std::find_if(p.steps.begin(), p.steps.end(), [](const auto& s) { return s.label.rfind("taps to pixels", 0) == 0; });
+  ASSERT_NE(copy, p.steps.end());
+  EXPECT_EQ(copy->args[0], conv.args[1]);
+  EXPECT_EQ(p.buffers[size_t(copy->args[1])].kind, kiln::cpu::Buffer::Kind::Output);  // straight into the caller's buffer
+
+  for (const auto& s : lower(4).steps) EXPECT_EQ(s.label.find("taps"), std::string::npos) << s.label;
+}
+
 // A convolution with a large input or output computes in 16-channel blocks
 // (24 output channels padded to 32), a small one in the layout oneDNN picks.
 TEST(CpuLowering, LargeConvolutionsComputeInChannelBlocks) {

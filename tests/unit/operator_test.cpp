@@ -347,6 +347,29 @@ TEST_P(OperatorTest, ConvTransposeReluThenConcat) {
   run(c);
 }
 
+// A kernel as large as its stride (a 1x1 convolution to every tap, then a
+// copy of each tap to its pixel): 16 and 32 channels (whole channel blocks)
+// into a convolution, an activation fused and a residual Add after it; 5
+// channels of a non-square kernel written as a graph output and read again;
+// one axis and three.
+TEST_P(OperatorTest, ConvTransposeKernelAsLargeAsItsStride) {
+  Case c = conv_transpose_case();
+  c.input("x", {2, 8, 5, 6}).input("skip", {2, 32, 10, 12}).input("t", {3, 4, 7}).input("v", {1, 3, 2, 3, 2});
+  c.weight("w16", {8, 16, 2, 2}).weight("b16", {16}).weight("w32", {16, 32, 1, 1}).weight("wc", {32, 32, 3, 3});
+  c.weight("w5", {8, 5, 2, 3}).weight("b5", {5}).weight("wt", {4, 6, 4}).weight("bt", {6}).weight("wv", {3, 16, 2, 1, 3});
+  c.output("y").output("odd").output("scaled").output("line").output("cube");
+  c.node("ConvTranspose", {"x", "w16", "b16"}, {"up"}, {{"strides", {2, 2}}});
+  c.node("LeakyRelu", {"up"}, {"leaky"}, {{"alpha", 0.25f}});
+  c.node("ConvTranspose", {"leaky", "w32"}, {"wide"}, {{"strides", {1, 1}}});
+  c.node("Add", {"wide", "skip"}, {"joined"});
+  c.node("Conv", {"joined", "wc"}, {"y"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("ConvTranspose", {"x", "w5", "b5"}, {"odd"}, {{"strides", {2, 3}}});
+  c.node("Mul", {"odd", "odd"}, {"scaled"});
+  c.node("ConvTranspose", {"t", "wt", "bt"}, {"line"}, {{"strides", {4}}});
+  c.node("ConvTranspose", {"v", "wv"}, {"cube"}, {{"strides", {2, 1, 3}}});
+  run(c);
+}
+
 // oneDNN's end padding would be negative (output padding beyond the pads):
 // the reference kernel runs it.
 TEST_P(OperatorTest, ConvTransposeOutputPaddingBeyondThePads) {
