@@ -1006,13 +1006,13 @@ class Lowering {
     // In channel blocks where a convolution would compute so, or where the input already is.
     const bool blocked =
         channels % 16 == 0 && (prefers_channel_blocks(in, out) || channel_block(val(n.inputs[0]).layout) == 16);
+    auto layout = [&](const Dims& d) { return blocked ? md(to_dnnl(d), dt::f32, channel_blocked_tag(d.size())) : channels_last(d); };
     Dims taps_dims = in;
     taps_dims[1] = wide;
-    const md taps_md = blocked ? md(to_dnnl(taps_dims), dt::f32, channel_blocked_tag(in.size())) : channels_last(taps_dims);
+    const md taps_md = layout(taps_dims);
     Fused f = fuse_after(n.outputs[0], false);
     const bool to_output = output_of_.count(f.value) > 0;
-    const md out_md = to_output ? plain_md(out)
-                                : blocked ? md(to_dnnl(out), dt::f32, channel_blocked_tag(out.size())) : channels_last(out);
+    const md out_md = to_output ? plain_md(out) : layout(out);
     const auto views = tap_views(taps_md, out_md, kernel, channels);
     if (!views) return false;
 
