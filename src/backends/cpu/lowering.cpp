@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
-#include <cstring>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -1454,9 +1454,6 @@ class Lowering {
     return add_buffer(Buffer::Kind::Constant, int(p_.constants.size()) - 1, int64_t(p_.constants.back().nbytes()), name);
   }
 
-  // float32 layers with constant W, R and B. A node that is malformed (a
-  // shape, an attribute) is left to the reference kernel, which says what is
-  // wrong with it.
   // The layer a recurrent node describes (its outputs not yet marked), or
   // nullopt where the node is malformed or outside what the kernels take:
   // its reference kernel then runs it, and reports what is wrong.
@@ -1489,7 +1486,7 @@ class Lowering {
     const int64_t H = l.hidden;
     if (H < 1 || wd[1] != G * H || rd != Dims{D, G * H, H} || (!in(3).empty() && dims(in(3)) != Dims{D, 2 * G * H}))
       return std::nullopt;
-    const Dims state = l.batch_major ? Dims{l.batch, D, H} : Dims{D, l.batch, H};
+    const Dims state = l.state_dims();
     if (!in(4).empty() && (dims(in(4)) != Dims{l.batch} || (dtype(in(4)) != DType::Int32 && dtype(in(4)) != DType::Int64)))
       return std::nullopt;
     for (size_t i : {5, 6})
@@ -1529,7 +1526,7 @@ class Lowering {
     const ir::Tensor* b = in(3).empty() ? nullptr : constant(in(3));
     if (!w || !r || (!in(3).empty() && !b)) return false;
     const int64_t D = l.directions, G = l.gates(), H = l.hidden;
-    const Dims state = l.batch_major ? Dims{l.batch, D, H} : Dims{D, l.batch, H};
+    const Dims state = l.state_dims();
     // Directions first, then groups of batch rows, over the threads.
     l.chunks = std::clamp<int64_t>(omp_get_max_threads() / D, 1, l.batch);
 

@@ -225,6 +225,7 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
   dnnl_primitive_desc_t pd = nullptr;
   dnnl_status_t status;
   dnnl::primitive_desc_base owned;
+  int implementation = 0;  // oneDNN's preferred one
   if (kind == dnnl_reorder) {
     const dnnl_memory_desc_t src = md_from_json(ir::json_field<json>(prim, "src", what), blocks, what);
     const dnnl_memory_desc_t dst = md_from_json(ir::json_field<json>(prim, "dst", what), blocks, what);
@@ -249,16 +250,16 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
       const json& chosen = prim["implementation"];
       if (!chosen.is_array() || chosen.size() != 2 || !chosen[0].is_number_integer() || !chosen[1].is_string())
         ir::fail(ir::ErrorKind::InvalidModel, what + ": a oneDNN implementation must be [index, name]");
-      const int index = chosen[0].get<int>();
+      implementation = chosen[0].get<int>();
       const std::string name = chosen[1].get<std::string>();
       try {
         OneDnnImplementations all(aligned.data(), attr.get());
-        while (all.index() < index && all.next()) {
+        while (all.index() < implementation && all.next()) {
         }
         owned = all.descriptor();
-        if (all.index() != index || owned.impl_info_str() != name)
-          ir::fail(ir::ErrorKind::InvalidModel, what + ": oneDNN no longer offers implementation " + std::to_string(index) + " (" +
-                                                    name + ") of the saved primitive");
+        if (all.index() != implementation || owned.impl_info_str() != name)
+          ir::fail(ir::ErrorKind::InvalidModel, what + ": oneDNN no longer offers implementation " +
+                                                    std::to_string(implementation) + " (" + name + ") of the saved primitive");
         status = dnnl_success;
       } catch (const dnnl::error& e) {
         status = e.status;
@@ -292,8 +293,7 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
     runtime.push_back({r[0].get<int>(), dnnl::memory::desc(md_from_json(r[1], blocks, what))});
   }
   auto kernel = std::make_unique<OneDnnKernel>(std::move(owned), std::move(runtime), std::move(constants),
-                                               ir::json_field<int>(j, "sum_from", what),
-                                               prim.contains("implementation") ? prim["implementation"][0].get<int>() : 0);
+                                               ir::json_field<int>(j, "sum_from", what), implementation);
   kernel->create_primitive();
   return kernel;
 }

@@ -35,6 +35,10 @@ struct RecurrentLayer {
 
   int64_t gates() const { return cell == Cell::Lstm ? 4 : cell == Cell::Gru ? 3 : 1; }
   int64_t activations_per_direction() const { return cell == Cell::Lstm ? 3 : cell == Cell::Gru ? 2 : 1; }
+  // initial_h, initial_c, Y_h and Y_c.
+  std::vector<int64_t> state_dims() const {
+    return batch_major ? std::vector<int64_t>{batch, directions, hidden} : std::vector<int64_t>{directions, batch, hidden};
+  }
 };
 
 // A oneDNN matmul the kernel runs, with where its scratchpad starts in the
