@@ -9,7 +9,10 @@
 #include <fstream>
 #include <random>
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <tuple>
 
 #include "model_builder.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
@@ -245,7 +248,75 @@ TEST(OnnxImporter, ExternalDataIsReadCheckedAndConfined) {
   expect_error(make("/etc/passwd", "0", 4), ErrorKind::InvalidModel, "inside the model's directory", opts);
   expect_error(make("missing.bin", "0", 4), ErrorKind::Io, "missing.bin", opts);
   expect_error(make("weights.bin", "4", 4), ErrorKind::InvalidModel, "loaded from memory");
+
+  // A link inside the directory may point within it, never out of it.
+  fs::create_directories(dir / "sub");
+  fs::create_symlink(dir / "weights.bin", dir / "sub" / "alias.bin");
+  std::string aliased = make("sub/alias.bin", "4", 4);
+  EXPECT_FLOAT_EQ(import_model_bytes(aliased.data(), aliased.size(), "ext.onnx", opts).graph->initializers.at("w").data<float>()[0], 1.0f);
+  const fs::path outside = fs::temp_directory_path() / ("kiln_ext_outside_" + std::to_string(::getpid()));
+  fs::create_directories(outside);
+  fs::copy_file(dir / "weights.bin", outside / "secret.bin");
+  fs::create_symlink(outside / "secret.bin", dir / "leak.bin");
+  expect_error(make("leak.bin", "4", 4), ErrorKind::InvalidModel, "outside the model's directory", opts);
+  fs::create_directory_symlink(outside, dir / "linked_dir");
+  expect_error(make("linked_dir/secret.bin", "4", 4), ErrorKind::InvalidModel, "outside the model's directory", opts);
+  fs::remove_all(outside);
   fs::remove_all(dir);
+}
+
+// Reading a FIFO waits for a writer that never comes; a directory or a
+// device is no weights file either. Each is an error at once.
+TEST(OnnxImporter, OnlyRegularFilesAreOpened) {
+  const fs::path dir = fs::temp_directory_path() / ("kiln_fifo_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ASSERT_EQ(::mkfifo((dir / "model.onnx").c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((dir / "weights.bin").c_str(), 0600), 0);
+  try {
+    import_model_file((dir / "model.onnx").string());
+    ADD_FAILURE() << "a FIFO was accepted as a model";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(import_model_file(dir.string()), kiln::ir::Error);
+  EXPECT_THROW(import_model_file("/dev/zero"), kiln::ir::Error);
+
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {4}).output("y", onnx::TensorProto::FLOAT, {4});
+  onnx::TensorProto w;
+  w.set_name("w");
+  w.set_data_type(onnx::TensorProto::FLOAT);
+  w.add_dims(4);
+  w.set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* kv = w.add_external_data();
+  kv->set_key("location");
+  kv->set_value("weights.bin");
+  b.initializer(w);
+  b.node("Add", {"x", "w"}, {"y"});
+  kiln::onnx_import::ImportOptions opts;
+  opts.external_data_dir = dir.string();
+  expect_error(b.bytes(), ErrorKind::Io, "not a regular file", opts);
+  fs::remove_all(dir);
+}
+
+TEST(OnnxImporter, OpsetsOutsideWhatKilnImplementsAreErrors) {
+  for (const auto& [version, kind, needle] : std::vector<std::tuple<int64_t, ErrorKind, std::string>>{
+           {99, ErrorKind::Unsupported, "opset 99"},
+           {kiln::onnx_import::kMaxOpset + 1, ErrorKind::Unsupported, "opsets 1 to"},
+           {0, ErrorKind::InvalidModel, "version 0"},
+           {-3, ErrorKind::InvalidModel, "version -3"}}) {
+    SCOPED_TRACE(version);
+    ModelBuilder b(version);
+    b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+    b.node("Relu", {"x"}, {"y"});
+    expect_error(b.bytes(), kind, needle);
+  }
+  ModelBuilder b(kiln::onnx_import::kMaxOpset);
+  b.input("x", onnx::TensorProto::FLOAT, {2}).output("y", onnx::TensorProto::FLOAT, {2});
+  b.node("Relu", {"x"}, {"y"});
+  const std::string bytes = b.bytes();
+  EXPECT_EQ(import_model_bytes(bytes.data(), bytes.size(), "m.onnx").opset(), kiln::onnx_import::kMaxOpset);
 }
 
 TEST(OnnxImporter, DeeplyNestedSubgraphsAreRejected) {

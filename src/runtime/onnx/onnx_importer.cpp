@@ -40,20 +40,47 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Opens a file to read, refusing anything but a regular file: reading a
+// FIFO would wait for a writer forever, a device could be endless.
+int open_regular(const std::string& path, const std::string& what, struct stat& st) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) fail(ErrorKind::Io, "cannot open " + what + " '" + path + "': " + std::strerror(errno));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int err = errno;
+    ::close(fd);
+    if (S_ISDIR(st.st_mode)) fail(ErrorKind::Io, "cannot read " + what + " '" + path + "': is a directory");
+    fail(ErrorKind::Io, "cannot read " + what + " '" + path + "': " + (S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file"));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
 std::string read_file(const std::string& path, const char* what) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) fail(ErrorKind::Io, std::string("cannot read ") + what + " '" + path + "': is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::Io, std::string("cannot open ") + what + " '" + path + "': " + std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  std::streamoff size = in.tellg();
-  if (size < 0) fail(ErrorKind::Io, std::string("cannot read ") + what + " '" + path + "'");
-  if (size > INT_MAX)
+  struct stat st {};
+  const int fd = open_regular(path, what, st);
+  if (st.st_size > INT_MAX) {
+    ::close(fd);
     fail(ErrorKind::InvalidModel, "'" + path + "' is larger than 2 GiB; protobuf files cannot be; store the weights as external data");
-  std::string bytes(size_t(size), '\0');
-  in.seekg(0);
-  if (!in.read(bytes.data(), size)) fail(ErrorKind::Io, std::string("cannot read ") + what + " '" + path + "'");
+  }
+  std::string bytes(size_t(st.st_size), '\0');
+  size_t at = 0;
+  while (at < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + at, bytes.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    at += size_t(n);
+  }
+  ::close(fd);
+  if (at != bytes.size()) fail(ErrorKind::Io, std::string("cannot read ") + what + " '" + path + "'");
   return bytes;
+}
+
+// Where an open file really is, every link resolved.
+std::string real_path_of(int fd, const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/fd/" + std::to_string(fd), ec);
+  if (ec) p = fs::canonical(path, ec);  // no /proc: resolved by name
+  return ec ? std::string() : p.string();
 }
 
 template <typename Proto>
@@ -154,15 +181,19 @@ void identify(MappedFile& file, const struct stat& st, const timespec& looked_at
 }
 
 // An external data file, mapped read-only and identified.
-std::shared_ptr<MappedFile> map_external(const std::string& path, const ImportOptions& opts, const std::string& where) {
+// `inside`: the real path of the directory the file must be in (links in
+// the model's directory must not lead a hostile model to other files).
+std::shared_ptr<MappedFile> map_external(const std::string& path, const std::string& inside, const ImportOptions& opts,
+                                         const std::string& where) {
   const timespec looked_at = ir::coarse_now();
   auto file = std::make_shared<MappedFile>();
   file->path = path;
-  file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   struct stat st {};
-  if (file->fd < 0 || ::fstat(file->fd, &st) != 0)
-    fail(ErrorKind::Io, where + "cannot open external data file '" + path + "': " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail(ErrorKind::Io, where + "external data file '" + path + "' is not a regular file");
+  file->fd = open_regular(path, where + "external data file", st);
+  const std::string real = real_path_of(file->fd, path);
+  if (real.empty() || real.rfind(inside == "/" ? inside : inside + "/", 0) != 0)
+    fail(ErrorKind::InvalidModel, where + "external data file '" + path + "' is really '" + real + "', outside the model's directory '" +
+                                      inside + "' (through a symbolic link)");
   file->size = size_t(st.st_size);
   if (file->size > 0) {
     void* map = ::mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, file->fd, 0);
@@ -272,6 +303,13 @@ class Importer {
     m.source_path = label_;
     for (const auto& o : mp.opset_import()) {
       std::string d = o.domain() == "ai.onnx" ? "" : o.domain();
+      if (o.version() < 1)
+        fail(ErrorKind::InvalidModel, label_ + ": opset_import gives domain '" + (d.empty() ? "ai.onnx" : d) + "' version " +
+                                          std::to_string(o.version()) + "; versions start at 1");
+      // A later opset may have changed what an operator means: not guessed at.
+      if (d.empty() && o.version() > kMaxOpset)
+        fail(ErrorKind::Unsupported, label_ + ": the model needs ai.onnx opset " + std::to_string(o.version()) + "; Kiln implements opsets 1 to " +
+                                         std::to_string(kMaxOpset));
       m.opsets.push_back({d, o.version()});
       opsets_[d] = o.version();
     }
@@ -422,7 +460,10 @@ class Importer {
     const std::string full = (fs::path(dir) / rel).string();
     std::shared_ptr<MappedFile>& file = external_[full];
     if (!file) {
-      file = map_external(full, options_, where_msg(where, tp.name()));
+      std::error_code ec;
+      const std::string inside = fs::canonical(dir, ec).string();
+      if (ec) fail(ErrorKind::Io, where_msg(where, tp.name()) + "cannot open the external data directory '" + dir + "': " + ec.message());
+      file = map_external(full, inside, options_, where_msg(where, tp.name()));
       if (file_) file_->external.push_back(file);
     }
     const uint64_t file_size = file->size;
@@ -621,14 +662,10 @@ ir::Model import_model_file(const std::string& path, const ImportOptions& option
     opts.external_data_dir = parent.empty() ? "." : parent.string();
   }
   const timespec looked_at = ir::coarse_now();  // before the file is examined (see ImportOptions::remember_file_hash)
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) fail(ErrorKind::Io, "cannot read model '" + path + "': is a directory");
   auto file = std::make_shared<MappedFile>();
   file->path = path;
-  file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (file->fd < 0) fail(ErrorKind::Io, "cannot open model '" + path + "': " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(file->fd, &st) != 0) fail(ErrorKind::Io, "cannot read model '" + path + "': " + std::strerror(errno));
+  file->fd = open_regular(path, "model", st);
   if (st.st_size == 0) fail(ErrorKind::InvalidModel, path + ": the file is empty, not an ONNX model");
   if (uint64_t(st.st_size) > uint64_t(INT_MAX))
     fail(ErrorKind::InvalidModel, "'" + path + "' is larger than 2 GiB; protobuf files cannot be; store the weights as external data");

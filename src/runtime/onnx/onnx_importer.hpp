@@ -13,6 +13,9 @@
 
 namespace kiln::onnx_import {
 
+// The newest ai.onnx opset whose operators Kiln implements.
+inline constexpr int64_t kMaxOpset = 18;
+
 struct ImportOptions {
   // Directory that external-data locations are relative to. Defaults to the
   // model file's directory; a model loaded from memory has none unless set.
