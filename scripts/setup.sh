@@ -10,7 +10,7 @@ PACKAGES=(
   libtbb-dev
   libonnx-dev libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev libbenchmark-dev
-  libxxhash-dev nlohmann-json3-dev libcli11-dev
+  libxxhash-dev nlohmann-json3-dev libcli11-dev libssl-dev
   libonnx-testdata
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user cargo file
 )

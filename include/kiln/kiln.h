@@ -17,8 +17,9 @@
 extern "C" {
 #endif
 
-/* Bumped when the C API changes incompatibly; additions keep it. */
-#define KILN_C_API_VERSION 1
+/* Bumped when the C API changes incompatibly; additions keep it.
+ * 2: kiln_log_level counts from 1, so that a zero log_level takes the default. */
+#define KILN_C_API_VERSION 2
 
 typedef enum kiln_status {
   KILN_OK = 0,
@@ -51,11 +52,12 @@ typedef struct kiln_model kiln_model;
 typedef struct kiln_tensor kiln_tensor;
 
 typedef enum kiln_log_level {
-  KILN_LOG_DEBUG = 0,
-  KILN_LOG_INFO = 1,
-  KILN_LOG_WARNING = 2,
-  KILN_LOG_ERROR = 3,
-  KILN_LOG_OFF = 4
+  KILN_LOG_DEFAULT = 0, /* warnings and errors */
+  KILN_LOG_DEBUG = 1,
+  KILN_LOG_INFO = 2,
+  KILN_LOG_WARNING = 3,
+  KILN_LOG_ERROR = 4,
+  KILN_LOG_OFF = 5
 } kiln_log_level;
 
 /* Set struct_size = sizeof(kiln_runtime_options) so that later versions
@@ -70,7 +72,20 @@ typedef struct kiln_runtime_options {
   int64_t cache_max_bytes; /* 0: $KILN_CACHE_MAX_BYTES, else 1 GiB */
   /* Since Kiln 0.3 (check struct_size): */
   const char* kernels; /* "native" or "portable"; NULL: $KILN_KERNELS, else "native" */
+  /* Since Kiln 0.4 (check struct_size): */
+  const char* cache_key_file; /* a shared cache's key (README "What Kiln trusts"); NULL: $KILN_CACHE_KEY_FILE */
 } kiln_runtime_options;
+
+/* How kiln_model_load_from_memory_with_options treats the model. Set
+ * struct_size = sizeof(kiln_load_options). */
+typedef struct kiln_load_options {
+  uint32_t struct_size;
+  const char* external_data_dir; /* NULL when the model keeps its weights inline */
+  /* Nonzero: its specializations go to the on-disk cache, which keeps the
+   * processed weights in the clear. A model held in memory is often one the
+   * application decrypted, so the default is 0: not cached. */
+  int32_t cache;
+} kiln_load_options;
 
 /* Describes one model input or output. dims[i] is -1 for a dynamic
  * dimension, whose name (or "" if unnamed) is symbols[i]. rank is -1 when
@@ -95,9 +110,13 @@ kiln_status kiln_runtime_create(const kiln_runtime_options* options, kiln_runtim
 void kiln_runtime_destroy(kiln_runtime* runtime);
 
 kiln_status kiln_model_load(kiln_runtime* runtime, const char* path, kiln_model** out);
-/* external_data_dir may be NULL when the model keeps its weights inline. */
+/* external_data_dir may be NULL when the model keeps its weights inline.
+ * Not cached (see kiln_load_options). */
 kiln_status kiln_model_load_from_memory(kiln_runtime* runtime, const void* data, size_t size,
                                         const char* external_data_dir, kiln_model** out);
+/* options may be NULL (the defaults above). */
+kiln_status kiln_model_load_from_memory_with_options(kiln_runtime* runtime, const void* data, size_t size,
+                                                     const kiln_load_options* options, kiln_model** out);
 void kiln_model_destroy(kiln_model* model);
 
 size_t kiln_model_input_count(const kiln_model* model);

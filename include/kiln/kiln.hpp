@@ -123,10 +123,15 @@ struct RuntimeOptions {
   // The on-disk cache of compiled specializations: a new process loads what
   // any earlier one compiled instead of compiling it again. Off if `cache`
   // is false or the environment says KILN_CACHE=off. A directory that cannot
-  // be written costs one warning and compiling in memory, never an error.
+  // be written, or that Kiln does not trust (README "What Kiln trusts"),
+  // costs one warning and compiling in memory, never an error.
   bool cache = true;
   std::string cache_dir;        // "" = $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln
   int64_t cache_max_bytes = 0;  // 0 = $KILN_CACHE_MAX_BYTES, else 1 GiB; least recently used entries go first
+  // A shared cache's key: a file of 16 to 4096 secret bytes. Without one the
+  // cache directory must be private to this user; with one it may be shared
+  // (e.g. by a group), and only entries made with the same key are loaded.
+  std::string cache_key_file;  // "" = $KILN_CACHE_KEY_FILE
   LogLevel log_level = LogLevel::Warning;
   // Receives every message at or above log_level; default: stderr.
   std::function<void(LogLevel, const std::string&)> logger;
@@ -184,6 +189,7 @@ class Runtime {
   struct Impl;
   std::shared_ptr<Impl> impl_;
   friend class Model;
+  friend class Cache;
 };
 
 // One entry of the on-disk cache.
@@ -196,26 +202,37 @@ struct CacheEntry {
   int64_t bytes = 0;    // on disk
   int64_t last_use = 0; // Unix time
   std::string problem;  // "" if the entry is usable
+  std::string not_removed;  // Cache::verify(): why an unusable entry is still there ("" once removed)
 };
 
 // The cache directory a Runtime uses, for inspection and upkeep. Safe while
 // other processes use the same directory: entries in use are never removed.
+// Works only on a directory that Kiln made (it carries Kiln's CACHEDIR.TAG)
+// and never follows a symbolic link inside it.
 class Cache {
  public:
-  // Throws InvalidArgument if the runtime has no cache.
+  // Throws InvalidArgument if the runtime has no cache, and Io naming the
+  // reason if its directory is not a Kiln cache or is not trusted.
   explicit Cache(const Runtime& runtime);
-  const std::string& dir() const { return dir_; }
-  // With `check_files`, every file's checksum is verified too.
+  const std::string& dir() const;
+  // With `check_files`, every file's digest is verified too.
   std::vector<CacheEntry> list(bool check_files = false) const;
-  // Checks every entry and removes the unusable ones, which it returns.
-  std::vector<CacheEntry> verify() const;
+  // Checks every entry (manifest, tag, sizes, digests) and every remembered
+  // model hash, and removes the unusable ones.
+  struct VerifyResult {
+    std::vector<CacheEntry> entries;  // unusable; removed unless not_removed says why not
+    std::vector<std::string> hashes;  // remembered hashes removed: "NAME: what was wrong"
+    bool all_removed() const;
+  };
+  VerifyResult verify() const;
   // Removes least recently used entries until at most `max_bytes` remain; returns how many went.
   int64_t prune(int64_t max_bytes) const;
   // Removes every entry not in use; returns how many went.
   int64_t clear() const;
 
  private:
-  std::string dir_;
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
 };
 
 class Model {
@@ -224,8 +241,17 @@ class Model {
   // is first compiled. Replace model files by renaming, not in place.
   static Model load(const Runtime& runtime, const std::string& path);
   // `external_data_dir` is where external weight files live, if the model has any.
+  // Not cached (see MemoryLoadOptions::cache).
   static Model load_from_memory(const Runtime& runtime, const void* data, size_t size,
                                 const std::string& external_data_dir = "");
+  struct MemoryLoadOptions {
+    std::string external_data_dir;
+    // A model that an application holds in memory is often one it decrypted:
+    // its specializations go to the on-disk cache, which keeps the processed
+    // weights in the clear, only if this is set.
+    bool cache = false;
+  };
+  static Model load_from_memory(const Runtime& runtime, const void* data, size_t size, const MemoryLoadOptions& options);
 
   const std::vector<TensorInfo>& inputs() const;   // inputs with defaults come last
   const std::vector<TensorInfo>& outputs() const;

@@ -15,26 +15,35 @@
 // before the file was examined; any later change then gets a ctime at or
 // after `looked_at`, which the record cannot hold (git's "racily clean"
 // entries, for the same reason).
+//
+// A record decides which cache entry a model gets, so it carries a tag made
+// with the cache's secret (authenticator.hpp): one that was edited, or
+// written with another secret, is not believed.
 #include <sys/stat.h>
 
 #include <ctime>
 #include <string>
 
+#include "cache/authenticator.hpp"
 #include "runtime/ir/file_hash.hpp"
 
 namespace kiln::cache {
 
 using ir::coarse_now;  // read before examining a file
 
-// The hash recorded at `record` for exactly this identity, or "".
-std::string recall_hash(const std::string& record, const struct stat& st);
+// The hash recorded in record `name` of directory `dir` for exactly this
+// identity, or "".
+std::string recall_hash(int dir, const std::string& name, const struct stat& st, const Authenticator& auth);
 
 // Records `hash` for the file with identity `st` (its fstat after
-// `looked_at`; `hash` describes its content as of then). Nothing happens if
-// the file changed too recently to tell a later change apart, or if `record`
-// cannot be written (a read-only cache): a memo, never an error. `about` is
-// written for people reading the record.
-void remember_hash(const std::string& record, const struct stat& st, const timespec& looked_at, const std::string& hash,
-                   const std::string& about);
+// `looked_at`; `hash` describes its content as of then), as a file of
+// `mode`. Nothing happens if the file changed too recently to tell a later
+// change apart, or if the record cannot be written (a read-only cache): a
+// memo, never an error. `about` is written for people reading the record.
+void remember_hash(int dir, const std::string& name, const struct stat& st, const timespec& looked_at, const std::string& hash,
+                   const std::string& about, const Authenticator& auth, mode_t mode);
+
+// What is wrong with record `name` ("" if it is whole and its tag verifies).
+std::string check_record(int dir, const std::string& name, const Authenticator& auth);
 
 }  // namespace kiln::cache

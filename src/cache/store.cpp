@@ -1,10 +1,7 @@
 #include "cache/store.hpp"
 
-#include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,9 +12,12 @@
 #include <random>
 #include <thread>
 
+#include "cache/authenticator.hpp"
+#include "cache/cache_dir.hpp"
 #include "cache/cache_key.hpp"
 #include "cache/hash_memo.hpp"
 #include "runtime/ir/error.hpp"
+#include "runtime/ir/huge_pages.hpp"
 
 namespace kiln::cache {
 
@@ -26,7 +26,12 @@ using nlohmann::json;
 
 namespace {
 
-const char* const kFiles[] = {"object.o", "program.bin", "weights.bin"};
+constexpr const char* kMarker = "CACHEDIR.TAG";
+constexpr const char* kKilnLine = "# This directory is a cache of compiled models made by Kiln.\n";
+constexpr const char* kParts[] = {"entries", "tmp", "hashes"};
+constexpr const char* kManifestPurpose = "kiln cache manifest 2";
+constexpr size_t kMaxManifestBytes = size_t(1) << 20;
+constexpr size_t kSecretBytes = 32;
 
 [[noreturn]] void fail_io(const std::string& what, const std::string& path, int err = errno) {
   ir::fail(ir::ErrorKind::Io, "cache: cannot " + what + " '" + path + "': " + std::strerror(err));
@@ -39,26 +44,17 @@ std::string random_suffix() {
   return buf;
 }
 
-// An open file descriptor, closed when it goes.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f = -1) : fd(f) {}
-  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd, o.fd);
-    return *this;
-  }
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-// What a loaded entry keeps alive: its mapped files and the shared lock.
+// What a loaded entry keeps alive: its directory, the shared lock, its code
+// read into memory and its weights, mapped or read.
 struct OpenEntry {
+  Fd dir;
   Fd lock;
-  std::vector<std::pair<void*, size_t>> maps;
+  std::string object, program;
+  void* map = nullptr;
+  size_t map_bytes = 0;
+  std::unique_ptr<char, decltype(&std::free)> weights{nullptr, &std::free};
   ~OpenEntry() {
-    for (auto [p, n] : maps) ::munmap(p, n);
+    if (map) ::munmap(map, map_bytes);
   }
 };
 
@@ -83,32 +79,32 @@ void write_all(int fd, const void* data, size_t size, const std::string& path) {
   }
 }
 
-// Writes a file from chunks at offsets (zero padding between), flushed to
-// disk. Returns its checksum.
-std::string write_file(const std::string& path, const std::vector<std::pair<int64_t, std::string_view>>& chunks) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (fd.fd < 0) fail_io("create", path);
-  Hasher hash;
+// Writes file `name` of directory `dir` from chunks at offsets (zero padding
+// between), flushed to disk. Returns its SHA-256.
+std::string write_file(int dir, const std::string& name, const std::vector<std::pair<int64_t, std::string_view>>& chunks,
+                       mode_t mode) {
+  Fd fd = open_file_at(dir, name, O_WRONLY | O_CREAT | O_EXCL, mode);
+  if (!fd) fail_io("create", name);
+  Sha256 hash;
   static const char zeros[64] = {};
   int64_t at = 0;
   for (const auto& [offset, bytes] : chunks) {
     while (at < offset) {
       const size_t pad = size_t(std::min<int64_t>(offset - at, sizeof zeros));
-      write_all(fd.fd, zeros, pad, path);
+      write_all(fd.get(), zeros, pad, name);
       hash.update(zeros, pad);
       at += int64_t(pad);
     }
-    write_all(fd.fd, bytes.data(), bytes.size(), path);
+    write_all(fd.get(), bytes.data(), bytes.size(), name);
     hash.update(bytes.data(), bytes.size());
     at += int64_t(bytes.size());
   }
-  if (::fsync(fd.fd) != 0) fail_io("flush", path);
+  if (::fsync(fd.get()) != 0) fail_io("flush", name);
   return hash.hex();
 }
 
-void sync_dir(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.fd < 0 || ::fsync(fd.fd) != 0) fail_io("flush directory", path);
+void sync_dir(int dir, const std::string& path) {
+  if (::fsync(dir) != 0) fail_io("flush directory", path);
 }
 
 std::string iso_time(std::time_t t) {
@@ -119,85 +115,160 @@ std::string iso_time(std::time_t t) {
   return buf;
 }
 
-// Reads and checks an entry's manifest and files. Returns the problem ("" if
-// none); with `out`, also maps the files (and keeps `lock`).
-std::string check_entry(const std::string& dir, const std::string& key, bool checksums, json& manifest,
-                        std::shared_ptr<OpenEntry> entry, backends::LoadedArtifact* out,
-                        bool defer_weights_check = false) {
-  const std::string manifest_path = dir + "/manifest.json";
-  Fd mf(::open(manifest_path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (mf.fd < 0) return std::string("no readable manifest (") + std::strerror(errno) + ")";
+bool has_marker(int root) {
+  Fd fd = open_file_at(root, kMarker);
   std::string text;
-  char buf[65536];
-  for (ssize_t n; (n = ::read(mf.fd, buf, sizeof buf)) != 0;) {
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return "manifest unreadable";
-    }
-    text.append(buf, size_t(n));
-  }
-  manifest = json::parse(text, nullptr, false);
-  if (manifest.is_discarded() || !manifest.is_object()) return "manifest is not valid JSON";
-  if (manifest.value("format", -1) != kFormatVersion)
-    return "format version " + manifest.value("format", json(nullptr)).dump() + ", this Kiln reads " + std::to_string(kFormatVersion);
-  if (manifest.value("kiln_build", std::string()) != build_id())
-    return "written by another Kiln build (" + manifest.value("kiln_build", std::string("?")) + ")";
-  if (manifest.value("key", std::string()) != key) return "manifest is for another key";
-  if (!manifest.contains("files") || !manifest["files"].is_object()) return "manifest lists no files";
-  for (const char* name : kFiles) {
-    const json& f = manifest["files"].value(name, json());
-    if (!f.is_object() || !f.contains("bytes") || !f.contains("xxh3_128")) return std::string("manifest does not describe ") + name;
-    const std::string path = dir + "/" + name;
-    const timespec looked_at = coarse_now();
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    struct stat st {};
-    if (fd.fd < 0 || ::fstat(fd.fd, &st) != 0) return std::string(name) + " is missing";
-    const int64_t want = f["bytes"].is_number_integer() ? f["bytes"].get<int64_t>() : -1;
-    if (st.st_size != want) return std::string(name) + " has " + std::to_string(st.st_size) + " bytes, the manifest says " + std::to_string(want);
-    if (!checksums && !out) continue;
-    void* map = nullptr;
-    if (st.st_size > 0) {
-      map = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd.fd, 0);
-      if (map == MAP_FAILED) return std::string("cannot map ") + name + ": " + std::strerror(errno);
-      entry->maps.push_back({map, size_t(st.st_size)});
-    }
-    const std::string want_hash = f["xxh3_128"].get<std::string>();
-    // Only the weights are remembered: the other files are small, and read
-    // whole by the loader anyway. `kiln cache verify` (no `out`) always reads.
-    const bool weights = std::strcmp(name, "weights.bin") == 0, memo = out && weights;
-    const std::string record = path + ".checked";
-    const bool known = memo && recall_hash(record, st) == want_hash;
-    auto check = [name, entry, data = map ? map : "", size = size_t(st.st_size), want_hash, memo, record, st, looked_at] {
-      if (hash_hex(data, size) != want_hash) return std::string(name) + " does not match its checksum (corrupted)";
-      if (memo) remember_hash(record, st, looked_at, want_hash, "checked against the manifest");
-      return std::string();
-    };
-    if (!known) {
-      if (out && defer_weights_check && weights) out->check = std::make_shared<backends::LoadCheck>(check);
-      else if (std::string bad = check(); !bad.empty()) return bad;
-    }
-    if (out) {
-      std::string_view view(static_cast<const char*>(map), size_t(st.st_size));
-      if (std::strcmp(name, "object.o") == 0) out->object = view;
-      else if (std::strcmp(name, "program.bin") == 0) out->program = view;
-      else {
-        out->weights = static_cast<const char*>(map);
-        out->weights_bytes = size_t(st.st_size);
+  return fd && read_all(fd.get(), text, 4096) && text.rfind("Signature: 8a477f597d28d172789f06886806bc55", 0) == 0 &&
+         text.find(kKilnLine) != std::string::npos;
+}
+
+std::string marker_text() {
+  return std::string("Signature: 8a477f597d28d172789f06886806bc55\n") + kKilnLine +
+         "# Kiln's cache commands act only on a directory that holds this file.\n"
+         "# For information about cache directory tags, see https://bford.info/cachedir/\n";
+}
+
+// A private cache's secret, made on first use: written under a temporary
+// name, then linked into place, so that of two processes racing one secret
+// wins and both read it.
+std::string read_secret(int root, const std::string& dir, bool create, std::string& secret) {
+  Fd fd = open_file_at(root, "secret");
+  if (!fd && errno == ENOENT) {
+    if (!create) return "";
+    const std::string tmp = "secret." + random_suffix();
+    {
+      Fd w = open_file_at(root, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+      const std::string bytes = random_bytes(kSecretBytes);
+      const bool ok = w && ::write(w.get(), bytes.data(), bytes.size()) == ssize_t(bytes.size()) && ::fsync(w.get()) == 0;
+      if (!ok || (::linkat(root, tmp.c_str(), root, "secret", 0) != 0 && errno != EEXIST)) {
+        const int err = errno;
+        ::unlinkat(root, tmp.c_str(), 0);
+        return "cannot create the cache's secret in '" + dir + "': " + std::strerror(err);
       }
+      ::unlinkat(root, tmp.c_str(), 0);
     }
+    fd = open_file_at(root, "secret");
   }
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0) return "cannot read the cache's secret '" + dir + "/secret': " + std::strerror(errno);
+  if (std::string bad = not_private(st); !bad.empty()) return "the cache's secret '" + dir + "/secret' " + bad;
+  if (st.st_mode & 077) return "the cache's secret '" + dir + "/secret' is readable by others (chmod 600)";
+  if (!read_all(fd.get(), secret, 4096) || secret.size() < Authenticator::kMinSecretBytes)
+    return "the cache's secret '" + dir + "/secret' is damaged; delete the cache directory";
   return "";
 }
 
-int64_t dir_bytes(const std::string& dir) {
+int64_t dir_bytes(int dir) {
   int64_t total = 0;
-  std::error_code ec;
-  for (const auto& f : fs::directory_iterator(dir, ec))
-    if (f.is_regular_file(ec)) total += int64_t(f.file_size(ec));
+  for (const auto& name : names_in(dir))
+    if (struct stat st {}; ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) total += st.st_size;
   return total;
 }
 
 }  // namespace
+
+// The cache directory and its parts, opened (a part not made yet is
+// invalid), and what entries are checked and made with.
+struct Store::Layout {
+  Fd root, entries, tmp, hashes;
+  std::optional<Authenticator> auth;  // none until a private cache has its secret
+  mode_t dir_mode = 0700, file_mode = 0600;
+  bool shared = false;
+
+  // What stops this cache from trusting a file or directory ("" if nothing).
+  std::string untrusted(int fd) const {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return std::strerror(errno);
+    return shared ? "" : not_private(st);
+  }
+
+  // Reads and checks an entry's manifest and files. Returns the problem
+  // ("" if none). With `loaded`, also reads or maps its files into `keep`.
+  std::string check_entry(int dir, const std::string& key, bool digests, std::optional<Manifest>& manifest,
+                          const std::shared_ptr<OpenEntry>& keep, backends::LoadedArtifact* loaded, bool defer_weights_check) const {
+    if (std::string bad = untrusted(dir); !bad.empty()) return "the entry " + bad;
+    std::string text, tag;
+    Fd mf = open_file_at(dir, "manifest.json"), tf = open_file_at(dir, "manifest.tag");
+    if (!mf || !tf) return std::string("no readable manifest (") + std::strerror(errno) + ")";
+    if (std::string bad = untrusted(mf.get()); !bad.empty()) return "the manifest " + bad;
+    if (!read_all(mf.get(), text, kMaxManifestBytes) || !read_all(tf.get(), tag, 256)) return "manifest unreadable or too large";
+    if (!auth) return "not authenticated: the cache has no secret";
+    if (!auth->verify(kManifestPurpose, text, tag))
+      return "the manifest's tag does not verify (written with another key, or altered)";
+    Manifest m;
+    if (std::string bad = parse_manifest(text, m); !bad.empty()) return bad;
+    manifest = m;
+    if (m.kiln_build != build_id()) return "written by another Kiln build (" + m.kiln_build + ")";
+    if (m.key != key) return "manifest is for another key";
+    for (const char* name : kEntryFiles) {
+      const FileRecord& want = m.files.at(name);
+      const timespec looked_at = coarse_now();
+      Fd fd = open_file_at(dir, name);
+      struct stat st {};
+      if (!fd || ::fstat(fd.get(), &st) != 0) return std::string(name) + " is missing or not a regular file";
+      if (std::string bad = untrusted(fd.get()); !bad.empty()) return std::string(name) + " " + bad;
+      if (st.st_size != want.bytes)
+        return std::string(name) + " has " + std::to_string(st.st_size) + " bytes, the manifest says " + std::to_string(want.bytes);
+      if (!digests && !loaded) continue;
+      const bool weights = std::strcmp(name, "weights.bin") == 0;
+      const size_t size = size_t(st.st_size);
+      const char* data = "";
+      if (size > 0 && weights && not_private(st).empty()) {
+        // Nobody but this user or root can change the file under the mapping.
+        keep->map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+        if (keep->map == MAP_FAILED) {
+          keep->map = nullptr;
+          return std::string("cannot map ") + name + ": " + std::strerror(errno);
+        }
+        keep->map_bytes = size;
+        data = static_cast<const char*>(keep->map);
+      } else if (size > 0) {
+        // Read into memory that is ours: what is checked is what runs.
+        std::string* to = std::strcmp(name, "object.o") == 0 ? &keep->object : std::strcmp(name, "program.bin") == 0 ? &keep->program : nullptr;
+        char* buffer = nullptr;
+        if (to) {
+          to->reserve(size);
+          if (!read_all(fd.get(), *to, size) || to->size() != size) return std::string("cannot read ") + name;
+          data = to->data();
+        } else {
+          keep->weights.reset(static_cast<char*>(ir::allocate_buffer(size)));
+          buffer = keep->weights.get();
+          if (!buffer) return std::string("no memory for ") + name;
+          for (size_t at = 0; at < size;) {
+            const ssize_t n = ::pread(fd.get(), buffer + at, size - at, off_t(at));
+            if (n <= 0 && errno != EINTR) return std::string("cannot read ") + name;
+            if (n > 0) at += size_t(n);
+          }
+          data = buffer;
+        }
+      }
+      // Only the weights are remembered: the other files are small, and
+      // read whole by the loader anyway; and only when mapped, since a file
+      // others may write can change after its identity was taken.
+      // `kiln cache verify` (no `loaded`) always reads.
+      const bool memo = loaded && weights && keep->map;
+      const bool known = memo && recall_hash(dir, "weights.bin.checked", st, *auth) == want.sha256;
+      auto check = [name, keep, data, size, want = want.sha256, memo, st, looked_at, auth = *auth, mode = file_mode] {
+        if (sha256_hex(data, size) != want) return std::string(name) + " does not match its digest (corrupted or altered)";
+        if (memo) remember_hash(keep->dir.get(), "weights.bin.checked", st, looked_at, want, "checked against the manifest", auth, mode);
+        return std::string();
+      };
+      if (!known) {
+        if (loaded && defer_weights_check && weights) loaded->check = std::make_shared<backends::LoadCheck>(check);
+        else if (std::string bad = check(); !bad.empty()) return bad;
+      }
+      if (!loaded) continue;
+      const std::string_view view(data, size);
+      if (std::strcmp(name, "object.o") == 0) loaded->object = view;
+      else if (std::strcmp(name, "program.bin") == 0) loaded->program = view;
+      else {
+        loaded->weights = data;
+        loaded->weights_bytes = size;
+      }
+    }
+    return "";
+  }
+};
 
 std::string default_dir() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg == '/') return std::string(xdg) + "/kiln";
@@ -205,49 +276,122 @@ std::string default_dir() {
   return "";
 }
 
-std::string Store::entry_dir(const std::string& key) const { return dir_ + "/entries/" + key; }
-
-std::optional<backends::LoadedArtifact> Store::open(const std::string& key, std::string& problem,
-                                                    bool defer_weights_check) const {
-  problem.clear();
-  const std::string dir = entry_dir(key);
-  auto entry = std::make_shared<OpenEntry>();
-  entry->lock = Fd(::open((dir + "/lock").c_str(), O_RDONLY | O_CLOEXEC));
-  if (entry->lock.fd < 0) {
+std::string Store::open_layout(Layout& l, bool create) const {
+  l.shared = shared();
+  bool made = false;
+  if (create) {
+    // Parents as any program makes them; the cache itself private.
     std::error_code ec;
-    if (fs::exists(dir, ec)) problem = "incomplete entry (no lock file)";
+    fs::create_directories(fs::path(dir_).parent_path(), ec);
+    made = ::mkdir(dir_.c_str(), 0700) == 0;
+    if (!made && errno != EEXIST) return "cannot create '" + dir_ + "': " + std::strerror(errno);
+  }
+  // The directory itself is reached by the path the user gave, links and all.
+  l.root = Fd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!l.root) return errno == ENOENT && !create ? "" : "cannot open '" + dir_ + "': " + std::strerror(errno);
+  struct stat st {};
+  if (::fstat(l.root.get(), &st) != 0) return "cannot open '" + dir_ + "': " + std::strerror(errno);
+  if (made && (st.st_mode & 07777) != 0700 && ::fchmod(l.root.get(), 0700) == 0) st.st_mode = (st.st_mode & ~07777) | 0700;
+  if (!shared())
+    if (std::string bad = not_private(st); !bad.empty())
+      return "'" + dir_ + "' " + bad + "; a cache without a key (KILN_CACHE_KEY_FILE) is used only while it is private (chmod 700)";
+  // A shared cache's entries are as open to its group as the directory is; never to others.
+  l.dir_mode = shared() ? 0700 | (st.st_mode & 0070) : 0700;
+  l.file_mode = shared() ? 0600 | (st.st_mode & 0040) : 0600;
+  if (!has_marker(l.root.get())) {
+    // Another process may be making the directory a cache right now: it
+    // writes the marker, before anything else, under an exclusive lock.
+    ::flock(l.root.get(), create ? LOCK_EX : LOCK_SH);
+    std::string problem;
+    if (!has_marker(l.root.get())) {
+      const bool empty = names_in(l.root.get()).empty();
+      if (!empty) problem = "'" + dir_ + "' is not a Kiln cache (it is not empty and has no CACHEDIR.TAG of Kiln's)";
+      else if (create) {
+        Fd fd = open_file_at(l.root.get(), kMarker, O_WRONLY | O_CREAT | O_EXCL, l.file_mode);
+        const std::string text = marker_text();
+        if (!fd || ::write(fd.get(), text.data(), text.size()) != ssize_t(text.size()) || ::fsync(fd.get()) != 0)
+          problem = "cannot mark '" + dir_ + "' as a Kiln cache: " + std::strerror(errno);
+      }
+    }
+    ::flock(l.root.get(), LOCK_UN);
+    if (!problem.empty()) return problem;
+  }
+  for (const char* part : kParts) {
+    Fd& fd = std::strcmp(part, "entries") == 0 ? l.entries : std::strcmp(part, "tmp") == 0 ? l.tmp : l.hashes;
+    fd = open_dir_at(l.root.get(), part);
+    if (!fd && errno == ENOENT && create) {
+      fd = make_dir_at(l.root.get(), part, l.dir_mode);
+      if (!fd && errno == EEXIST) fd = open_dir_at(l.root.get(), part);
+    }
+    const std::string path = dir_ + "/" + part;
+    if (!fd && errno == ENOENT) continue;  // not made yet
+    if (!fd && (errno == ELOOP || errno == ENOTDIR))
+      return "'" + path + "' is a symbolic link or not a directory (Kiln never follows a link inside its cache)";
+    if (!fd) return "cannot open '" + path + "': " + std::strerror(errno);
+    if (std::string bad = l.untrusted(fd.get()); !bad.empty()) return "'" + path + "' " + bad;
+  }
+  if (shared()) {
+    l.auth.emplace(shared_key_);
+  } else {
+    std::string secret;
+    if (std::string bad = read_secret(l.root.get(), dir_, create, secret); !bad.empty()) return bad;
+    if (!secret.empty()) l.auth.emplace(std::move(secret));
+  }
+  return "";
+}
+
+std::string Store::check() const {
+  Layout l;
+  return open_layout(l, false);
+}
+
+std::optional<backends::LoadedArtifact> Store::open(const std::string& key, std::string& problem, bool defer_weights_check) const {
+  problem.clear();
+  Layout l;
+  if (std::string bad = open_layout(l, false); !bad.empty() || !l.entries) {
+    problem = bad;
+    return std::nullopt;
+  }
+  auto entry = std::make_shared<OpenEntry>();
+  entry->dir = open_dir_at(l.entries.get(), key);
+  if (!entry->dir) {
+    if (errno != ENOENT) problem = std::string("the entry is not a directory (") + std::strerror(errno) + ")";
+    return std::nullopt;
+  }
+  entry->lock = open_file_at(entry->dir.get(), "lock");
+  if (!entry->lock) {
+    problem = "incomplete entry (no lock file)";
     return std::nullopt;
   }
   // Being removed by another process: a miss.
-  if (::flock(entry->lock.fd, LOCK_SH | LOCK_NB) != 0) return std::nullopt;
+  if (::flock(entry->lock.get(), LOCK_SH | LOCK_NB) != 0) return std::nullopt;
   backends::LoadedArtifact artifact;
-  json manifest;
-  problem = check_entry(dir, key, true, manifest, entry, &artifact, defer_weights_check);
+  std::optional<Manifest> manifest;
+  problem = l.check_entry(entry->dir.get(), key, true, manifest, entry, &artifact, defer_weights_check);
   if (!problem.empty()) return std::nullopt;
-  ::futimens(entry->lock.fd, nullptr);  // last use, for eviction; fails harmlessly when read-only
+  ::futimens(entry->lock.get(), nullptr);  // last use, for eviction; fails harmlessly when read-only
   artifact.keep_alive = entry;
   return artifact;
 }
 
 void Store::create() const {
-  std::error_code ec;
-  fs::create_directories(dir_ + "/entries", ec);
-  if (!ec) fs::create_directories(dir_ + "/tmp", ec);
-  if (ec) ir::fail(ir::ErrorKind::Io, "cache: cannot create '" + dir_ + "': " + ec.message());
-  if (::access((dir_ + "/tmp").c_str(), W_OK) != 0 || ::access((dir_ + "/entries").c_str(), W_OK) != 0)
-    fail_io("write into", dir_);
+  Layout l;
+  if (std::string bad = open_layout(l, true); !bad.empty()) ir::fail(ir::ErrorKind::Io, "cache: " + bad);
+  for (const Fd* part : {&l.tmp, &l.entries})
+    if (::faccessat(part->get(), ".", W_OK, AT_EACCESS) != 0) fail_io("write into", dir_);
 }
 
 bool Store::put(const std::string& key, const json& key_inputs, const backends::Artifact& artifact, double compile_ms) const {
-  create();
-  std::error_code ec;
-  const std::string tmp = dir_ + "/tmp/" + key + "." + random_suffix();
-  if (::mkdir(tmp.c_str(), 0755) != 0) fail_io("create", tmp);
+  Layout l;
+  if (std::string bad = open_layout(l, true); !bad.empty()) ir::fail(ir::ErrorKind::Io, "cache: " + bad);
+  const std::string name = key + "." + random_suffix();
+  Fd dir = make_dir_at(l.tmp.get(), name, l.dir_mode);
+  if (!dir) fail_io("create", dir_ + "/tmp/" + name);
   try {
-    json files = json::object();
-    auto put_file = [&](const char* name, const std::vector<std::pair<int64_t, std::string_view>>& chunks, int64_t bytes) {
-      files[name] = {{"bytes", bytes}, {"xxh3_128", write_file(tmp + "/" + name, chunks)}};
-      stall_point(name);
+    Manifest m;
+    auto put_file = [&](const char* file, const std::vector<std::pair<int64_t, std::string_view>>& chunks, int64_t bytes) {
+      m.files[file] = {bytes, write_file(dir.get(), file, chunks, l.file_mode)};
+      stall_point(file);
     };
     put_file("object.o", {{0, artifact.object}}, int64_t(artifact.object.size()));
     put_file("program.bin", {{0, artifact.program}}, int64_t(artifact.program.size()));
@@ -255,39 +399,38 @@ bool Store::put(const std::string& key, const json& key_inputs, const backends::
     for (size_t i = 0; i < artifact.weights.size(); ++i)
       weights.push_back({artifact.weight_offsets[i], {static_cast<const char*>(artifact.weights[i].first), artifact.weights[i].second}});
     put_file("weights.bin", weights, artifact.weights_bytes);
-    write_file(tmp + "/lock", {});
+    write_file(dir.get(), "lock", {}, l.file_mode);
     // The weights were hashed as they were written and nobody else writes
-    // into tmp, so the writer may remember them too (if the clock has moved
-    // on since it wrote them) and the first warm start need not read them.
+    // into this directory, so the writer may remember them too (if the clock
+    // has moved on since it wrote them) and the first warm start need not
+    // read them.
     const timespec looked_at = coarse_now();
-    if (struct stat st {}; ::stat((tmp + "/weights.bin").c_str(), &st) == 0)
-      remember_hash(tmp + "/weights.bin.checked", st, looked_at, files["weights.bin"]["xxh3_128"].get<std::string>(),
-                    "written with the entry");
-    const std::time_t now = std::time(nullptr);
-    json summary = json::parse(artifact.summary, nullptr, false);
-    const json manifest = {{"format", kFormatVersion},
-                           {"kiln_build", build_id()},
-                           {"key", key},
-                           {"key_inputs", key_inputs},
-                           {"created", iso_time(now)},
-                           {"compile_ms", compile_ms},
-                           {"files", files},
-                           {"backend", summary.is_discarded() ? json(nullptr) : summary}};
-    const std::string text = manifest.dump(1);
-    write_file(tmp + "/manifest.json", {{0, text}});
+    if (struct stat st {}; ::fstatat(dir.get(), "weights.bin", &st, AT_SYMLINK_NOFOLLOW) == 0)
+      remember_hash(dir.get(), "weights.bin.checked", st, looked_at, m.files["weights.bin"].sha256, "written with the entry", *l.auth,
+                    l.file_mode);
+    m.kiln_build = build_id();
+    m.key = key;
+    m.key_inputs = key_inputs;
+    m.created = iso_time(std::time(nullptr));
+    m.compile_ms = compile_ms;
+    const json summary = json::parse(artifact.summary, nullptr, false);
+    m.backend = summary.is_discarded() ? json(nullptr) : summary;
+    const std::string text = to_text(m);
+    write_file(dir.get(), "manifest.tag", {{0, l.auth->tag(kManifestPurpose, text)}}, l.file_mode);
+    write_file(dir.get(), "manifest.json", {{0, text}}, l.file_mode);
     stall_point("manifest.json");
-    sync_dir(tmp);
-    const std::string target = entry_dir(key);
-    if (fs::exists(target, ec)) remove(key);  // an unusable entry (the caller found it so)
-    if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    sync_dir(dir.get(), dir_ + "/tmp/" + name);
+    // An unusable entry (the caller found it so) makes way.
+    if (struct stat st {}; ::fstatat(l.entries.get(), key.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) remove(key);
+    if (::renameat(l.tmp.get(), name.c_str(), l.entries.get(), key.c_str()) != 0) {
       const int err = errno;
-      fs::remove_all(tmp, ec);
+      remove_tree_at(l.tmp.get(), name);
       if (err == EEXIST || err == ENOTEMPTY) return false;  // another process stored it first
-      fail_io("store entry", target, err);
+      fail_io("store entry", dir_ + "/entries/" + key, err);
     }
-    sync_dir(dir_ + "/entries");
+    sync_dir(l.entries.get(), dir_ + "/entries");
   } catch (...) {
-    fs::remove_all(tmp, ec);
+    remove_tree_at(l.tmp.get(), name);
     throw;
   }
   if (max_bytes_ > 0) prune(max_bytes_);
@@ -296,31 +439,45 @@ bool Store::put(const std::string& key, const json& key_inputs, const backends::
 
 std::vector<EntryInfo> Store::list(bool check_files) const {
   std::vector<EntryInfo> out;
-  std::error_code ec;
-  for (const auto& d : fs::directory_iterator(dir_ + "/entries", ec)) {
+  Layout l;
+  if (std::string bad = open_layout(l, false); !bad.empty()) ir::fail(ir::ErrorKind::Io, "cache: " + bad);
+  if (!l.entries) return out;
+  for (const auto& key : names_in(l.entries.get())) {
     EntryInfo info;
-    info.key = d.path().filename().string();
-    const std::string dir = d.path().string();
-    info.bytes = dir_bytes(dir);
+    info.key = key;
+    Fd dir = open_dir_at(l.entries.get(), key);
+    if (!dir) {
+      info.problem = "not a directory (a file or a symbolic link)";
+      out.push_back(std::move(info));
+      continue;
+    }
+    info.bytes = dir_bytes(dir.get());
     struct stat st {};
-    if (::stat((dir + "/lock").c_str(), &st) == 0) info.last_use = std::chrono::system_clock::from_time_t(st.st_mtime);
-    info.problem = check_entry(dir, info.key, check_files, info.manifest, std::make_shared<OpenEntry>(), nullptr);
+    if (::fstatat(dir.get(), "lock", &st, AT_SYMLINK_NOFOLLOW) == 0) info.last_use = std::chrono::system_clock::from_time_t(st.st_mtime);
+    info.problem = l.check_entry(dir.get(), key, check_files, info.manifest, std::make_shared<OpenEntry>(), nullptr, false);
     out.push_back(std::move(info));
   }
   return out;
 }
 
-bool Store::remove(const std::string& key) const {
-  const std::string dir = entry_dir(key);
-  Fd lock(::open((dir + "/lock").c_str(), O_RDONLY | O_CLOEXEC));
-  if (lock.fd >= 0 && ::flock(lock.fd, LOCK_EX | LOCK_NB) != 0) return false;  // in use
-  std::error_code ec;
-  fs::create_directories(dir_ + "/tmp", ec);
-  const std::string dead = dir_ + "/tmp/removed." + key + "." + random_suffix();
-  // Renamed first, so no reader ever sees a half-removed entry.
-  if (::rename(dir.c_str(), dead.c_str()) != 0) return errno == ENOENT;
-  fs::remove_all(dead, ec);
-  return true;
+std::string Store::remove(const std::string& key) const {
+  Layout l;
+  if (std::string bad = open_layout(l, false); !bad.empty()) return bad;
+  if (!l.entries) return "";
+  if (Fd dir = open_dir_at(l.entries.get(), key)) {
+    Fd lock = open_file_at(dir.get(), "lock");
+    if (lock && ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return "in use by a running process";
+  }
+  if (!l.tmp) l.tmp = make_dir_at(l.root.get(), "tmp", l.dir_mode);
+  if (!l.tmp) return std::string("cannot make '") + dir_ + "/tmp': " + std::strerror(errno);
+  const std::string dead = "removed." + key + "." + random_suffix();
+  // Moved out first, so no reader ever sees a half-removed entry.
+  if (::renameat(l.entries.get(), key.c_str(), l.tmp.get(), dead.c_str()) != 0)
+    return errno == ENOENT ? "" : std::string("cannot move it out of entries/: ") + std::strerror(errno);
+  // What cannot be deleted now stays in tmp/, where nothing reads it and
+  // verify and prune try again: the entry itself is gone.
+  remove_tree_at(l.tmp.get(), dead);
+  return "";
 }
 
 std::vector<std::string> Store::prune(int64_t max_bytes) const {
@@ -331,7 +488,7 @@ std::vector<std::string> Store::prune(int64_t max_bytes) const {
   std::vector<std::string> removed;
   for (const auto& e : entries) {
     if (total <= max_bytes) break;
-    if (remove(e.key)) {
+    if (remove(e.key).empty()) {
       total -= e.bytes;
       removed.push_back(e.key);
     }
@@ -339,35 +496,59 @@ std::vector<std::string> Store::prune(int64_t max_bytes) const {
   return removed;
 }
 
-std::string Store::hash_record(const struct stat& st) const {
-  return dir_ + "/hashes/" + std::to_string(st.st_dev) + "." + std::to_string(st.st_ino);
+namespace {
+
+std::string record_name(const struct stat& st) { return std::to_string(st.st_dev) + "." + std::to_string(st.st_ino); }
+
+// Removes what in `dir` was last changed at least `age` ago.
+void remove_older(int dir, std::chrono::seconds age) {
+  const std::time_t now = std::time(nullptr);
+  for (const auto& name : names_in(dir))
+    if (struct stat st {}; ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && now - st.st_mtime >= age.count())
+      remove_tree_at(dir, name);
 }
 
-std::string Store::recall_model_hash(const struct stat& st) const { return recall_hash(hash_record(st), st); }
+}  // namespace
 
-void Store::remember_model_hash(const struct stat& st, const timespec& looked_at, const std::string& hash,
-                                const std::string& path) const {
-  std::error_code ec;
-  fs::create_directories(dir_ + "/hashes", ec);
-  remember_hash(hash_record(st), st, looked_at, hash, path);
+std::string Store::recall_model_hash(const struct stat& st) const {
+  Layout l;
+  if (!open_layout(l, false).empty() || !l.hashes || !l.auth) return "";
+  return recall_hash(l.hashes.get(), record_name(st), st, *l.auth);
+}
+
+void Store::remember_model_hash(const struct stat& st, const timespec& looked_at, const std::string& hash, const std::string& path) const {
+  Layout l;
+  try {
+    if (!open_layout(l, true).empty() || !l.hashes) return;
+  } catch (const ir::Error&) {  // no randomness for a new secret: nothing remembered
+    return;
+  }
+  remember_hash(l.hashes.get(), record_name(st), st, looked_at, hash, path, *l.auth, l.file_mode);
 }
 
 void Store::forget_model_hashes(std::chrono::seconds age) const {
-  std::error_code ec;
-  const auto now = fs::file_time_type::clock::now();
-  for (const auto& f : fs::directory_iterator(dir_ + "/hashes", ec)) {
-    auto t = f.last_write_time(ec);
-    if (!ec && now - t >= age) fs::remove(f.path(), ec);
+  Layout l;
+  if (open_layout(l, false).empty() && l.hashes) remove_older(l.hashes.get(), age);
+}
+
+std::vector<std::pair<std::string, std::string>> Store::remove_bad_model_hashes() const {
+  std::vector<std::pair<std::string, std::string>> bad;
+  Layout l;
+  if (!open_layout(l, false).empty() || !l.hashes) return bad;
+  for (const auto& name : names_in(l.hashes.get())) {
+    // Records being written (NAME.SUFFIX) are left to forget_model_hashes.
+    if (name.find('.') != name.rfind('.')) continue;
+    std::string problem = l.auth ? check_record(l.hashes.get(), name, *l.auth) : "the cache has no secret";
+    if (problem.empty()) continue;
+    if (std::string not_removed = remove_tree_at(l.hashes.get(), name); !not_removed.empty()) problem += "; " + not_removed;
+    bad.push_back({name, problem});
   }
+  return bad;
 }
 
 void Store::clean_tmp(std::chrono::seconds age) const {
-  std::error_code ec;
-  const auto now = fs::file_time_type::clock::now();
-  for (const auto& d : fs::directory_iterator(dir_ + "/tmp", ec)) {
-    auto t = d.last_write_time(ec);
-    if (!ec && now - t > age) fs::remove_all(d.path(), ec);
-  }
+  Layout l;
+  if (open_layout(l, false).empty() && l.tmp) remove_older(l.tmp.get(), age);
 }
 
 }  // namespace kiln::cache

@@ -1,17 +1,30 @@
 #pragma once
 // The on-disk store of compiled specializations (see the README's "Cache").
 //
-//   DIR/entries/KEY/   manifest.json  object.o  program.bin  weights.bin  lock
+//   DIR/CACHEDIR.TAG   marks the directory as a Kiln cache (and tells backup
+//                      tools to skip it); nothing else is ever used as one
+//   DIR/secret         a private cache's secret (authenticator.hpp)
+//   DIR/entries/KEY/   manifest.json  manifest.tag  object.o  program.bin  weights.bin  lock
 //   DIR/tmp/           entries being written, and entries being removed
 //   DIR/hashes/DEV.INO model files' hashes, remembered (see hash_memo.hpp)
 //
+// - Trusted: an entry is code that Kiln maps and runs. A private cache (no
+//   key) is used only while the directory, its parts, every entry and every
+//   file belong to this user or root and nobody else can write them (as ssh
+//   treats authorized_keys); Kiln makes them 0700 and 0600 whatever the
+//   umask. A shared cache has a key (KILN_CACHE_KEY_FILE) and may be
+//   writable by a group. Either way every manifest carries an HMAC-SHA256 tag
+//   made with the secret, and lists each file's SHA-256; nothing of an entry
+//   whose tag or digests do not verify is run. Code files are read into
+//   private memory before they are checked; the weights are mapped only when
+//   nobody else can change them under the mapping, else read.
 // - Atomic: an entry is written into a private directory under tmp/, every
 //   file flushed, the manifest last, then renamed into entries/. Readers see
 //   a whole entry or none; a writer killed half-way leaves only tmp/ debris,
 //   which nothing reads (verify and prune clear it once it is an hour old).
-// - Checked: the manifest names the format, the Kiln build and the key, and
-//   every file's size and XXH3-128 checksum; open() checks them all, so a
-//   truncated, corrupted or foreign entry is a miss, never a crash.
+// - Contained: every path inside the directory is opened relative to its
+//   parent without following symbolic links; a link anywhere inside is
+//   foreign, and removing it removes the link only.
 // - Shared: a reader holds a shared flock on the entry's `lock` for as long
 //   as it uses the entry's mapped files; eviction takes the lock exclusively
 //   without waiting and skips entries in use.
@@ -20,42 +33,48 @@
 #include <sys/stat.h>
 
 #include <chrono>
-#include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "backends/backend.hpp"
+#include "cache/manifest.hpp"
 
 namespace kiln::cache {
 
-inline constexpr int kFormatVersion = 1;
-
 struct EntryInfo {
   std::string key;
-  nlohmann::json manifest;  // null if it could not be read
-  int64_t bytes = 0;        // on disk
+  std::optional<Manifest> manifest;  // absent if it could not be read
+  int64_t bytes = 0;                 // on disk
   std::chrono::system_clock::time_point last_use;
-  std::string problem;  // empty if the entry is whole (verify() checks checksums too)
+  std::string problem;  // empty if the entry is whole (with check_files, its digests too)
 };
 
 class Store {
  public:
-  Store(std::string dir, int64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {}
+  // `shared_key`: a shared cache's secret (read_key_file), "" for a private cache.
+  Store(std::string dir, int64_t max_bytes, std::string shared_key = "")
+      : dir_(std::move(dir)), max_bytes_(max_bytes), shared_key_(std::move(shared_key)) {}
   const std::string& dir() const { return dir_; }
   int64_t max_bytes() const { return max_bytes_; }
+  bool shared() const { return !shared_key_.empty(); }
+
+  // "" if the directory may be used as a cache (it need not exist yet), else
+  // why not: not a Kiln cache, a link inside, or (private) permissions.
+  std::string check() const;
 
   // The entry for `key`, checked and mapped, or nullopt. `problem` is set
   // when an entry exists but is unusable (what is wrong with it). With
-  // `defer_weights_check`, the weights' checksum is the artifact's `check`,
+  // `defer_weights_check`, the weights' digest is the artifact's `check`,
   // which the caller must run before running the entry (a loader may run it
   // while loading the rest).
   std::optional<backends::LoadedArtifact> open(const std::string& key, std::string& problem,
                                                bool defer_weights_check = false) const;
 
-  // Creates the directory layout; throws ir::Error(Io) if it cannot be written.
+  // Creates the directory layout; throws ir::Error(Io) saying why it cannot.
   void create() const;
 
   // Stores an entry (replacing an unusable one). `key_inputs` and the
@@ -64,10 +83,11 @@ class Store {
   // if the directory cannot be written.
   bool put(const std::string& key, const nlohmann::json& key_inputs, const backends::Artifact& artifact, double compile_ms) const;
 
-  // Entries, unsorted. With `check_files`, every checksum is verified.
+  // Entries, unsorted. With `check_files`, every digest is verified.
   std::vector<EntryInfo> list(bool check_files = false) const;
-  // Removes an entry unless a reader holds it; true if it is gone.
-  bool remove(const std::string& key) const;
+  // Removes an entry; "" if it is gone, else why it is not (in use by a
+  // running process, or the directory refused).
+  std::string remove(const std::string& key) const;
   // Least recently used entries removed (those in use skipped) until the
   // store holds at most `max_bytes`; returns the keys removed.
   std::vector<std::string> prune(int64_t max_bytes) const;
@@ -83,12 +103,16 @@ class Store {
   // rewritten only when a file changes, so an old one costs a model's load
   // one more read of the file), or all of them.
   void forget_model_hashes(std::chrono::seconds age) const;
+  // Removes every remembered hash that is damaged or whose tag does not
+  // verify; returns each one's name and what was wrong.
+  std::vector<std::pair<std::string, std::string>> remove_bad_model_hashes() const;
 
  private:
-  std::string entry_dir(const std::string& key) const;
-  std::string hash_record(const struct stat& st) const;
+  struct Layout;
+  std::string open_layout(Layout& l, bool create) const;
   std::string dir_;
   int64_t max_bytes_;
+  std::string shared_key_;
 };
 
 // Where the cache lives unless told: $XDG_CACHE_HOME/kiln, else ~/.cache/kiln

@@ -23,6 +23,7 @@ Cache open_cache(const CacheArgs& args) {
   RuntimeOptions opts;
   opts.cache_dir = args.dir;
   opts.threads = 1;
+  opts.log_level = LogLevel::Error;  // a cache it cannot use is Cache's error here, not a warning about compiling
   return Cache(Runtime(opts));
 }
 
@@ -37,8 +38,11 @@ std::string local_time(int64_t t) {
 }
 
 nlohmann::json to_json(const CacheEntry& e) {
-  return {{"key", e.key},     {"model", e.model},     {"shapes", e.shapes},     {"backend", e.backend},
-          {"bytes", e.bytes}, {"created", e.created}, {"last_use", e.last_use}, {"problem", e.problem}};
+  nlohmann::json j = {{"key", e.key},     {"model", e.model},     {"shapes", e.shapes},     {"backend", e.backend},
+                      {"bytes", e.bytes}, {"created", e.created}, {"last_use", e.last_use}, {"problem", e.problem}};
+  if (!e.problem.empty()) j["removed"] = e.not_removed.empty();
+  if (!e.not_removed.empty()) j["not_removed"] = e.not_removed;
+  return j;
 }
 
 void print(const std::vector<CacheEntry>& entries, bool json, const std::string& dir) {
@@ -75,19 +79,31 @@ void add_cache_command(CLI::App& app) {
     print(cache.list(args->check), args->json, cache.dir());
   });
 
-  auto* verify = cmd->add_subcommand("verify", "Check every entry; report and remove the unusable ones");
+  auto* verify = cmd->add_subcommand("verify", "Check every entry and remembered hash; report and remove the unusable ones (exit 1 if one stays)");
   verify->add_flag("--json", args->json, "print JSON");
   verify->callback([args] {
     Cache cache = open_cache(*args);
-    const auto bad = cache.verify();
+    const Cache::VerifyResult bad = cache.verify();
+    if (!bad.all_removed()) exit_code = 1;
     if (args->json) {
-      nlohmann::json out = nlohmann::json::array();
-      for (const auto& e : bad) out.push_back(to_json(e));
-      std::cout << out.dump(2) << "\n";
+      nlohmann::json entries = nlohmann::json::array();
+      for (const auto& e : bad.entries) entries.push_back(to_json(e));
+      std::cout << nlohmann::json({{"entries", entries}, {"hashes", bad.hashes}}).dump(2) << "\n";
       return;
     }
-    for (const auto& e : bad) std::printf("removed %s (%s %s): %s\n", e.key.c_str(), e.model.c_str(), e.shapes.c_str(), e.problem.c_str());
-    std::printf("%zu bad entries removed; %zu entries remain\n", bad.size(), cache.list().size());
+    size_t removed = 0;
+    for (const auto& e : bad.entries) {
+      if (e.not_removed.empty()) {
+        ++removed;
+        std::printf("removed %s (%s %s): %s\n", e.key.c_str(), e.model.c_str(), e.shapes.c_str(), e.problem.c_str());
+      } else {
+        std::printf("NOT removed %s (%s %s): %s; cannot remove it: %s\n", e.key.c_str(), e.model.c_str(), e.shapes.c_str(),
+                    e.problem.c_str(), e.not_removed.c_str());
+      }
+    }
+    for (const auto& h : bad.hashes) std::printf("removed remembered hash %s\n", h.c_str());
+    std::printf("%zu bad entries removed, %zu could not be; %zu bad remembered hashes removed; %zu entries remain\n", removed,
+                bad.entries.size() - removed, bad.hashes.size(), cache.list().size());
   });
 
   auto* prune = cmd->add_subcommand("prune", "Remove least recently used entries until the cache fits");

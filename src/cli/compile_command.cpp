@@ -65,6 +65,9 @@ void compile(const CompileArgs& args) {
   // Asked again once the entry is written, which decides what the cache did.
   runtime.wait_for_cache();
   const SpecializationStats s = model.prepare(shapes);
+  // Storing the entry is what this command is for.
+  const bool stored = s.cache == CacheOutcome::Hit || s.cache == CacheOutcome::Miss || s.cache == CacheOutcome::Rebuild;
+  if (!stored) exit_code = 1;
   if (args.json) {
     std::cout << nlohmann::json({{"key", s.key}, {"cache", cache_outcome_name(s.cache)}, {"cache_key", s.cache_key},
                                  {"cache_note", s.cache_note}, {"compile_ms", s.compile_ms}, {"cache_dir", runtime.cache_dir()},
@@ -75,7 +78,8 @@ void compile(const CompileArgs& args) {
   }
   std::printf("%s: %s in %.1f ms (cache: %s%s%s)\n", s.key.c_str(), s.cache == CacheOutcome::Hit ? "loaded" : "compiled",
               s.compile_ms, cache_outcome_name(s.cache), s.cache_note.empty() ? "" : ", ", s.cache_note.c_str());
-  if (!runtime.cache_dir().empty()) std::printf("cache: %s/entries/%s\n", runtime.cache_dir().c_str(), s.cache_key.c_str());
+  if (stored) std::printf("cache: %s/entries/%s\n", runtime.cache_dir().c_str(), s.cache_key.c_str());
+  else std::fprintf(stderr, "error: nothing was stored in the cache%s%s\n", s.cache_note.empty() ? "" : ": ", s.cache_note.c_str());
 }
 
 }  // namespace

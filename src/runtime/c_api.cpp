@@ -108,9 +108,9 @@ kiln_status kiln_runtime_create(const kiln_runtime_options* options, kiln_runtim
                  "options->struct_size is " + std::to_string(options->struct_size) + ", set it to sizeof(kiln_runtime_options)");
     o.threads = options->threads;
     if (options->cache_dir) o.cache_dir = options->cache_dir;
-    KILN_REQUIRE(options->log_level >= 0 && options->log_level <= KILN_LOG_OFF,
+    KILN_REQUIRE(options->log_level >= KILN_LOG_DEFAULT && options->log_level <= KILN_LOG_OFF,
                  "options->log_level " + std::to_string(options->log_level) + " is not a kiln_log_level");
-    o.log_level = kiln::LogLevel(options->log_level);
+    if (options->log_level != KILN_LOG_DEFAULT) o.log_level = kiln::LogLevel(options->log_level - KILN_LOG_DEBUG);
     if (options->struct_size >= offsetof(kiln_runtime_options, cache_max_bytes) + sizeof(int64_t)) {
       o.cache = options->no_cache == 0;
       KILN_REQUIRE(options->cache_max_bytes >= 0, "options->cache_max_bytes is negative");
@@ -118,6 +118,8 @@ kiln_status kiln_runtime_create(const kiln_runtime_options* options, kiln_runtim
     }
     if (options->struct_size >= offsetof(kiln_runtime_options, kernels) + sizeof(const char*) && options->kernels)
       o.kernels = options->kernels;
+    if (options->struct_size >= offsetof(kiln_runtime_options, cache_key_file) + sizeof(const char*) && options->cache_key_file)
+      o.cache_key_file = options->cache_key_file;
   }
   return guarded([&] { *out = new kiln_runtime{kiln::Runtime(o)}; });
 }
@@ -142,13 +144,24 @@ kiln_status kiln_model_load(kiln_runtime* runtime, const char* path, kiln_model*
 
 kiln_status kiln_model_load_from_memory(kiln_runtime* runtime, const void* data, size_t size,
                                         const char* external_data_dir, kiln_model** out) {
+  const kiln_load_options options = {sizeof(kiln_load_options), external_data_dir, 0};
+  return kiln_model_load_from_memory_with_options(runtime, data, size, &options, out);
+}
+
+kiln_status kiln_model_load_from_memory_with_options(kiln_runtime* runtime, const void* data, size_t size,
+                                                     const kiln_load_options* options, kiln_model** out) {
   KILN_REQUIRE(out, "out is null");
   *out = nullptr;
   KILN_REQUIRE(runtime, "runtime is null");
   KILN_REQUIRE(data || size == 0, "data is null");
-  return guarded([&] {
-    finish_load(kiln::Model::load_from_memory(runtime->runtime, data, size, external_data_dir ? external_data_dir : ""), out);
-  });
+  kiln::Model::MemoryLoadOptions o;
+  if (options) {
+    KILN_REQUIRE(options->struct_size >= offsetof(kiln_load_options, cache) + sizeof(int32_t),
+                 "options->struct_size is " + std::to_string(options->struct_size) + ", set it to sizeof(kiln_load_options)");
+    if (options->external_data_dir) o.external_data_dir = options->external_data_dir;
+    o.cache = options->cache != 0;
+  }
+  return guarded([&] { finish_load(kiln::Model::load_from_memory(runtime->runtime, data, size, o), out); });
 }
 
 void kiln_model_destroy(kiln_model* model) { delete model; }

@@ -3,6 +3,8 @@
 
 #include "cache/store.hpp"
 #include "kiln/kiln.hpp"
+#include "runtime/ir/error.hpp"
+#include "runtime/runtime_impl.hpp"
 
 namespace kiln {
 
@@ -17,57 +19,79 @@ CacheEntry to_entry(const cache::EntryInfo& e) {
   out.bytes = e.bytes;
   out.last_use = std::chrono::system_clock::to_time_t(e.last_use);
   out.problem = e.problem;
-  if (e.manifest.is_object()) {
-    const auto inputs = e.manifest.value("key_inputs", nlohmann::json::object());
-    if (inputs.is_object()) {
-      out.model = inputs.value("model", "");
-      out.shapes = inputs.value("shapes", "");
-      out.backend = inputs.value("backend", "");
-    }
-    out.created = e.manifest.value("created", "");
+  if (e.manifest) {
+    out.model = e.manifest->input("model");
+    out.shapes = e.manifest->input("shapes");
+    out.backend = e.manifest->input("backend");
+    out.created = e.manifest->created;
   }
   return out;
 }
 
+template <typename F>
+decltype(auto) io_errors(F&& f) {
+  try {
+    return f();
+  } catch (const ir::Error& e) {
+    throw Error(ErrorCode::Io, e.what());
+  }
+}
+
 }  // namespace
 
-Cache::Cache(const Runtime& runtime) : dir_(runtime.cache_dir()) {
-  if (dir_.empty())
-    throw Error(ErrorCode::InvalidArgument, "this runtime has no cache (RuntimeOptions::cache is false, KILN_CACHE=off, or no HOME)");
+struct Cache::Impl {
+  std::shared_ptr<const cache::Store> store;
+};
+
+Cache::Cache(const Runtime& runtime) {
+  const Runtime::Impl& rt = *runtime.impl_;
+  if (!rt.store && rt.cache_refused.empty())
+    throw Error(ErrorCode::InvalidArgument, "this runtime has no cache (RuntimeOptions::cache is false, or KILN_CACHE=off)");
+  if (!rt.store) throw Error(ErrorCode::Io, rt.cache_refused);
+  impl_ = std::make_shared<Impl>(Impl{rt.store});
+}
+
+const std::string& Cache::dir() const { return impl_->store->dir(); }
+
+bool Cache::VerifyResult::all_removed() const {
+  return std::all_of(entries.begin(), entries.end(), [](const CacheEntry& e) { return e.not_removed.empty(); });
 }
 
 std::vector<CacheEntry> Cache::list(bool check_files) const {
   std::vector<CacheEntry> out;
-  for (const auto& e : cache::Store(dir_, 0).list(check_files)) out.push_back(to_entry(e));
+  for (const auto& e : io_errors([&] { return impl_->store->list(check_files); })) out.push_back(to_entry(e));
   std::sort(out.begin(), out.end(), [](const CacheEntry& a, const CacheEntry& b) { return a.last_use > b.last_use; });
   return out;
 }
 
-std::vector<CacheEntry> Cache::verify() const {
-  const cache::Store store(dir_, 0);
-  std::vector<CacheEntry> bad;
-  for (const auto& e : store.list(true))
+Cache::VerifyResult Cache::verify() const {
+  const cache::Store& store = *impl_->store;
+  VerifyResult result;
+  for (const auto& e : io_errors([&] { return store.list(true); }))
     if (!e.problem.empty()) {
-      store.remove(e.key);
-      bad.push_back(to_entry(e));
+      CacheEntry bad = to_entry(e);
+      bad.not_removed = store.remove(e.key);
+      result.entries.push_back(std::move(bad));
     }
+  for (const auto& [name, problem] : store.remove_bad_model_hashes()) result.hashes.push_back(name + ": " + problem);
   store.clean_tmp(std::chrono::hours(1));
   store.forget_model_hashes(kForgetHashesAfter);
-  return bad;
+  return result;
 }
 
 int64_t Cache::prune(int64_t max_bytes) const {
   if (max_bytes < 0) throw Error(ErrorCode::InvalidArgument, "Cache::prune: max_bytes is negative");
-  const cache::Store store(dir_, 0);
+  const cache::Store& store = *impl_->store;
+  const int64_t removed = int64_t(io_errors([&] { return store.prune(max_bytes); }).size());
   store.clean_tmp(std::chrono::hours(1));
   store.forget_model_hashes(kForgetHashesAfter);
-  return int64_t(store.prune(max_bytes).size());
+  return removed;
 }
 
 int64_t Cache::clear() const {
-  const cache::Store store(dir_, 0);
+  const cache::Store& store = *impl_->store;
   int64_t removed = 0;
-  for (const auto& e : store.list(false)) removed += store.remove(e.key) ? 1 : 0;
+  for (const auto& e : io_errors([&] { return store.list(false); })) removed += store.remove(e.key).empty() ? 1 : 0;
   store.clean_tmp(std::chrono::hours(1));
   store.forget_model_hashes(std::chrono::seconds(0));
   return removed;

@@ -2,31 +2,19 @@
 // types and the IR, validates what callers pass, and turns internal errors
 // into kiln::Error.
 #include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include <iostream>
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <mutex>
-#include <set>
 #include <cstdlib>
-#include <condition_variable>
-#include <deque>
-#include <thread>
 
-#include "backends/backend.hpp"
 #include "backends/partitioner.hpp"
-#include "cache/cache_key.hpp"
-#include "cache/freeze.hpp"
-#include "cache/store.hpp"
 #include "backends/reference/reference_executor.hpp"
-#include "kiln/kiln.hpp"
+#include "cache/authenticator.hpp"
+#include "cache/freeze.hpp"
 #include "runtime/ir/shape_inference.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
 #include "runtime/passes/passes.hpp"
+#include "runtime/runtime_impl.hpp"
 
 namespace kiln {
 
@@ -80,6 +68,16 @@ TensorInfo to_info(const ir::ValueInfo& v, bool has_default) {
   return info;
 }
 
+// A shape the caller gives: the IR calls a bad one an invalid model, but
+// here it is the caller's argument.
+void check_shape(const char* where, const Shape& shape) {
+  try {
+    ir::checked_numel(shape);
+  } catch (const ir::Error& e) {
+    throw Error(ErrorCode::InvalidArgument, std::string(where) + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 const char* dtype_name(DType t) { return ir::dtype_name(ir::DType(int32_t(t))); }
@@ -90,6 +88,7 @@ std::string shape_to_string(const Shape& s) { return ir::dims_to_string(s); }
 // ---- Tensor ---------------------------------------------------------------
 
 Tensor::Tensor(DType dtype, Shape shape) {
+  check_shape("Tensor", shape);
   ir::Tensor t = translate_errors([&] { return ir::Tensor(ir::DType(int32_t(dtype)), shape); });
   dtype_ = dtype;
   shape_ = std::move(shape);
@@ -102,7 +101,7 @@ Tensor Tensor::view(DType dtype, Shape shape, void* data) { return view(dtype, s
 Tensor Tensor::view(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner) {
   if (!data) throw Error(ErrorCode::InvalidArgument, "Tensor::view: data pointer is null");
   if (dtype_size(dtype) == 0) throw Error(ErrorCode::InvalidArgument, "Tensor::view: unknown dtype " + std::to_string(int(dtype)));
-  translate_errors([&] { return ir::checked_numel(shape); });
+  check_shape("Tensor::view", shape);
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
@@ -134,112 +133,6 @@ std::string TensorInfo::shape_string() const {
 }
 
 // ---- Runtime --------------------------------------------------------------
-
-struct Runtime::Impl {
-  RuntimeOptions options;
-  int threads = 1;
-  std::unique_ptr<backends::Backend> backend;
-  // The backend behind it, for nodes it does not take: its own fallback, or
-  // the reference (none when the chosen backend is the reference).
-  std::unique_ptr<backends::Backend> fallback;
-  std::unique_ptr<cache::Store> store;  // null: no cache
-  mutable std::atomic<bool> store_writable{true};
-  mutable std::mutex log_mutex;
-
-  // Entries are made and written by one background thread, so that
-  // serialising the program (3-6 ms for a convolutional network, 5-10% of
-  // its compile) and writing and flushing the files (about as long as
-  // compiling, for a large model) stay off the first run. It is started on
-  // the first store and drained on destruction.
-  struct PendingStore {
-    cache::Key key;
-    std::shared_ptr<const backends::Executable> executable;
-    double compile_ms = 0;
-    // Told when nothing could be stored: the outcome (NotCached, or Off for
-    // a directory that cannot be written) and why.
-    std::function<void(CacheOutcome, const std::string&)> settle;
-  };
-  mutable std::mutex store_mutex;
-  mutable std::condition_variable store_cv;
-  mutable std::deque<PendingStore> store_queue;
-  mutable int stores_in_flight = 0;
-  mutable bool stopping = false;
-  mutable std::thread store_thread;
-
-  void enqueue_store(PendingStore p) const {
-    std::lock_guard<std::mutex> lock(store_mutex);
-    store_queue.push_back(std::move(p));
-    ++stores_in_flight;
-    if (!store_thread.joinable()) store_thread = std::thread([this] { write_entries(); });
-    store_cv.notify_all();
-  }
-
-  void write_entries() const {
-    // The lowest priority: the first runs after a compile, which this
-    // thread would otherwise slow by copying the weights (resnet50's first
-    // run took twice as long), come first. Linux priorities are per thread.
-    ::setpriority(PRIO_PROCESS, pid_t(::syscall(SYS_gettid)), 19);
-    std::unique_lock<std::mutex> lock(store_mutex);
-    while (true) {
-      store_cv.wait(lock, [&] { return stopping || !store_queue.empty(); });
-      if (store_queue.empty()) return;
-      PendingStore p = std::move(store_queue.front());
-      store_queue.pop_front();
-      lock.unlock();
-      write_entry(p);
-      p = PendingStore();
-      lock.lock();
-      --stores_in_flight;
-      store_cv.notify_all();
-    }
-  }
-
-  void log(LogLevel level, const std::string& message) const {
-    if (level == LogLevel::Off || level < options.log_level) return;
-    std::lock_guard<std::mutex> lock(log_mutex);
-    if (options.logger) {
-      options.logger(level, message);
-      return;
-    }
-    static const char* names[] = {"debug", "info", "warning", "error"};
-    std::cerr << "kiln " << names[int(level)] << ": " << message << "\n";
-  }
-
-  void write_entry(const PendingStore& p) const {
-    backends::Artifact artifact;
-    try {
-      artifact = p.executable->save();
-    } catch (const ir::Error& e) {
-      p.settle(CacheOutcome::NotCached, e.what());  // not an error: some specializations keep no compiled code
-      return;
-    }
-    try {
-      store->put(p.key.hex, p.key.readable, artifact, p.compile_ms);
-    } catch (const ir::Error& e) {
-      const bool io = e.kind() == ir::ErrorKind::Io;
-      if (!io || store_writable.exchange(false))
-        log(LogLevel::Warning, std::string(e.what()) + (io ? "; compiling in memory only from now on" : ""));
-      p.settle(io ? CacheOutcome::Off : CacheOutcome::NotCached, e.what());
-    } catch (const std::exception& e) {
-      log(LogLevel::Warning, std::string("cache: storing an entry failed: ") + e.what());
-      p.settle(CacheOutcome::NotCached, std::string("storing the entry failed: ") + e.what());
-    }
-  }
-
-  void wait_for_stores() const {
-    std::unique_lock<std::mutex> lock(store_mutex);
-    store_cv.wait(lock, [&] { return stores_in_flight == 0; });
-  }
-
-  ~Impl() {
-    {
-      std::lock_guard<std::mutex> lock(store_mutex);
-      stopping = true;
-      store_cv.notify_all();
-    }
-    if (store_thread.joinable()) store_thread.join();
-  }
-};
 
 const char* cache_outcome_name(CacheOutcome o) {
   switch (o) {
@@ -303,9 +196,27 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
       if (const char* env = std::getenv("KILN_CACHE_DIR"); env && *env) dir = env;
     if (dir.empty()) dir = cache::default_dir();
     const int64_t max_bytes = cache_max_bytes(o, *this);
-    if (dir.empty()) log(LogLevel::Warning, "no cache directory (HOME is not set): compiling in memory only");
-    else if (cache::build_id().empty()) log(LogLevel::Warning, "this Kiln build has no identity (no build-id): compiling in memory only");
-    else impl_->store = std::make_unique<cache::Store>(dir, max_bytes);
+    std::string key_file = o.cache_key_file;
+    if (key_file.empty())
+      if (const char* env = std::getenv("KILN_CACHE_KEY_FILE"); env && *env) key_file = env;
+    std::string& refused = impl_->cache_refused;
+    std::string key;
+    if (dir.empty()) refused = "no cache directory (HOME is not set)";
+    else if (cache::build_id().empty()) refused = "this Kiln build has no identity (no build-id)";
+    else if (!key_file.empty()) {
+      try {
+        key = cache::read_key_file(key_file);
+      } catch (const ir::Error& e) {
+        refused = e.what();
+      }
+    }
+    if (refused.empty()) {
+      auto store = std::make_shared<cache::Store>(dir, max_bytes, key);
+      refused = store->check();
+      if (refused.empty()) impl_->store = std::move(store);
+      else refused = "cache directory not used: " + refused;
+    }
+    if (!refused.empty()) log(LogLevel::Warning, refused + "; compiling in memory only");
   }
 }
 
@@ -324,6 +235,11 @@ void Runtime::wait_for_cache() const { impl_->wait_for_stores(); }
 struct Model::Impl {
   Runtime runtime;
   ir::Model model;
+  // The runtime's cache, unless this model is kept out of it; then what its
+  // specializations say of the cache, and why.
+  std::shared_ptr<const cache::Store> store;
+  CacheOutcome no_store = CacheOutcome::Off;
+  std::string no_store_note;
   std::vector<TensorInfo> inputs;
   std::vector<TensorInfo> outputs;
 
@@ -385,7 +301,16 @@ struct Model::Impl {
     std::call_once(weights_once, [&] { onnx_import::own_weights(model); });
   }
 
-  Impl(const Runtime& rt, ir::Model m) : runtime(rt), model(std::move(m)) {
+  // `not_cached`: why this model must stay out of the cache ("" if it need not).
+  Impl(const Runtime& rt, ir::Model m, const std::string& not_cached = "") : runtime(rt), model(std::move(m)) {
+    if (!rt.impl_->store) {
+      no_store_note = rt.impl_->cache_refused;
+    } else if (!not_cached.empty()) {
+      no_store = CacheOutcome::NotCached;
+      no_store_note = not_cached;
+    } else {
+      store = rt.impl_->store;
+    }
     const ir::Graph& g = *model.graph;
     for (const auto* v : g.required_inputs()) inputs.push_back(to_info(*v, false));
     for (const auto& v : g.inputs)
@@ -470,7 +395,7 @@ struct Model::Impl {
 
 namespace {
 
-// How a model is read: its files' hashes remembered in the cache, if there is one.
+// How a model is read: its files' hashes remembered in the cache, if it has one.
 onnx_import::ImportOptions import_options(const Runtime& runtime, const cache::Store* store) {
   onnx_import::ImportOptions opts;
   opts.hash_threads = runtime.threads();
@@ -496,12 +421,18 @@ Model Model::load(const Runtime& runtime, const std::string& path) {
 }
 
 Model Model::load_from_memory(const Runtime& runtime, const void* data, size_t size, const std::string& external_data_dir) {
+  return load_from_memory(runtime, data, size, MemoryLoadOptions{external_data_dir, false});
+}
+
+Model Model::load_from_memory(const Runtime& runtime, const void* data, size_t size, const MemoryLoadOptions& options) {
   if (!data && size) throw Error(ErrorCode::InvalidArgument, "Model::load_from_memory: data is null");
   Model m;
   m.impl_ = translate_errors([&] {
-    onnx_import::ImportOptions opts = import_options(runtime, runtime.impl_->store.get());
-    opts.external_data_dir = external_data_dir;
-    return std::make_shared<Impl>(runtime, onnx_import::import_model_bytes(data, size, "<memory>", opts));
+    const cache::Store* store = options.cache ? runtime.impl_->store.get() : nullptr;
+    onnx_import::ImportOptions opts = import_options(runtime, store);
+    opts.external_data_dir = options.external_data_dir;
+    return std::make_shared<Impl>(runtime, onnx_import::import_model_bytes(data, size, "<memory>", opts),
+                                  options.cache ? "" : "loaded from memory: not cached unless MemoryLoadOptions::cache is set");
   });
   return m;
 }
@@ -572,7 +503,11 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
     options.kernels = runtime.options().kernels;
     SpecializationStats& stats = entry->stats;
     backends::PartitionedCompile made;  // loaded or compiled
-    const cache::Store* store = runtime.impl_->store.get();
+    const cache::Store* store = this->store.get();
+    if (!store) {
+      stats.cache = no_store;
+      stats.cache_note = no_store_note;
+    }
     cache::Key cache_key;
     if (store) {
       cache_key = cache::make_key({model.content_hash, model.source_path, key, backends::partitioned_identity(order, options)});
@@ -676,7 +611,7 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
     req.native_kernels = options.kernels == "native";
     req.progress = options.progress;
     const Runtime::Impl& rt = *impl_->runtime.impl_;
-    if (rt.store && rt.store_writable.load()) req.store = rt.store.get();
+    if (impl_->store && rt.store_writable.load()) req.store = impl_->store.get();
     req.warn = [&](const std::string& message) { impl_->runtime.log(LogLevel::Warning, model_label(impl_->model) + ": " + message); };
     impl_->own_weights();
     const cache::FreezeResult r = cache::freeze(impl_->model, req);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kiln/kiln.h"
 
@@ -96,11 +97,47 @@ int main(void) {
   CHECK(outputs[0] == NULL);
   CHECK(kiln_model_run(model, names, inputs, 1, outputs, 2) == KILN_ERROR_INVALID_ARGUMENT);
 
+  /* A negative dimension is the caller's mistake, not the model's. */
+  int64_t negative[2] = {1, -3};
+  kiln_tensor* none = NULL;
+  CHECK(kiln_tensor_create(KILN_FLOAT32, negative, 2, &none) == KILN_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kiln_last_error(), "-3") != NULL);
+  CHECK(kiln_tensor_create_view(KILN_FLOAT32, negative, 2, pixels, 64, &none) == KILN_ERROR_INVALID_ARGUMENT);
+  CHECK(none == NULL);
+
   kiln_tensor_destroy(bad);
-  kiln_tensor_destroy(input);
-  free(pixels);
   kiln_model_destroy(model);
   kiln_runtime_destroy(rt);
+
+  /* Zero fields take their defaults: no debug messages from a zeroed
+   * log_level (stderr is caught in a file while the model compiles). */
+  kiln_runtime_options zeroed;
+  memset(&zeroed, 0, sizeof zeroed);
+  zeroed.struct_size = sizeof zeroed;
+  zeroed.no_cache = 1;
+  CHECK(kiln_runtime_create(&zeroed, &rt) == KILN_OK);
+  FILE* caught = tmpfile();
+  fflush(stderr);
+  const int saved_stderr = dup(2);
+  dup2(fileno(caught), 2);
+  CHECK(kiln_model_load(rt, KILN_SOURCE_DIR "/examples/digits/digits.onnx", &model) == KILN_OK);
+  CHECK(kiln_model_run(model, names, inputs, 1, outputs, 1) == KILN_OK);
+  fflush(stderr);
+  dup2(saved_stderr, 2);
+  close(saved_stderr);
+  char said[4096] = {0};
+  rewind(caught);
+  CHECK(fread(said, 1, sizeof said - 1, caught) < sizeof said - 1);
+  CHECK(strstr(said, "debug") == NULL);
+  fclose(caught);
+  kiln_tensor_destroy(outputs[0]);
+  kiln_model_destroy(model);
+  kiln_runtime_destroy(rt);
+  zeroed.log_level = KILN_LOG_OFF + 1;
+  CHECK(kiln_runtime_create(&zeroed, &rt) == KILN_ERROR_INVALID_ARGUMENT);
+
+  kiln_tensor_destroy(input);
+  free(pixels);
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
   return failures ? 1 : 0;
 }

@@ -29,6 +29,9 @@ std::string error_of(const std::function<void()>& f) {
 
 // ctest turns the cache off for this suite (KILN_CACHE=off); tests of the
 // cache need a Runtime with it on.
+// Models from memory stay out of the cache unless asked.
+const kiln::Model::MemoryLoadOptions kCached{.external_data_dir = "", .cache = true};
+
 kiln::Runtime runtime_with_cache(const kiln::RuntimeOptions& opts) {
   const char* env = std::getenv("KILN_CACHE");
   const std::string saved = env ? env : "";
@@ -218,10 +221,10 @@ TEST(Api, RunsFromOtherThreadsThanTheCompileOrTheCacheLoadAgree) {
   opts.threads = 2;
   opts.cache_dir = ::testing::TempDir() + "kiln_scratchpad_cache_" + std::to_string(::getpid());
   kiln::Runtime compiling = runtime_with_cache(opts), loading = runtime_with_cache(opts);
-  auto compiled = kiln::Model::load_from_memory(compiling, bytes.data(), bytes.size());
+  auto compiled = kiln::Model::load_from_memory(compiling, bytes.data(), bytes.size(), kCached);
   const auto first = compiled.run({{"x", x}})[0];
   compiling.wait_for_cache();
-  auto loaded = kiln::Model::load_from_memory(loading, bytes.data(), bytes.size());
+  auto loaded = kiln::Model::load_from_memory(loading, bytes.data(), bytes.size(), kCached);
   const auto again = loaded.run({{"x", x}})[0];
   ASSERT_EQ(loaded.specializations().at(0).cache, kiln::CacheOutcome::Hit);
   ASSERT_EQ(first.nbytes(), expected.nbytes());
@@ -359,7 +362,7 @@ TEST(Api, NodesWithDataDependentShapesAreInterpretedAndTheRestIsCompiled) {
   kiln::RuntimeOptions opts;
   opts.cache_dir = dir;
   kiln::Runtime rt = runtime_with_cache(opts);
-  auto model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
+  auto model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size(), kCached);
   const auto x = kiln::Tensor::from_vector<float>(kiln::DType::Float32, {2, 3}, {1, -2, 3, 0, 5, -1});
 
   // Relu(x) is nonzero at (0,0), (0,2), (1,1): the indices add up to 4.
@@ -399,7 +402,7 @@ TEST(Api, NodesWithDataDependentShapesAreInterpretedAndTheRestIsCompiled) {
   // A warm start loads all three parts from one entry and compiles nothing.
   rt.wait_for_cache();
   kiln::Runtime warm = runtime_with_cache(opts);
-  auto again = kiln::Model::load_from_memory(warm, bytes.data(), bytes.size());
+  auto again = kiln::Model::load_from_memory(warm, bytes.data(), bytes.size(), kCached);
   const auto warm_out = again.run({{"x", x}, {"w", w2}});
   EXPECT_EQ(warm.codegen_runs(), 0);
   auto warm_stats = again.specializations();
