@@ -632,6 +632,10 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
     }
     out.cache_key = r.cache_key;
     out.cache_note = r.cache_note;
+    if (!req.store) {
+      out.cache = impl_->no_store;
+      if (out.cache_note.empty()) out.cache_note = impl_->no_store_note;
+    }
     return out;
   });
 }

@@ -339,7 +339,7 @@ TEST_F(BundleTest, FreezeReusesTheCache) {
   EXPECT_TRUE(warnings.empty());
   const auto rebuilt = freeze_into("d", {1, 2});
   EXPECT_EQ(rebuilt.cache, kiln::CacheOutcome::Rebuild);
-  EXPECT_NE(rebuilt.cache_note.find("checksum"), std::string::npos) << rebuilt.cache_note;
+  EXPECT_NE(rebuilt.cache_note.find("digest"), std::string::npos) << rebuilt.cache_note;
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_EQ(read_file(dir_ / "d" / "digits.o"), read_file(dir_ / "a" / "digits.o"));
   EXPECT_EQ(freeze_into("e", {1, 2}).cache, kiln::CacheOutcome::Hit);
