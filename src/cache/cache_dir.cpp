@@ -21,6 +21,16 @@ bool read_all(int fd, std::string& out, size_t limit) {
   }
 }
 
+bool read_exactly(int fd, char* to, size_t size) {
+  for (size_t at = 0; at < size;) {
+    const ssize_t n = ::pread(fd, to + at, size - at, off_t(at));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    at += size_t(n);
+  }
+  return true;
+}
+
 Fd open_dir_at(int at, const std::string& name) {
   return Fd(::openat(at, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
 }

@@ -39,6 +39,8 @@ class Fd {
 // Reads `fd` from its offset to the end into `out`; false on a read error or
 // past `limit` bytes.
 bool read_all(int fd, std::string& out, size_t limit);
+// Reads `size` bytes from the start of `fd`; false if there are fewer.
+bool read_exactly(int fd, char* to, size_t size);
 
 // `name` in directory `at`, a directory itself; invalid with errno set
 // otherwise (ENOTDIR or ELOOP for a link).

@@ -224,23 +224,13 @@ struct Store::Layout {
         data = static_cast<const char*>(keep->map);
       } else if (size > 0) {
         // Read into memory that is ours: what is checked is what runs.
-        std::string* to = std::strcmp(name, "object.o") == 0 ? &keep->object : std::strcmp(name, "program.bin") == 0 ? &keep->program : nullptr;
-        char* buffer = nullptr;
-        if (to) {
-          to->reserve(size);
-          if (!read_all(fd.get(), *to, size) || to->size() != size) return std::string("cannot read ") + name;
-          data = to->data();
-        } else {
-          keep->weights.reset(static_cast<char*>(ir::allocate_buffer(size)));
-          buffer = keep->weights.get();
-          if (!buffer) return std::string("no memory for ") + name;
-          for (size_t at = 0; at < size;) {
-            const ssize_t n = ::pread(fd.get(), buffer + at, size - at, off_t(at));
-            if (n <= 0 && errno != EINTR) return std::string("cannot read ") + name;
-            if (n > 0) at += size_t(n);
-          }
-          data = buffer;
-        }
+        char* to = nullptr;
+        if (std::strcmp(name, "object.o") == 0) to = keep->object.assign(size, '\0').data();
+        else if (std::strcmp(name, "program.bin") == 0) to = keep->program.assign(size, '\0').data();
+        else keep->weights.reset(to = static_cast<char*>(ir::allocate_buffer(size)));  // 64-byte aligned
+        if (!to) return std::string("no memory for ") + name;
+        if (!read_exactly(fd.get(), to, size)) return std::string("cannot read ") + name;
+        data = to;
       }
       // Only the weights are remembered: the other files are small, and
       // read whole by the loader anyway; and only when mapped, since a file
@@ -305,7 +295,9 @@ std::string Store::open_layout(Layout& l, bool create) const {
     std::string problem;
     if (!has_marker(l.root.get())) {
       const bool empty = names_in(l.root.get()).empty();
-      if (!empty) problem = "'" + dir_ + "' is not a Kiln cache (it is not empty and has no CACHEDIR.TAG of Kiln's)";
+      if (!empty)
+        problem = "'" + dir_ + "' is not a Kiln cache (it is not empty and has no CACHEDIR.TAG of Kiln's; a cache of a Kiln "
+                  "older than its marker can be deleted)";
       else if (create) {
         Fd fd = open_file_at(l.root.get(), kMarker, O_WRONLY | O_CREAT | O_EXCL, l.file_mode);
         const std::string text = marker_text();

@@ -151,6 +151,14 @@ TEST_F(CacheTrustTest, AKeyedCacheMayBeSharedAndLoadsOnlyItsOwnEntries) {
   const json hit = run(1, (root_ / "hit").string(), {key});
   EXPECT_EQ(outcome(hit), "hit");
   EXPECT_EQ(read_file(root_ / "hit" / "probabilities.npy"), expected);
+  // An entry another member of the group wrote: read into memory (its owner
+  // could change it under a mapping), checked, and used.
+  if (can_chown()) {
+    chown_all(entries()[0], kNobody);
+    const json theirs = run(1, (root_ / "theirs").string(), {key});
+    EXPECT_EQ(outcome(theirs), "hit");
+    EXPECT_EQ(read_file(root_ / "theirs" / "probabilities.npy"), expected);
+  }
   // Another key sees an entry it cannot authenticate, and rebuilds it.
   EXPECT_EQ(outcome(run(1, "", {other})), "rebuild");
   EXPECT_EQ(outcome(run(1, "", {key})), "rebuild");
