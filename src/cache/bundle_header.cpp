@@ -36,6 +36,24 @@ std::string link_line(const BundleDescription& d, const std::string& cc) {
   return line + (d.native.empty() ? "" : " -ldnnl") + " -lm";  // the kernels call expf, erff, tanhf...
 }
 
+// "avx, avx2, ...", wrapped into comment lines that start with `indent`.
+std::string feature_lines(const std::string& list, const std::string& indent) {
+  std::string out, line;
+  size_t start = 0;
+  while (start < list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(start, end - start) + (end < list.size() ? "," : "");
+    if (!line.empty() && line.size() + item.size() + 1 > 60) {
+      out += line + "\n" + indent;
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + item;
+    start = end + 1;
+  }
+  return out + line;
+}
+
 std::string what_it_needs(const BundleDescription& d) {
   return d.native.empty() ? "only libc and libm" : "libc, libm and libdnnl (oneDNN " + d.native + ")";
 }
@@ -50,7 +68,13 @@ std::string bundle_header(const BundleDescription& d) {
     << " * Model:   " << d.model << " (content XXH3-128 " << d.model_hash << ")\n"
     << " * Target:  " << d.triple << ", cpu " << d.cpu << "; "
     << (d.native.empty() ? "portable kernels" : "native kernels (oneDNN " + d.native + " primitives)") << "\n"
-    << " * Link:    " << link_line(d, "cc") << "\n"
+    << " * CPU:     "
+    << (d.cpu_features.empty() ? "any of its architecture" : "needs " + feature_lines(d.cpu_features, " *                 "))
+    << "\n";
+  if (!d.cpu_features.empty())
+    h << " *          (" << N << "_create checks them before any of the code runs: on a CPU\n"
+      << " *          without them it returns " << U << "_ERROR_CPU naming what is missing)\n";
+  h << " * Link:    " << link_line(d, "cc") << "\n"
     << " * Weights: " << (d.embedded_weights ? "embedded in the object" : N + ".weights.bin (" + std::to_string(d.weights_bytes) + " bytes of data)")
     << "\n *\n"
     << " * Inputs and outputs, in the order run() takes them (B: the batch size):\n";
@@ -74,8 +98,9 @@ std::string bundle_header(const BundleDescription& d) {
       << " * (OMP_NUM_THREADS sets how many); the rest uses the parallel_for you pass,\n"
       << " * or the calling thread.\n";
   h << " *\n"
-    << " * Simple API: create (reads and checks the weights, allocates the scratch\n"
-    << " * memory" << (d.native.empty() ? "" : ", makes the oneDNN primitives") << "), run any number of times from one\n"
+    << " * Simple API: create (checks the CPU, reads and checks the weights, allocates\n"
+    << " * the scratch memory" << (d.native.empty() ? "" : ", makes the oneDNN primitives")
+    << "), run any number of times from one\n"
     << " * thread at a time, destroy.\n";
   if (d.native.empty())
     h << " * Static API (no heap): " << N << "_run_b<SIZE> for one compiled size, with the\n"
@@ -85,6 +110,9 @@ std::string bundle_header(const BundleDescription& d) {
     h << " * No static API: oneDNN allocates, and the primitives live in the handle.\n"
       << " * create fails with " << U << "_ERROR_NATIVE if libdnnl is another version, or if\n"
       << " * oneDNN on this CPU wants the weights in other layouts than when frozen.\n";
+  if (d.native.empty() && !d.cpu_features.empty())
+    h << " * The static API checks the CPU on its first call, and returns " << U << "_ERROR_CPU\n"
+      << " * without running anything on a CPU that lacks a feature above.\n";
   h << " */\n"
     << "#ifndef " << U << "_H\n#define " << U << "_H\n\n#include <stddef.h>\n#include <stdint.h>\n\n"
     << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
@@ -97,7 +125,9 @@ std::string bundle_header(const BundleDescription& d) {
     << "  " << U << "_ERROR_MEMORY = " << KILN_BUNDLE_ERROR_MEMORY << ",   /* an allocation failed */\n"
     << "  " << U << "_ERROR_INDEX = " << KILN_BUNDLE_ERROR_INDEX << ",     /* an index input (Gather) was out of range */\n"
     << "  " << U << "_ERROR_NATIVE = " << KILN_BUNDLE_ERROR_NATIVE
-    << "     /* native bundles: oneDNN failed, or cannot make the frozen primitives here */\n"
+    << ",    /* native bundles: oneDNN failed, or cannot make the frozen primitives here */\n"
+    << "  " << U << "_ERROR_CPU = " << KILN_BUNDLE_ERROR_CPU
+    << "        /* this CPU lacks instruction-set extensions the code was compiled for (see CPU above) */\n"
     << "};\n\n"
     << "#define " << U << "_NUM_INPUTS " << d.inputs.size() << "\n"
     << "#define " << U << "_NUM_OUTPUTS " << d.outputs.size() << "\n"
@@ -162,6 +192,11 @@ std::string bundle_readme(const BundleDescription& d) {
   if (!d.embedded_weights)
     r << "| `" << d.name << ".weights.bin` | the weights (" << d.weights_bytes << " bytes of data), read by `" << d.name
       << "_create` |\n";
+  r << "\nCPU: "
+    << (d.cpu_features.empty() ? "any " + d.triple + " CPU"
+                               : "needs " + feature_lines(d.cpu_features, "") + "\n(`" + d.name + "_create` returns `" +
+                                     upper(d.name) + "_ERROR_CPU` on a CPU without them)")
+    << ".\n";
   r << "\nLink:\n\n```sh\n" << link_line(d, "cc") << "\n```\n\n"
     << "From C++, include the header as it is (it has `extern \"C\"`). From Rust, declare the functions in an\n"
     << "`extern \"C\"` block and link the object with `cargo:rustc-link-arg`.\n\n"

@@ -116,6 +116,7 @@ class Freezer {
     d.model_hash = model_.content_hash;
     d.triple = r.triple;
     d.cpu = r.cpu;
+    d.cpu_features = cpu::bundle_cpu_features(compiler);
     d.object_file = object_file;
     d.embedded_weights = req_.embed_weights;
     if (req_.native_kernels) d.native = onednn_version();

@@ -2,7 +2,8 @@
 // same C++ call), a plain `cc` link of examples/bundle-c with nothing of
 // Kiln's on the library path, runs over batch sizes the bundle was and was
 // not compiled for (split and padded), compared with the JIT; what `ldd`
-// shows; broken weights files; and an aarch64 bundle under qemu.
+// shows; broken weights files and misused calls; bundles for CPUs other
+// than the one they run on, under qemu (x86-64 and aarch64).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,6 +114,15 @@ class BundleTest : public ::testing::Test {
     for (size_t i = 0; i < want.size(); ++i)
       if (!(std::fabs(got[i] - want[i]) <= 1e-5f + 1e-4f * std::fabs(want[i])) && bad++ < 5)
         ADD_FAILURE() << what << ": [" << i << "] got " << got[i] << ", want " << want[i];
+  }
+
+  // tests/integration/bundle_misuse.c against the digits bundle.
+  fs::path link_misuse(const std::string& cc = "cc") {
+    const fs::path program = dir_ / "misuse";
+    const Output o = sh(cc + " -O2 -DPREFIX=digits -DUPREFIX=DIGITS -include " + (dir_ / "digits.h").string() + " " + kSource +
+                        "/tests/integration/bundle_misuse.c " + (dir_ / "digits.o").string() + " -lm -o " + program.string());
+    EXPECT_EQ(o.code, 0) << o.text;
+    return program;
   }
 
   fs::path link(const std::string& cc, const std::string& extra = "") {
@@ -240,6 +250,7 @@ TEST_F(BundleTest, BrokenWeightsAreClearErrors) {
   flipped[flipped.size() / 2] ^= 0x10;
   const std::vector<Case> cases = {{"flipped byte", flipped, "checksum"},
                                    {"truncated", good.substr(0, good.size() - 100), "truncated"},
+                                   {"a byte more", good + std::string(1, '\0'), "extra bytes after the weights"},
                                    {"not weights", "hello, this is not a weights file at all, not even close to one....", "bad magic"}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -255,6 +266,55 @@ TEST_F(BundleTest, BrokenWeightsAreClearErrors) {
   const Output o = sh(program.string() + " " + (dir_ / "digits.weights.bin").string() + " " + (dir_ / "images.f32").string() + " 1");
   EXPECT_EQ(o.code, 1);
   EXPECT_NE(o.text.find("cannot open the weights file"), std::string::npos) << o.text;
+}
+
+// Only a regular file of the size its header and the bundle give is read: a
+// directory, a FIFO (opening it would wait for a writer) and a file longer
+// than that (3 GB, sparse, under a 1 GB address-space limit) are refused
+// before anything is allocated.
+TEST_F(BundleTest, WeightsPathIsCheckedBeforeItIsRead) {
+  if (!have("cc") || !have("mkfifo") || !have("timeout") || !have("truncate")) GTEST_SKIP() << "no cc, mkfifo, timeout or truncate";
+  freeze({});
+  const fs::path program = link("cc", (dir_ / "digits.o").string());
+  const auto pixels = images(1, 1);
+  write_file(dir_ / "images.f32", std::string(reinterpret_cast<const char*>(pixels.data()), pixels.size() * sizeof(float)));
+  fs::create_directory(dir_ / "a-directory");
+  ASSERT_EQ(sh("mkfifo " + (dir_ / "a-fifo").string()).code, 0);
+  fs::copy_file(dir_ / "digits.weights.bin", dir_ / "huge.bin");
+  ASSERT_EQ(sh("truncate -s 3G " + (dir_ / "huge.bin").string()).code, 0);
+  for (const auto& [file, message] : {std::pair{"a-directory", "is a directory"}, {"a-fifo", "not a regular file"},
+                                      {"huge.bin", "extra bytes after the weights"}}) {
+    SCOPED_TRACE(file);
+    const Output o = sh("timeout 20 sh -c 'ulimit -v 1000000; " + program.string() + " " + (dir_ / file).string() + " " +
+                        (dir_ / "images.f32").string() + " 1'");
+    EXPECT_EQ(o.code, 1) << o.text;  // 124: timed out
+    EXPECT_NE(o.text.find("cannot create the model"), std::string::npos) << o.text;
+    EXPECT_NE(o.text.find(message), std::string::npos) << o.text;
+  }
+}
+
+// What a call the API refuses says is about that call; the weights in memory
+// are held to the same exact size as on disk.
+TEST_F(BundleTest, MisusedCallsSayWhatIsWrong) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  freeze({});
+  const Output o = sh(link_misuse().string() + " " + (dir_ / "digits.weights.bin").string());
+  ASSERT_EQ(o.code, 0) << o.text;
+  auto line = [&](const std::string& what) {
+    const size_t at = o.text.find("\n" + what + ": ");
+    return at == std::string::npos ? "(no line '" + what + "')" : o.text.substr(at + 1, o.text.find('\n', at + 1) - at - 1);
+  };
+  EXPECT_EQ(o.text.rfind("create: 0 ", 0), 0u) << o.text;
+  EXPECT_NE(line("bad rule").find("1 a batch rule names a batch size this bundle was not compiled for"), std::string::npos);
+  const std::string null_rule = line("null rule");
+  EXPECT_EQ(null_rule.rfind("null rule: 1 ", 0), 0u) << null_rule;
+  EXPECT_NE(null_rule.find("NULL"), std::string::npos) << null_rule;
+  EXPECT_EQ(null_rule.find("not compiled for"), std::string::npos) << "the last call's message: " << null_rule;
+  EXPECT_EQ(line("check_weights"), "check_weights: 0");
+  EXPECT_EQ(line("check_weights with a byte more"), "check_weights with a byte more: 2");
+  EXPECT_EQ(line("create_from_memory with a byte more"),
+            "create_from_memory with a byte more: 2 weights in memory: longer than its header says (extra bytes after the weights)");
+  EXPECT_EQ(line("static run"), "static run: 0");
 }
 
 TEST_F(BundleTest, EmbeddedWeightsInAStaticLibrary) {
@@ -563,6 +623,54 @@ TEST_F(BundleTest, UnsupportedNodeIsNamed) {
   }
 }
 
+// A bundle compiled for AVX-512 (x86-64-v4) on a CPU without it (qemu's has
+// none): create and the static API return DIGITS_ERROR_CPU naming what is
+// missing, before any of its instructions runs, instead of dying of SIGILL.
+// Bundles for this machine and for x86-64-v3 pass the same check under qemu
+// and give the JIT's results (or, for this machine's, refuse the same way).
+TEST_F(BundleTest, MissingCpuFeaturesAreAStatusNotACrash) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "x86-64 only";
+#endif
+  if (!have("cc") || !have("qemu-x86_64")) GTEST_SKIP() << "no C compiler or qemu-x86_64";
+  const bool avx512_here = read_file("/proc/cpuinfo").find(" avx512f") != std::string::npos;
+  const auto pixels = images(3, 17);
+  const std::vector<float> want = jit(pixels, 3);
+  for (const std::string cpu : {"x86-64-v4", "", "x86-64-v3"}) {
+    SCOPED_TRACE("cpu '" + cpu + "'");
+    kiln::Model::FreezeOptions o;
+    o.cpu = cpu;
+    o.batch_sizes = {1};
+    freeze(o);
+    const std::string header = read_file(dir_ / "digits.h");
+    EXPECT_NE(header.find("DIGITS_ERROR_CPU = 6"), std::string::npos) << header;
+    const fs::path program = link("cc", (dir_ / "digits.o").string());
+    const fs::path misuse = link_misuse();
+    for (const std::string runner : {"qemu-x86_64", ""}) {
+      SCOPED_TRACE("runner '" + runner + "'");
+      Output o;
+      const std::vector<float> got = run_example(program, pixels, 3, runner, "", 1, &o);
+      const Output static_api = sh(runner + " " + misuse.string() + " " + (dir_ / "digits.weights.bin").string());
+      const bool must_refuse = cpu == "x86-64-v4" && (!runner.empty() || !avx512_here);
+      const bool may_refuse = cpu.empty() && !runner.empty();  // this machine's CPU against qemu's
+      if (must_refuse || (may_refuse && o.code == 1)) {
+        EXPECT_EQ(o.code, 1) << o.text;
+        EXPECT_NE(o.text.find("cannot create the model: this CPU lacks "), std::string::npos) << o.text;
+        if (must_refuse)
+          for (const char* text : {"avx512f", "avx512bw", "(cpu x86-64-v4)", "--cpu x86-64-v3"})
+            EXPECT_NE(o.text.find(text), std::string::npos) << text << " in: " << o.text;
+        EXPECT_NE(static_api.text.find("create: 6 this CPU lacks"), std::string::npos) << static_api.text;
+        EXPECT_NE(static_api.text.find("static run: 6"), std::string::npos) << static_api.text;
+      } else {
+        EXPECT_EQ(o.code, 0) << o.text;
+        expect_close(got, want, "probabilities");
+        EXPECT_NE(static_api.text.find("static run: 0"), std::string::npos) << static_api.text;
+      }
+    }
+    if (cpu == "x86-64-v4") EXPECT_NE(header.find("avx512f"), std::string::npos) << header;
+  }
+}
+
 TEST_F(BundleTest, Aarch64BundleRunsUnderQemu) {
   if (!have("aarch64-linux-gnu-gcc") || !have("qemu-aarch64")) GTEST_SKIP() << "no aarch64 cross compiler or qemu";
   kiln::Model::FreezeOptions o;
@@ -577,6 +685,18 @@ TEST_F(BundleTest, Aarch64BundleRunsUnderQemu) {
     const auto pixels = images(n, unsigned(10 + n));
     expect_close(run_example(program, pixels, n, "qemu-aarch64 -L /usr/aarch64-linux-gnu"), jit(pixels, n), "probabilities");
   }
+  // Compiled for a CPU with SVE, BF16 and I8MM: it runs on qemu's "max" CPU,
+  // and on a Cortex-A53 create names what the kernel's HWCAP lacks.
+  o.cpu = "neoverse-v1";
+  freeze(o);
+  const fs::path newer = link("aarch64-linux-gnu-gcc", (dir_ / "digits.o").string());
+  const auto pixels = images(5, 15);
+  expect_close(run_example(newer, pixels, 5, "qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu"), jit(pixels, 5), "probabilities");
+  Output refused;
+  run_example(newer, pixels, 5, "qemu-aarch64 -cpu cortex-a53 -L /usr/aarch64-linux-gnu", "", 1, &refused);
+  EXPECT_EQ(refused.code, 1) << refused.text;
+  for (const char* text : {"this CPU lacks ", "sve", "bf16", "i8mm", "(cpu neoverse-v1)"})
+    EXPECT_NE(refused.text.find(text), std::string::npos) << text << " in: " << refused.text;
 }
 
 }  // namespace

@@ -7,14 +7,17 @@
 #include <llvm/Object/ArchiveWriter.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/TargetParser/Triple.h>
 
 #include <dnnl.h>
 
+#include <algorithm>
 #include <set>
 
 #include "backends/cpu/codegen.hpp"
 #include "backends/cpu/portable_bitcode.hpp"
 #include "backends/cpu/bundle/bundle_abi.h"
+#include "backends/cpu/bundle/bundle_cpu_features.h"
 #include "backends/cpu/bundle/bundle_native.h"
 #include "backends/program_blocks.hpp"
 #include "runtime/ir/error.hpp"
@@ -25,7 +28,8 @@ namespace {
 
 class BundleEmitter {
  public:
-  BundleEmitter(llvm::Module& m, const BundlePlan& plan) : m_(m), ctx_(m.getContext()), b_(ctx_), plan_(plan) {
+  BundleEmitter(llvm::Module& m, const BundlePlan& plan, const TargetCompiler& compiler)
+      : m_(m), ctx_(m.getContext()), b_(ctx_), plan_(plan), compiler_(compiler) {
     ptr_ = llvm::PointerType::getUnqual(ctx_);
     i64_ = llvm::Type::getInt64Ty(ctx_);
     i32_ = llvm::Type::getInt32Ty(ctx_);
@@ -58,7 +62,8 @@ class BundleEmitter {
       g->setAlignment(llvm::Align(KILN_BUNDLE_ALIGNMENT));
       embedded = g;
     }
-    auto* desc_type = llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, i64_, i64_, ptr_, ptr_, ptr_});
+    auto* desc_type = llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, i64_, i64_, ptr_, ptr_, ptr_, ptr_, ptr_});
+    const std::string& cpu = compiler_.target().cpu;
     desc_ = global(llvm::ConstantStruct::get(
                        desc_type, {i32(KILN_BUNDLE_ABI_VERSION), i32(int32_t(plan_.inputs.size())),
                                    i32(int32_t(plan_.outputs.size())), i32(int32_t(plan_.specs.size())),
@@ -66,7 +71,8 @@ class BundleEmitter {
                                    global(llvm::ConstantArray::get(llvm::ArrayType::get(spec_type, specs.size()), specs), "specs"),
                                    i(int64_t(plan_.weights_bytes)), i(int64_t(plan_.weights_checksum)), embedded,
                                    plan_.native ? runtime("kiln_bundle_native_create") : null(),
-                                   plan_.native ? runtime("kiln_bundle_native_destroy") : null()}),
+                                   plan_.native ? runtime("kiln_bundle_native_destroy") : null(),
+                                   string(cpu.empty() ? "generic" : cpu), string(bundle_cpu_features(compiler_))}),
                    "desc");
 
     // The exported API: thin calls into the runtime with this bundle's descriptor.
@@ -190,6 +196,10 @@ class BundleEmitter {
     const std::string name = plan_.name + "_" + suffix;
     auto* f = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, m_);
     exported_.insert(name);
+    // Called before create's CPU check: the runtime's baseline target, not the bundle's.
+    for (const char* a : {"target-cpu", "target-features", "tune-cpu"})
+      if (fn->hasFnAttribute(a)) f->addFnAttr(fn->getFnAttribute(a));
+    f->addFnAttr(kKeepTargetAttribute);
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", f));
     auto* result = b_.CreateCall(fn, args(f));
     if (type->getReturnType()->isVoidTy()) b_.CreateRetVoid();
@@ -210,6 +220,7 @@ class BundleEmitter {
   llvm::LLVMContext& ctx_;
   llvm::IRBuilder<> b_;
   const BundlePlan& plan_;
+  const TargetCompiler& compiler_;
   llvm::PointerType* ptr_;
   llvm::Type *i64_, *i32_;
   llvm::Constant* desc_ = nullptr;
@@ -229,11 +240,24 @@ std::string compile_bundle(const BundlePlan& plan, const TargetCompiler& compile
   link_bitcode(*unit.module, BitcodeLibrary::BundleRuntime);
   if (plan.native) link_bitcode(*unit.module, BitcodeLibrary::BundleNative);
   try {
-    BundleEmitter(*unit.module, plan).emit();
+    BundleEmitter(*unit.module, plan, compiler).emit();
   } catch (const nlohmann::json::exception& e) {
     ir::fail(ir::ErrorKind::Internal, std::string("native bundle: a saved oneDNN kernel is malformed: ") + e.what());
   }
   return compiler.compile(std::move(unit), Jit::Optimise::Full);
+}
+
+std::string bundle_cpu_features(const TargetCompiler& compiler) {
+#define KILN_FEATURE_NAME(name, word, mask, os_state) name,
+  static const std::vector<std::string> x86 = {KILN_BUNDLE_X86_FEATURES(KILN_FEATURE_NAME)};
+  static const std::vector<std::string> aarch64 = {KILN_BUNDLE_AARCH64_FEATURES(KILN_FEATURE_NAME)};
+#undef KILN_FEATURE_NAME
+  const llvm::Triple triple(compiler.target().triple);
+  const std::vector<std::string> has = compiler.features();
+  std::string list;
+  for (const std::string& name : triple.isAArch64() ? aarch64 : triple.isX86() ? x86 : std::vector<std::string>{})
+    if (std::binary_search(has.begin(), has.end(), name)) list += (list.empty() ? "" : ",") + name;
+  return list;
 }
 
 std::string static_archive(const std::string& object, const std::string& member_name) {

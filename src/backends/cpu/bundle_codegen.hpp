@@ -49,6 +49,10 @@ struct BundlePlan {
 // plan the bundle runtime cannot hold.
 std::string compile_bundle(const BundlePlan& plan, const TargetCompiler& compiler);
 
+// The features of the compiler's target that the bundle's create checks
+// the CPU for ("avx2,fma,..."): those of bundle/bundle_cpu_features.h.
+std::string bundle_cpu_features(const TargetCompiler& compiler);
+
 // A static library (ar archive with a symbol table) holding one object.
 std::string static_archive(const std::string& object, const std::string& member_name);
 

@@ -47,6 +47,8 @@ void init_all_targets() {
     llvm::InitializeAllTargets();
     llvm::InitializeAllTargetMCs();
     llvm::InitializeAllAsmPrinters();
+    // Inline asm needs them: the bundle runtime reads CPUID through cpuid.h's.
+    llvm::InitializeAllAsmParsers();
   });
 }
 
@@ -235,7 +237,7 @@ std::string optimise_and_emit(llvm::Module& m, llvm::TargetMachine& machine, Jit
   if (llvm::verifyModule(m, &os)) ir::fail(ir::ErrorKind::Internal, "generated module '" + m.getName().str() + "' is invalid: " + os.str());
   const bool wide = vectors_of(machine).bytes == 64;
   for (llvm::Function& f : m) {
-    if (f.isDeclaration()) continue;
+    if (f.isDeclaration() || f.hasFnAttribute(kKeepTargetAttribute)) continue;
     f.addFnAttr("target-cpu", machine.getTargetCPU());
     f.addFnAttr("target-features", machine.getTargetFeatureString());
     // LLVM tunes Intel's AVX-512 server CPUs to vectorise at 256 bits (older
@@ -342,6 +344,15 @@ std::string TargetCompiler::compile(Jit::ModuleUnit unit, Jit::Optimise level) c
 
 VectorConfig TargetCompiler::vector_config() const { return vectors_of(*impl_->machine); }
 const Target& TargetCompiler::target() const { return impl_->target; }
+
+std::vector<std::string> TargetCompiler::features() const {
+  const llvm::MCSubtargetInfo* sti = impl_->machine->getMCSubtargetInfo();
+  std::vector<std::string> names;
+  for (const llvm::SubtargetFeatureKV& f : sti->getAllProcessorFeatures())
+    if (sti->getFeatureBits().test(f.Value)) names.push_back(f.Key);
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 void Jit::link_portable_kernels(std::string_view cached_object) {
   // A throw leaves the flag unset: a bad cached object is followed by a compile.

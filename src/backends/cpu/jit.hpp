@@ -29,6 +29,12 @@ struct HostInfo {
 };
 HostInfo detect_host();
 
+// A function carrying this attribute keeps its own target-cpu and
+// target-features when compiled, instead of the target's: the bundle
+// runtime, whose CPU check must run on any CPU of the architecture
+// (bundle/bundle_abi.h).
+inline constexpr const char* kKeepTargetAttribute = "kiln-keep-target";
+
 // Whether a function of `m` may branch back (a block order with only forward
 // branches proves it does not). Jit::compile emits modules without loops with
 // no optimisation and fast instruction selection.
@@ -110,6 +116,9 @@ class TargetCompiler {
   std::string compile(Jit::ModuleUnit unit, Jit::Optimise level) const;
   VectorConfig vector_config() const;
   const Target& target() const;
+  // Every feature the target has (its CPU's, the extra ones and what they
+  // imply), by LLVM's names ("avx512f"), sorted.
+  std::vector<std::string> features() const;
 
  private:
   struct Impl;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <set>
 
+#include "backends/cpu/jit.hpp"
 #include "runtime/ir/error.hpp"
 
 // Defined by the assembly file CMake generates (.incbin of each target's .bc).
@@ -119,6 +120,9 @@ void link_bitcode(llvm::Module& m, BitcodeLibrary library, VectorConfig vectors,
     const bool kernel = library == BitcodeLibrary::Kernels && f.getName().starts_with("kiln_pk_");
     if (kernel && linkage == KernelLinkage::Shared) continue;  // stays external, for every specialization to call
     f.setLinkage(llvm::GlobalValue::InternalLinkage);
+    // The runtime checks the CPU before the bundle's code runs: it keeps the
+    // baseline clang compiled it for.
+    if (library == BitcodeLibrary::BundleRuntime) f.addFnAttr(kKeepTargetAttribute);
     if (kernel) {
       f.removeFnAttr(llvm::Attribute::OptimizeNone);
       if (shared_always(f.getName())) {

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define KILN_BUNDLE_ABI_VERSION 2
+#define KILN_BUNDLE_ABI_VERSION 3
 #define KILN_BUNDLE_ALIGNMENT 64
 #define KILN_BUNDLE_MAX_SPECS 16
 #define KILN_BUNDLE_MAX_IO 64
@@ -30,7 +30,8 @@ enum {
   KILN_BUNDLE_ERROR_WEIGHTS = 2,   /* the weights are missing, unreadable, truncated or not this bundle's */
   KILN_BUNDLE_ERROR_MEMORY = 3,    /* an allocation failed */
   KILN_BUNDLE_ERROR_INDEX = 4,     /* an index input (Gather) was out of range */
-  KILN_BUNDLE_ERROR_NATIVE = 5     /* native bundles: oneDNN failed, or cannot make the frozen primitives here */
+  KILN_BUNDLE_ERROR_NATIVE = 5,    /* native bundles: oneDNN failed, or cannot make the frozen primitives here */
+  KILN_BUNDLE_ERROR_CPU = 6        /* this CPU lacks instruction-set extensions the code was compiled for */
 };
 
 /* The weights file: this header, then the data at KILN_BUNDLE_ALIGNMENT. */
@@ -86,6 +87,8 @@ typedef struct kiln_bundle_desc {
   const uint8_t* embedded_weights; /* the data itself, or NULL when weights live in a file */
   kiln_bundle_native_create_fn native_create; /* NULL in portable bundles */
   kiln_bundle_native_destroy_fn native_destroy;
+  const char* cpu;          /* the target CPU the code was compiled for ("znver5"), for messages */
+  const char* cpu_features; /* what create checks first: "avx2,fma,..." (bundle_cpu_features.h) */
 } kiln_bundle_desc;
 
 #if defined(__cplusplus)
@@ -99,10 +102,15 @@ KILN_BUNDLE_STATIC_ASSERT(offsetof(kiln_bundle_spec, native) == 24 && sizeof(kil
 KILN_BUNDLE_STATIC_ASSERT(offsetof(kiln_bundle_tensor, dtype) == 20 && sizeof(kiln_bundle_tensor) == 24, "tensor layout");
 KILN_BUNDLE_STATIC_ASSERT(offsetof(kiln_bundle_desc, inputs) == 16 && offsetof(kiln_bundle_desc, weights_bytes) == 40 &&
                               offsetof(kiln_bundle_desc, embedded_weights) == 56 &&
-                              offsetof(kiln_bundle_desc, native_destroy) == 72 && sizeof(kiln_bundle_desc) == 80,
+                              offsetof(kiln_bundle_desc, native_destroy) == 72 &&
+                              offsetof(kiln_bundle_desc, cpu_features) == 88 && sizeof(kiln_bundle_desc) == 96,
                           "descriptor layout");
 
-/* The runtime, called by the bundle's exported wrappers. */
+/* The runtime, called by the bundle's exported wrappers. The runtime and the
+ * wrappers keep the baseline target clang compiled the runtime for (x86-64,
+ * armv8-a), not the bundle's: create checks the CPU (desc->cpu_features)
+ * before any code compiled for the bundle's target runs, so the check itself
+ * and everything before it must run on any CPU of the architecture. */
 typedef struct kiln_bundle kiln_bundle;
 int32_t kiln_bundle_create(const kiln_bundle_desc* desc, const char* weights_path, const void* weights, uint64_t weights_size,
                            kiln_bundle** out);
@@ -114,7 +122,9 @@ const char* kiln_bundle_last_error(const kiln_bundle* b);
 /* Checks a weights image (header and data) against the descriptor. */
 int32_t kiln_bundle_check_weights(const kiln_bundle_desc* desc, const void* image, uint64_t size);
 /* The static API: one specialization, caller-owned memory, no allocation
- * (portable bundles only: a native bundle's primitives live in its handle). */
+ * (portable bundles only: a native bundle's primitives live in its handle).
+ * Returns KILN_BUNDLE_ERROR_CPU, running nothing, on a CPU that lacks a
+ * feature in desc->cpu_features (checked once per process). */
 int32_t kiln_bundle_run_static(const kiln_bundle_desc* desc, int32_t spec, const void* weights_image, void* arena,
                                const void* const* inputs, void* const* outputs, kiln_pk_parallel_for_fn fn, void* host);
 

@@ -1,19 +1,33 @@
-/* The runtime of a frozen bundle: weights loading and checking, batch
- * splitting (the CMSSW batch rules), and the calls into the compiled
- * specializations. Compiled to bitcode for every target and linked into each
- * bundle, internal there (two bundles in one program do not clash). Uses
- * only libc: malloc/free for the simple API, stdio to read the weights.
- * A native bundle's oneDNN primitives are made and freed through the
- * descriptor's native_create/native_destroy (bundle_native.c). */
+/* The runtime of a frozen bundle: the CPU check, weights loading and
+ * checking, batch splitting (the CMSSW batch rules), and the calls into the
+ * compiled specializations. Compiled to bitcode for every target and linked
+ * into each bundle, internal there (two bundles in one program do not
+ * clash), keeping the baseline target it was compiled for (bundle_abi.h).
+ * Uses only libc: malloc/free for the simple API, POSIX I/O to read the
+ * weights. A native bundle's oneDNN primitives are made and freed through
+ * the descriptor's native_create/native_destroy (bundle_native.c). */
+#define _POSIX_C_SOURCE 200809L /* open's O_CLOEXEC, pread */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#elif defined(__aarch64__)
+#include <sys/auxv.h>
+#else
+#error "bundles target x86_64 and aarch64"
+#endif
 
 #define XXH_INLINE_ALL
 #define XXH_NO_STREAM
 #include <xxhash.h>
 
 #include "backends/cpu/bundle/bundle_abi.h"
+#include "backends/cpu/bundle/bundle_cpu_features.h"
 
 #define MAX_RULES 16
 
@@ -34,7 +48,7 @@ struct kiln_bundle {
   int32_t ready; /* create succeeded */
   int32_t num_rules;
   rule rules[MAX_RULES];
-  char error[256];
+  char error[512]; /* room to name every AVX-512 extension a CPU lacks */
 };
 
 static void set_error(kiln_bundle* b, const char* what, const char* detail) {
@@ -42,38 +56,131 @@ static void set_error(kiln_bundle* b, const char* what, const char* detail) {
   snprintf(b->error, sizeof b->error, "%s%s%s", what, detail ? ": " : "", detail ? detail : "");
 }
 
+typedef struct cpu_feature {
+  const char* name;
+  int32_t word;
+  uint64_t mask;
+  uint64_t os_state;
+} cpu_feature;
+#define CPU_FEATURE(name, word, mask, os_state) {name, word, mask, os_state},
+
+#if defined(__x86_64__)
+static const cpu_feature kFeatures[] = {KILN_BUNDLE_X86_FEATURES(CPU_FEATURE)};
+#define CPU_WORDS KILN_CPU_X86_WORDS
+#define OLDER_CPU "x86-64-v3, or x86-64 for any"
+
+/* XGETBV, in a function of its own: the builtin needs the XSAVE feature,
+ * which the caller checks first. */
+__attribute__((target("xsave"), noinline)) static uint64_t read_xcr0(void) { return __builtin_ia32_xgetbv(0); }
+
+/* Fills the CPUID words of bundle_cpu_features.h; returns XCR0, the register
+ * state the OS saves (0 when it has not enabled XSAVE). */
+static uint64_t read_cpu(uint64_t words[CPU_WORDS]) {
+  unsigned a, b, c, d;
+  memset(words, 0, sizeof(uint64_t) * CPU_WORDS);
+  if (__get_cpuid(1, &a, &b, &c, &d)) words[KILN_CPU_X86_1_ECX] = c;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    words[KILN_CPU_X86_7_EBX] = b;
+    words[KILN_CPU_X86_7_ECX] = c;
+    words[KILN_CPU_X86_7_EDX] = d;
+  }
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
+    words[KILN_CPU_X86_7_1_EAX] = a;
+    words[KILN_CPU_X86_7_1_EDX] = d;
+  }
+  if (__get_cpuid(0x80000001u, &a, &b, &c, &d)) words[KILN_CPU_X86_EXT_ECX] = c;
+  return words[KILN_CPU_X86_1_ECX] & (1u << 27) ? read_xcr0() : 0; /* without OSXSAVE, XGETBV faults */
+}
+#else
+static const cpu_feature kFeatures[] = {KILN_BUNDLE_AARCH64_FEATURES(CPU_FEATURE)};
+#define CPU_WORDS KILN_CPU_ARM_WORDS
+#define OLDER_CPU "generic"
+_Static_assert(HWCAP_ASIMD == (1ull << 1) && HWCAP_ATOMICS == (1ull << 8) && HWCAP_SVE == (1ull << 22) &&
+                   HWCAP2_SVE2 == (1ull << 1) && HWCAP2_BF16 == (1ull << 14),
+               "bundle_cpu_features.h spells Linux's HWCAP bits");
+
+/* What the kernel says userspace may use: the CPU's features it enables. */
+static uint64_t read_cpu(uint64_t words[CPU_WORDS]) {
+  words[KILN_CPU_ARM_HWCAP] = getauxval(AT_HWCAP);
+  words[KILN_CPU_ARM_HWCAP2] = getauxval(AT_HWCAP2);
+  return 0;
+}
+#endif
+
+/* Names the features of `list` ("avx2,fma,...") this CPU lacks in `missing`
+ * (", "-separated, cut to `size`); returns how many it lacks. A name this
+ * runtime cannot check counts as lacking (the freezer records none such). */
+static int32_t missing_cpu_features(const char* list, char* missing, size_t size) {
+  missing[0] = '\0';
+  if (!list || !*list) return 0;
+  uint64_t words[CPU_WORDS];
+  const uint64_t os_state = read_cpu(words);
+  int32_t count = 0;
+  size_t used = 0;
+  for (const char* p = list; *p;) {
+    const char* end = strchr(p, ',');
+    if (!end) end = p + strlen(p);
+    const size_t len = (size_t)(end - p);
+    const cpu_feature* f = NULL;
+    for (size_t i = 0; i < sizeof kFeatures / sizeof kFeatures[0]; ++i)
+      if (strlen(kFeatures[i].name) == len && memcmp(kFeatures[i].name, p, len) == 0) f = &kFeatures[i];
+    if (len && (!f || (words[f->word] & f->mask) != f->mask || (os_state & f->os_state) != f->os_state)) {
+      if (used < size) used += (size_t)snprintf(missing + used, size - used, "%s%.*s", count ? ", " : "", (int)len, p);
+      ++count;
+    }
+    p = *end ? end + 1 : end;
+  }
+  return count;
+}
+
+/* The static API's check: CPUID traps to the hypervisor in a virtual machine,
+ * so it runs once per process (each bundle links its own runtime, with one
+ * descriptor). 0: not yet checked, 1: the CPU has every feature, 2: not. */
+static int32_t cpu_verdict;
+static int cpu_has_features(const kiln_bundle_desc* d) {
+  int32_t v = __atomic_load_n(&cpu_verdict, __ATOMIC_RELAXED);
+  if (!v) {
+    char missing[8];
+    v = missing_cpu_features(d->cpu_features, missing, sizeof missing) ? 2 : 1;
+    __atomic_store_n(&cpu_verdict, v, __ATOMIC_RELAXED);
+  }
+  return v == 1;
+}
+
 static uint64_t round_up(uint64_t n) { return (n + KILN_BUNDLE_ALIGNMENT - 1) / KILN_BUNDLE_ALIGNMENT * KILN_BUNDLE_ALIGNMENT; }
 
 static uint8_t* aligned(uint64_t bytes) { return (uint8_t*)aligned_alloc(KILN_BUNDLE_ALIGNMENT, round_up(bytes ? bytes : 1)); }
+
+static const char* const kShort = "shorter than its header (truncated, or not a Kiln weights file)";
+static const char* const kChecksum = "corrupt or another bundle's weights (checksum differs)";
+
+/* What is wrong with a weights header for an image of `size` bytes, or NULL.
+ * The image's size follows from the header and the descriptor alone, so a
+ * file is measured against it before anything is allocated. */
+static const char* header_problem(const kiln_bundle_desc* d, const kiln_bundle_weights_header* h, uint64_t size) {
+  if (memcmp(h->magic, KILN_BUNDLE_WEIGHTS_MAGIC, 8) != 0) return "not a Kiln weights file (bad magic)";
+  if (h->abi_version != KILN_BUNDLE_ABI_VERSION || h->header_bytes < sizeof *h || h->header_bytes % KILN_BUNDLE_ALIGNMENT)
+    return "written for another bundle format";
+  if (h->data_bytes != d->weights_bytes) return "holds another bundle's weights (size differs)";
+  if (h->checksum != d->weights_checksum) return kChecksum;
+  if (size < h->header_bytes || size - h->header_bytes < h->data_bytes) return "truncated";
+  if (size - h->header_bytes > h->data_bytes) return "longer than its header says (extra bytes after the weights)";
+  return NULL;
+}
 
 /* The data of a weights image, or NULL (why in *problem). */
 static const uint8_t* weights_data(const kiln_bundle_desc* d, const uint8_t* image, uint64_t size, int check_sum,
                                    const char** problem) {
   kiln_bundle_weights_header h;
   if (size < sizeof h) {
-    *problem = "shorter than its header (truncated, or not a Kiln weights file)";
+    *problem = kShort;
     return NULL;
   }
   memcpy(&h, image, sizeof h);
-  if (memcmp(h.magic, KILN_BUNDLE_WEIGHTS_MAGIC, 8) != 0) {
-    *problem = "not a Kiln weights file (bad magic)";
-    return NULL;
-  }
-  if (h.abi_version != KILN_BUNDLE_ABI_VERSION || h.header_bytes < sizeof h || h.header_bytes % KILN_BUNDLE_ALIGNMENT) {
-    *problem = "written for another bundle format";
-    return NULL;
-  }
-  if (h.data_bytes != d->weights_bytes) {
-    *problem = "holds another bundle's weights (size differs)";
-    return NULL;
-  }
-  if (size < h.header_bytes || size - h.header_bytes < h.data_bytes) {
-    *problem = "truncated";
-    return NULL;
-  }
+  if ((*problem = header_problem(d, &h, size))) return NULL;
   const uint8_t* data = image + h.header_bytes;
-  if (h.checksum != d->weights_checksum || (check_sum && XXH3_64bits(data, (size_t)h.data_bytes) != h.checksum)) {
-    *problem = "corrupt or another bundle's weights (checksum differs)";
+  if (check_sum && XXH3_64bits(data, (size_t)h.data_bytes) != h.checksum) {
+    *problem = kChecksum;
     return NULL;
   }
   return data;
@@ -85,33 +192,49 @@ int32_t kiln_bundle_check_weights(const kiln_bundle_desc* desc, const void* imag
   return weights_data(desc, (const uint8_t*)image, size, 1, &problem) ? KILN_BUNDLE_OK : KILN_BUNDLE_ERROR_WEIGHTS;
 }
 
+/* Reads `size` bytes at offset 0; 0 if the file ends first or a read fails. */
+static int read_all(int fd, void* into, uint64_t size) {
+  for (uint64_t done = 0; done < size;) {
+    const ssize_t n = pread(fd, (uint8_t*)into + done, (size_t)(size - done), (off_t)done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return 0;
+    done += (uint64_t)n;
+  }
+  return 1;
+}
+
 static int32_t read_file(kiln_bundle* b, const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) {
-    set_error(b, "cannot open the weights file", path);
+  /* Non-blocking: opening a FIFO must not wait for a writer (only regular files are read). */
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(b->error, sizeof b->error, "cannot open the weights file %s: %s", path, strerror(errno));
     return KILN_BUNDLE_ERROR_WEIGHTS;
   }
-  int32_t rc = KILN_BUNDLE_OK;
-  long size = -1;
-  if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-  if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-    set_error(b, "cannot read the weights file", path);
-    rc = KILN_BUNDLE_ERROR_WEIGHTS;
-  } else if (!(b->image = aligned((uint64_t)size))) {
-    set_error(b, "out of memory reading the weights file", path);
-    rc = KILN_BUNDLE_ERROR_MEMORY;
-  } else if (fread(b->image, 1, (size_t)size, f) != (size_t)size) {
-    set_error(b, "cannot read the weights file", path);
-    rc = KILN_BUNDLE_ERROR_WEIGHTS;
-  } else {
-    const char* problem = NULL;
-    b->weights = weights_data(b->desc, b->image, (uint64_t)size, 1, &problem);
-    if (!b->weights) {
-      snprintf(b->error, sizeof b->error, "weights file %s: %s", path, problem);
-      rc = KILN_BUNDLE_ERROR_WEIGHTS;
+  int32_t rc = KILN_BUNDLE_ERROR_WEIGHTS;
+  const char* problem = NULL;
+  struct stat st;
+  kiln_bundle_weights_header h;
+  if (fstat(fd, &st) != 0) {
+    problem = strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = S_ISDIR(st.st_mode) ? "is a directory, not a weights file" : "is not a regular file (a FIFO, socket or device)";
+  } else if ((uint64_t)st.st_size < sizeof h) {
+    problem = kShort;
+  } else if (!read_all(fd, &h, sizeof h)) {
+    problem = "cannot be read";
+  } else if (!(problem = header_problem(b->desc, &h, (uint64_t)st.st_size))) {
+    /* The file is now the header's size plus this bundle's weights: only now allocate. */
+    if (!(b->image = aligned((uint64_t)st.st_size))) {
+      problem = "out of memory for its contents";
+      rc = KILN_BUNDLE_ERROR_MEMORY;
+    } else if (!read_all(fd, b->image, (uint64_t)st.st_size)) {
+      problem = "cannot be read (did it shrink?)";
+    } else if ((b->weights = weights_data(b->desc, b->image, (uint64_t)st.st_size, 1, &problem))) {
+      rc = KILN_BUNDLE_OK;
     }
   }
-  fclose(f);
+  close(fd);
+  if (rc != KILN_BUNDLE_OK) snprintf(b->error, sizeof b->error, "weights file %s: %s", path, problem);
   return rc;
 }
 
@@ -129,6 +252,16 @@ int32_t kiln_bundle_create(const kiln_bundle_desc* d, const char* weights_path, 
   kiln_bundle* b = (kiln_bundle*)calloc(1, sizeof *b);
   if (!b) return KILN_BUNDLE_ERROR_MEMORY;
   b->desc = d;
+  /* First, before any code compiled for the bundle's target runs. */
+  char missing[sizeof b->error];
+  if (missing_cpu_features(d->cpu_features, missing, sizeof missing)) {
+    snprintf(b->error, sizeof b->error,
+             "this CPU lacks %s, which the bundle's code was compiled for (cpu %s): freeze it again for an older CPU "
+             "(kiln aot-freeze --cpu %s)",
+             missing, d->cpu ? d->cpu : "?", OLDER_CPU);
+    *out = b;
+    return KILN_BUNDLE_ERROR_CPU;
+  }
   int32_t rc = KILN_BUNDLE_OK;
   if (d->embedded_weights || d->weights_bytes == 0) {
     b->weights = d->embedded_weights; /* a path or image given anyway is ignored, as the header says */
@@ -217,7 +350,11 @@ static int64_t parse_int(const char** p) {
 /* "5:1,4;13:8,8": batch 5 runs as batch 1 then batch 4, batch 13 as 8 and 8
  * (the last part padded). Every part but the last is used in full. */
 int32_t kiln_bundle_set_batch_rule(kiln_bundle* b, const char* text) {
-  if (!b || !text) return KILN_BUNDLE_ERROR_ARGUMENT;
+  if (!b) return KILN_BUNDLE_ERROR_ARGUMENT;
+  if (!text) {
+    set_error(b, "set_batch_rule needs a rule, not NULL (\"\" goes back to the default rule)", NULL);
+    return KILN_BUNDLE_ERROR_ARGUMENT;
+  }
   rule parsed[MAX_RULES];
   int32_t n = 0;
   const char* p = text;
@@ -353,6 +490,7 @@ int32_t kiln_bundle_run_static(const kiln_bundle_desc* d, int32_t spec, const vo
   if (!d || spec < 0 || spec >= d->num_specs || d->specs[spec].native || !outputs || (d->specs[spec].arena_bytes && !arena) ||
       ((uintptr_t)arena % KILN_BUNDLE_ALIGNMENT))
     return KILN_BUNDLE_ERROR_ARGUMENT;
+  if (!cpu_has_features(d)) return KILN_BUNDLE_ERROR_CPU;
   const uint8_t* weights = d->embedded_weights;
   if (weights_image) {
     /* The header only: checksumming every run would cost a pass over the weights. */
