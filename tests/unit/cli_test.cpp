@@ -175,6 +175,25 @@ TEST(Cli, ErrorsGoToStderrWithExitCode1) {
   EXPECT_NE(r.err.find("--random-inputs"), std::string::npos) << r.err;
 }
 
+TEST(Cli, AHostileNpyInputIsAnErrorNotACrash) {
+  // A 30 KB element type crashed `kiln run`: std::regex overflowed the stack.
+  const fs::path npy = temp_path("kiln_cli_long_descr.npy");
+  {
+    std::string header = "{'descr': '" + std::string(30000, 'x') + "', 'fortran_order': False, 'shape': (1, 1, 8, 8), }";
+    header.append(63 - (10 + header.size()) % 64, ' ');
+    header += '\n';
+    std::ofstream out(npy, std::ios::binary);
+    const char prefix[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, char(header.size() & 0xff), char(header.size() >> 8)};
+    out.write(prefix, 10);
+    out << header << std::string(256, '\0');
+  }
+  auto r = kiln_cmd("run " + kDigits + "digits.onnx --input image=" + npy.string() + " --no-cache");
+  fs::remove(npy);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("error: '" + npy.string() + "' is not a usable .npy file: element type 'xxx", 0), 0u) << r.err;
+  EXPECT_LT(r.err.size(), 600u) << r.err;
+}
+
 TEST(Cli, EverySubcommandHasHelp) {
   for (const std::string& sub : {"inspect", "run"}) {
     auto r = kiln_cmd(sub + " --help");
