@@ -13,6 +13,9 @@ PACKAGES=(
   libxxhash-dev nlohmann-json3-dev libcli11-dev libssl-dev
   libonnx-testdata
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user cargo file
+  # scripts/fuzz.sh: clang-19's libFuzzer and sanitizer runtimes, and the
+  # OpenMP that CMake's find_package(OpenMP) looks for with clang.
+  libclang-rt-19-dev libomp-19-dev
 )
 
 missing=()

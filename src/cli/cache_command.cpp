@@ -70,6 +70,8 @@ void add_cache_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("cache", "Inspect and look after the cache of compiled code");
   cmd->require_subcommand(1);
   cmd->add_option("--cache-dir", args->dir, "cache directory (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
+  // Subcommands inherit this: `cache ls --cache-dir DIR` (the documented form) passes the option up.
+  cmd->fallthrough();
 
   auto* ls = cmd->add_subcommand("ls", "List entries: model, shapes, backend, size, last use (most recent first)");
   ls->add_flag("--json", args->json, "print JSON");

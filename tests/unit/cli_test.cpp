@@ -175,6 +175,62 @@ TEST(Cli, ErrorsGoToStderrWithExitCode1) {
   EXPECT_NE(r.err.find("--random-inputs"), std::string::npos) << r.err;
 }
 
+TEST(Cli, CacheDirMayFollowTheCacheSubcommand) {
+  // ctest turns the cache off for these tests; the cache commands need it on.
+  const std::string cache_env = std::getenv("KILN_CACHE") ? std::getenv("KILN_CACHE") : "";
+  ::unsetenv("KILN_CACHE");
+  const fs::path dir = temp_path("kiln_cli_cache");
+  fs::remove_all(dir);
+  auto r = kiln_cmd("run " + kDigits + "digits.onnx --random-inputs --cache-dir " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  // Both places of the option, for every subcommand; each must see the one entry.
+  const std::string d = " --cache-dir " + dir.string();
+  for (const std::string& ls : {"cache ls" + d, "cache" + d + " ls"}) {
+    r = kiln_cmd(ls);
+    EXPECT_EQ(r.code, 0) << ls << ": " << r.err;
+    EXPECT_NE(r.out.find("1 entries, "), std::string::npos) << ls << ": " << r.out;
+    EXPECT_NE(r.out.find(dir.string()), std::string::npos) << ls << ": " << r.out;
+  }
+  for (const std::string& verify : {"cache verify" + d, "cache" + d + " verify"}) {
+    r = kiln_cmd(verify);
+    EXPECT_EQ(r.code, 0) << verify << ": " << r.err;
+    EXPECT_NE(r.out.find("0 bad entries removed"), std::string::npos) << verify << ": " << r.out;
+    EXPECT_NE(r.out.find("; 1 entries remain"), std::string::npos) << verify << ": " << r.out;
+  }
+  for (const std::string& prune : {"cache prune --max-bytes 1000000000" + d, "cache" + d + " prune --max-bytes 1000000000"}) {
+    r = kiln_cmd(prune);
+    EXPECT_EQ(r.code, 0) << prune << ": " << r.err;
+    EXPECT_NE(r.out.find("0 entries removed"), std::string::npos) << prune << ": " << r.out;
+  }
+  r = kiln_cmd("cache clear" + d);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("1 entries removed"), std::string::npos) << r.out;
+  r = kiln_cmd("cache" + d + " clear");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("0 entries removed"), std::string::npos) << r.out;
+  if (!cache_env.empty()) ::setenv("KILN_CACHE", cache_env.c_str(), 1);
+  fs::remove_all(dir);
+}
+
+TEST(Cli, AHostileNpyInputIsAnErrorNotACrash) {
+  // A 30 KB element type crashed `kiln run`: std::regex overflowed the stack.
+  const fs::path npy = temp_path("kiln_cli_long_descr.npy");
+  {
+    std::string header = "{'descr': '" + std::string(30000, 'x') + "', 'fortran_order': False, 'shape': (1, 1, 8, 8), }";
+    header.append(63 - (10 + header.size()) % 64, ' ');
+    header += '\n';
+    std::ofstream out(npy, std::ios::binary);
+    const char prefix[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, char(header.size() & 0xff), char(header.size() >> 8)};
+    out.write(prefix, 10);
+    out << header << std::string(256, '\0');
+  }
+  auto r = kiln_cmd("run " + kDigits + "digits.onnx --input image=" + npy.string() + " --no-cache");
+  fs::remove(npy);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("error: '" + npy.string() + "' is not a usable .npy file: element type 'xxx", 0), 0u) << r.err;
+  EXPECT_LT(r.err.size(), 600u) << r.err;
+}
+
 TEST(Cli, EverySubcommandHasHelp) {
   for (const std::string& sub : {"inspect", "run"}) {
     auto r = kiln_cmd(sub + " --help");

@@ -178,7 +178,8 @@ std::vector<AxisSample> axis_samples(double start, double bin, int64_t cells, in
 
 // a[i] += w * x[i]: cloned for AVX-512 and AVX2 with FMA (this library is
 // built for the baseline x86-64), the clone picked when the library loads.
-#if defined(__x86_64__) && defined(__GNUC__)
+// Not under ThreadSanitizer, as KILN_VECTOR_CLONES (vector_clones.hpp).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
 #endif
 void add_scaled(float* __restrict a, const float* __restrict x, float w, int64_t n) {
