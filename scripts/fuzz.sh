@@ -32,7 +32,10 @@ for corpus in tests/fuzz/corpus/*/; do
   mkdir -p "$work" "$artifacts"
   # -timeout: an input that takes 10 s is a hang; -rss_limit_mb: an
   # allocation the input cannot back fails too (libFuzzer's malloc limit).
-  if "$BUILD_DIR/fuzz/fuzz_$name" "$work" "$corpus" -max_total_time="$SECONDS_EACH" -timeout=10 \
+  # The importer also starts from the team's numpy-checked models.
+  seeds=("$corpus")
+  [[ $name == onnx_import ]] && seeds+=(tests/reference_cases)
+  if "$BUILD_DIR/fuzz/fuzz_$name" "$work" "${seeds[@]}" -max_total_time="$SECONDS_EACH" -timeout=10 \
       -rss_limit_mb=2048 -artifact_prefix="$artifacts/" -print_final_stats=1 >"$log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     echo "fuzz $name: ${runs:-?} inputs in ${SECONDS_EACH} s, no finding"
