@@ -144,7 +144,45 @@ struct Runtime::Impl {
   std::unique_ptr<backends::Backend> fallback;
   std::unique_ptr<cache::Store> store;  // null: no cache
   mutable std::atomic<bool> store_writable{true};
-  mutable std::mutex log_mutex;
+  // Recursive: a logger may run a model, whose compile logs.
+  mutable std::recursive_mutex log_mutex;
+
+  // Holds what this thread logs for its lifetime (a specialization's
+  // compile) and logs it afterwards: a logger may run models, and a run of
+  // the specialization being compiled would wait for itself.
+  class HoldMessages {
+   public:
+    HoldMessages() : outermost_(!held_) {
+      if (outermost_) held_ = &messages_;
+    }
+    ~HoldMessages() {
+      if (!outermost_) return;
+      held_ = nullptr;
+      for (const auto& m : messages_) {
+        try {
+          m.runtime->log(m.level, m.text);
+        } catch (...) {  // a logger that throws cannot throw out of a destructor
+        }
+      }
+    }
+    HoldMessages(const HoldMessages&) = delete;
+    HoldMessages& operator=(const HoldMessages&) = delete;
+    // Whether `message` was held.
+    static bool hold(const Impl* runtime, LogLevel level, const std::string& message) {
+      if (held_) held_->push_back({runtime, level, message});
+      return held_;
+    }
+
+   private:
+    struct Message {
+      const Impl* runtime;
+      LogLevel level;
+      std::string text;
+    };
+    bool outermost_;
+    std::vector<Message> messages_;
+    static inline thread_local std::vector<Message>* held_ = nullptr;
+  };
 
   // Entries are made and written by one background thread, so that
   // serialising the program (3-6 ms for a convolutional network, 5-10% of
@@ -196,7 +234,8 @@ struct Runtime::Impl {
 
   void log(LogLevel level, const std::string& message) const {
     if (level == LogLevel::Off || level < options.log_level) return;
-    std::lock_guard<std::mutex> lock(log_mutex);
+    if (HoldMessages::hold(this, level, message)) return;
+    std::lock_guard<std::recursive_mutex> lock(log_mutex);
     if (options.logger) {
       options.logger(level, message);
       return;
@@ -562,6 +601,7 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
     entry = slot;
   }
   // A compile that throws leaves the flag unset: the next run tries again.
+  const Runtime::Impl::HoldMessages hold_messages;
   std::call_once(entry->once, [&] {
     const auto start = std::chrono::steady_clock::now();
     const auto& backend = *runtime.impl_->backend;

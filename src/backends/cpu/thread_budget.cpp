@@ -1,0 +1,171 @@
+#include "backends/cpu/thread_budget.hpp"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <chrono>
+
+namespace kiln::cpu {
+
+namespace {
+
+// How long the runner stays awake after a run, yielding its CPU to anything
+// else that wants it: a run that comes sooner (a service under load) is
+// taken without a wake-up.
+constexpr std::chrono::microseconds kRunnerAwake{50};
+
+// A job's state: waiting, then signalled by the thread done with it (the
+// runner when the job has run, or on a budget of one thread the run before,
+// when it is the job's turn). The signalling thread has one more look at
+// the job after the first store: the futex wake-up.
+constexpr uint32_t kWaiting = 0, kSignalling = 1, kSignalled = 2;
+
+}  // namespace
+
+ThreadBudget::ThreadBudget(int n)
+    : threads(n), arena(n), runner_(n > 1 ? std::thread([this] { serve(); }) : std::thread()) {}
+
+ThreadBudget::~ThreadBudget() {
+  if (!runner_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_runner();
+  runner_.join();
+}
+
+void ThreadBudget::execute(Job& job) {
+  const bool on_runner = runner_.joinable();
+  bool turn = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (on_runner || running_ || head_ || borrowed_) {
+      (tail_ ? tail_->next : head_) = &job;
+      tail_ = &job;
+      ++queued_;
+    } else {
+      running_ = true;
+      turn = true;
+    }
+  }
+  if (on_runner) {
+    wake_runner();
+    await(job);
+  } else {
+    // One thread: no OpenMP team to keep, so the run executes on its caller.
+    if (!turn) await(job);
+    run(job);
+    pass_turn();
+  }
+  if (job.error) std::rethrow_exception(job.error);
+}
+
+void ThreadBudget::run(Job& job) {
+  const ThreadBudget* outer = held_;
+  held_ = this;
+  try {
+    arena.execute([&] {
+      OmpThreads omp(threads);
+      prepare_omp_team(threads);
+      job.call(job.fn);
+    });
+  } catch (...) {
+    job.error = std::current_exception();
+  }
+  held_ = outer;
+}
+
+ThreadBudget::Job* ThreadBudget::pop() {
+  Job* job = head_;
+  head_ = job->next;
+  if (!head_) tail_ = nullptr;
+  --queued_;
+  return job;
+}
+
+void ThreadBudget::pass_turn() {
+  Job* next = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (head_ && !borrowed_) next = pop();
+    else running_ = false;
+  }
+  if (next) signal(*next);
+}
+
+void ThreadBudget::signal(Job& job) {
+  job.state.store(kSignalling, std::memory_order_release);
+  job.state.notify_one();
+  job.state.store(kSignalled, std::memory_order_release);
+}
+
+void ThreadBudget::await(Job& job) {
+  // No spinning first: while a run executes, its N threads have the CPUs.
+  while (job.state.load(std::memory_order_acquire) == kWaiting) job.state.wait(kWaiting, std::memory_order_acquire);
+  while (job.state.load(std::memory_order_acquire) != kSignalled) _mm_pause();
+}
+
+void ThreadBudget::wake_runner() {
+  wake_.fetch_add(1, std::memory_order_release);
+  wake_.notify_one();
+}
+
+ThreadBudget::Job* ThreadBudget::next_job() {
+  for (;;) {
+    const uint32_t seen = wake_.load(std::memory_order_acquire);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (head_ && !borrowed_) {
+        running_ = true;
+        return pop();
+      }
+      if (stopping_) return nullptr;
+    }
+    const auto until = std::chrono::steady_clock::now() + kRunnerAwake;
+    while (wake_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) sched_yield();
+    wake_.wait(seen, std::memory_order_acquire);
+  }
+}
+
+void ThreadBudget::serve() {
+  // Named for top and perf; its OpenMP team's threads inherit the name.
+  pthread_setname_np(pthread_self(), "kiln-runner");
+  while (Job* job = next_job()) {
+    run(*job);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_ = false;
+    }
+    signal(*job);
+  }
+}
+
+bool ThreadBudget::try_borrow() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (borrowed_ || head_ || running_) return false;
+  borrowed_ = true;
+  return true;
+}
+
+void ThreadBudget::give_back() {
+  Job* next = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    borrowed_ = false;
+    if (!runner_.joinable() && head_) {
+      running_ = true;
+      next = pop();
+    }
+  }
+  if (next) signal(*next);
+  else if (runner_.joinable()) wake_runner();
+}
+
+int ThreadBudget::queued() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return queued_;
+}
+
+}  // namespace kiln::cpu
