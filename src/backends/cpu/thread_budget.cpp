@@ -2,18 +2,10 @@
 
 #include <immintrin.h>
 #include <pthread.h>
-#include <sched.h>
-
-#include <chrono>
 
 namespace kiln::cpu {
 
 namespace {
-
-// How long the runner stays awake after a run, yielding its CPU to anything
-// else that wants it: a run that comes sooner (a service under load) is
-// taken without a wake-up.
-constexpr std::chrono::microseconds kRunnerAwake{50};
 
 // A job's state: waiting, then signalled by the thread done with it (the
 // runner when the job has run, or on a budget of one thread the run before,
@@ -101,8 +93,13 @@ void ThreadBudget::signal(Job& job) {
   job.state.store(kSignalled, std::memory_order_release);
 }
 
+// Neither the caller nor the runner spins before it sleeps (beyond the few
+// rounds std::atomic::wait spins): while a run executes, its N threads have
+// the CPUs. Spins of 20-100 us by the caller and 50-200 us by the runner
+// made no difference outside the noise on lenet and digits (2 threads, 2
+// vCPUs, other processes kept off by SCHED_FIFO), and on CPUs that other
+// processes wanted too, the runner's spin made runs slower.
 void ThreadBudget::await(Job& job) {
-  // No spinning first: while a run executes, its N threads have the CPUs.
   while (job.state.load(std::memory_order_acquire) == kWaiting) job.state.wait(kWaiting, std::memory_order_acquire);
   while (job.state.load(std::memory_order_acquire) != kSignalled) _mm_pause();
 }
@@ -123,8 +120,6 @@ ThreadBudget::Job* ThreadBudget::next_job() {
       }
       if (stopping_) return nullptr;
     }
-    const auto until = std::chrono::steady_clock::now() + kRunnerAwake;
-    while (wake_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) sched_yield();
     wake_.wait(seen, std::memory_order_acquire);
   }
 }
