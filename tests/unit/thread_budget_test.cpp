@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -113,15 +115,58 @@ TEST(ConcurrentRuns, RunsFromAnyThreadShareOneTeamOfTheWholeBudget) {
   EXPECT_EQ(team_of_a_run(budget), warmed);
 }
 
-// With one thread there is no team to keep: a run executes on its caller.
+// With one thread there is no team to keep: a run executes on its caller,
+// and the caller whose turn it is also runs the jobs that arrived while its
+// own ran (not one more), so that the next run does not wait for its
+// caller to wake up.
 TEST(ConcurrentRuns, AOneThreadBudgetRunsOnItsCallers) {
   ThreadBudget budget(1);
   const int before = threads_in_process();
   EXPECT_EQ(team_of_a_run(budget), std::set<pid_t>{tid()});
-  std::thread([&] {
-    EXPECT_EQ(team_of_a_run(budget), std::set<pid_t>{tid()});
-    EXPECT_LE(threads_in_process(), before + 1);
-  }).join();
+  std::mutex mutex;
+  std::map<std::string, pid_t> ran_on;
+  auto record = [&](const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ran_on[name] = tid();
+  };
+  std::atomic<bool> a_running{false}, release_a{false}, b_running{false}, release_b{false};
+  std::map<std::string, pid_t> callers = {{"a", 0}, {"b", 0}, {"c", 0}, {"d", 0}};  // each written by its thread
+  std::thread a([&] {
+    callers.at("a") = tid();
+    budget.hold([&] {
+      a_running = true;
+      wait_until([&] { return release_a.load(); });
+      record("a");
+    });
+  });
+  wait_until([&] { return a_running.load(); });
+  std::vector<std::thread> others;
+  auto call = [&](const std::string& name, std::function<void()> body) {
+    const int queued = budget.queued();
+    pid_t* caller = &callers.at(name);
+    others.emplace_back([&, name, body, caller] {
+      *caller = tid();
+      budget.hold(body);
+    });
+    wait_until([&] { return budget.queued() == queued + 1; });
+  };
+  call("b", [&] {
+    b_running = true;
+    wait_until([&] { return release_b.load(); });
+    record("b");
+  });
+  call("c", [&] { record("c"); });
+  release_a = true;
+  wait_until([&] { return b_running.load(); });
+  call("d", [&] { record("d"); });
+  release_b = true;
+  a.join();
+  for (auto& t : others) t.join();
+  EXPECT_EQ(ran_on["a"], callers.at("a"));
+  EXPECT_EQ(ran_on["b"], callers.at("a"));
+  EXPECT_EQ(ran_on["c"], callers.at("a"));
+  EXPECT_EQ(ran_on["d"], callers.at("d")) << "the turn went on after the jobs that waited while a ran";
+  EXPECT_LE(threads_in_process(), before);
 }
 
 TEST_P(ConcurrentRuns, AThrowingRunReachesItsOwnCallerOnly) {

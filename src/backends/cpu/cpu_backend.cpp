@@ -3,9 +3,9 @@
 // ChannelsLastMeanKernel), those of a portable program and the other host
 // kernels on TBB. All stay inside one budget of N threads per Runtime:
 // - every run executes on the budget's runner thread (thread_budget.hpp
-//   says why; with N = 1 on its caller), one at a time and in the order the
-//   calls arrive, each with the whole budget: concurrent calls are safe and
-//   fair, but two runs never add up to 2N busy threads;
+//   says why), one at a time and in the order the calls arrive, each with
+//   the whole budget: concurrent calls are safe and fair, but two runs never
+//   add up to 2N busy threads;
 // - the entry function runs inside a tbb::task_arena of N slots, so TBB
 //   loops use at most N threads;
 // - the runner's OpenMP thread count is N while it runs, so each oneDNN

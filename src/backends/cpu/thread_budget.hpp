@@ -2,9 +2,8 @@
 // One Runtime's threads, shared by everything the cpu backend runs (see
 // cpu_backend.cpp for the rules): a TBB arena of N slots for generated loops,
 // N OpenMP threads for oneDNN, and runs executed one at a time, in the order
-// they arrive. With N > 1 every run executes on one thread of the budget's
-// own, the runner, which owns the OpenMP team; with N = 1 (no team) on its
-// calling thread.
+// they arrive: with N > 1 on one thread of the budget's own, the runner,
+// which owns the OpenMP team; with N = 1 (no team) on the callers.
 //
 // Why one thread: libgomp gives each thread that starts a parallel region a
 // team of its own, kept until that thread exits, and counts the threads of
@@ -54,7 +53,7 @@ class ThreadBudget {
   tbb::task_arena arena;
 
   // Runs `f` as a run: after every run that arrived before it, on the
-  // runner (N > 1) or the calling thread (N = 1), with TBB loops on the
+  // runner (N > 1) or a calling thread (N = 1), with TBB loops on the
   // arena's N slots and oneDNN on the runner's OpenMP team of N. Returns
   // when `f` has returned, and throws what it threw. Called from inside a
   // run, `f` runs at once.
@@ -85,12 +84,13 @@ class ThreadBudget {
     const void* fn;
     std::exception_ptr error;
     std::atomic<uint32_t> state{0};  // thread_budget.cpp
+    bool turn = false;  // N = 1: signalled to run itself (and those after it), not done
     Job* next = nullptr;
   };
   void execute(Job& job);
   void run(Job& job);
+  void run_in_turn(Job& job);
   Job* pop();
-  void pass_turn();
   static void signal(Job& job);
   static void await(Job& job);
   void wake_runner();
