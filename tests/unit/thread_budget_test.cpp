@@ -5,6 +5,7 @@
 // suite a ThreadSanitizer build runs).
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -113,6 +114,42 @@ TEST(ConcurrentRuns, RunsFromAnyThreadShareOneTeamOfTheWholeBudget) {
     EXPECT_LE(threads_in_process(), before + 1) << "the calling thread started threads of its own";
   }).join();
   EXPECT_EQ(team_of_a_run(budget), warmed);
+}
+
+// A team with as many threads as the process has CPUs has one CPU each
+// (omp_team.hpp says why), the runner's among them; smaller teams are not
+// pinned.
+TEST(ConcurrentRuns, ATeamAsLargeAsTheCpusHasACpuEach) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  const int cpus = CPU_COUNT(&allowed);
+  if (cpus < 2) GTEST_SKIP() << "one CPU";
+  for (int n : {cpus, cpus - 1}) {
+    SCOPED_TRACE(std::to_string(n) + " threads");
+    ThreadBudget budget(n);
+    std::mutex mutex;
+    std::vector<cpu_set_t> masks;
+    budget.hold([&] {
+      auto record = [](void* task, int64_t, int64_t) {
+        auto* s = static_cast<std::pair<std::mutex*, std::vector<cpu_set_t>*>*>(task);
+        cpu_set_t mask;
+        sched_getaffinity(0, sizeof mask, &mask);
+        std::lock_guard<std::mutex> lock(*s->first);
+        s->second->push_back(mask);
+      };
+      std::pair<std::mutex*, std::vector<cpu_set_t>*> sink{&mutex, &masks};
+      kiln::cpu::team_threads()->parallel_for(nullptr, n, record, &sink);
+    });
+    ASSERT_EQ(masks.size(), size_t(n));
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (auto& m : masks) {
+      if (n == cpus) EXPECT_EQ(CPU_COUNT(&m), 1);
+      else EXPECT_TRUE(CPU_EQUAL(&m, &allowed));
+      CPU_OR(&all, &all, &m);
+    }
+    if (n == cpus) EXPECT_TRUE(CPU_EQUAL(&all, &allowed)) << "two threads of the team on one CPU";
+  }
 }
 
 // With one thread there is no team to keep: a run executes on its caller,

@@ -141,7 +141,15 @@ ThreadBudget::Job* ThreadBudget::next_job() {
 void ThreadBudget::serve() {
   // Named for top and perf; its OpenMP team's threads inherit the name.
   pthread_setname_np(pthread_self(), "kiln-runner");
+  bool team_started = false;
   while (Job* job = next_job()) {
+    // Started by the first run, not before (omp_team.hpp).
+    if (!team_started) {
+      team_started = true;
+      OmpThreads omp(threads);
+      prepare_omp_team(threads);
+      pin_omp_team(threads);
+    }
     run(*job);
     {
       std::lock_guard<std::mutex> lock(mutex_);
