@@ -49,10 +49,11 @@ void ThreadBudget::execute(Job& job) {
 
 // One thread: no OpenMP team to keep, so runs execute on their callers. The
 // caller whose turn it is also runs the jobs that arrived meanwhile, then
-// hands the turn to the next caller: handing it on after every run made
-// each run wait until its caller was woken (under load from other
-// processes, 4-8 ms: digits went from 90,000 to 400 runs/s), and so did a
-// runner thread.
+// hands the turn to the next caller. Under load from other processes, where
+// a wake-up took 4-8 ms, handing the turn on after every run made each run
+// wait for its caller to wake (digits, two request threads: 2,500-47,000
+// runs/s against 84,000-200,000 before), and a runner made every run wait
+// for two (digits, one request thread: 90,000 -> 400 runs/s).
 void ThreadBudget::run_in_turn(Job& job) {
   run(job);
   int batch;
