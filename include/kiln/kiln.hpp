@@ -8,7 +8,7 @@
 //
 // Every failure throws kiln::Error whose message says what, where (model,
 // node, input name) and what was expected. A Model may be run from several
-// threads at once.
+// threads at once (see Model::run).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -133,7 +133,9 @@ struct RuntimeOptions {
   // (e.g. by a group), and only entries made with the same key are loaded.
   std::string cache_key_file;  // "" = $KILN_CACHE_KEY_FILE
   LogLevel log_level = LogLevel::Warning;
-  // Receives every message at or above log_level; default: stderr.
+  // Receives every message at or above log_level; default: stderr. Called
+  // from the thread that logs, never from two threads at once; it may run
+  // models. What a compile logs comes once the compile is over.
   std::function<void(LogLevel, const std::string&)> logger;
 };
 
@@ -265,6 +267,15 @@ class Model {
   // Outputs come in the order of outputs(). The first run with new input
   // shapes compiles that specialization (once, even if several threads ask
   // at the same time); later runs with those shapes reuse it.
+  //
+  // Any thread may call run, at the same time as others. The cpu backend
+  // executes the runs of all models of one Runtime on one thread of the
+  // Runtime's own, one run at a time in the order the calls arrive, each
+  // with the whole thread budget, while the calling thread waits: a run is
+  // as fast from whichever thread calls it, and two calls never add up to
+  // more busy threads than the budget. A run takes its specialization's
+  // scratch arena when its turn comes, so runs waiting for their turn hold
+  // no memory. Compiles run on the calling threads, several at a time.
   std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& inputs) const;
   // The same, writing into the caller's buffers (one per output, in the
   // order of outputs(), each of the dtype and shape this run produces): a

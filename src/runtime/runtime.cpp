@@ -493,6 +493,7 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
     entry = slot;
   }
   // A compile that throws leaves the flag unset: the next run tries again.
+  const Runtime::Impl::HoldMessages hold_messages;
   std::call_once(entry->once, [&] {
     const auto start = std::chrono::steady_clock::now();
     const auto& backend = *runtime.impl_->backend;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backends/backend.hpp"
 #include "cache/cache_key.hpp"
@@ -34,7 +35,45 @@ struct Runtime::Impl {
   std::shared_ptr<const cache::Store> store;  // null: no cache
   std::string cache_refused;                   // why a configured cache is not used
   mutable std::atomic<bool> store_writable{true};
-  mutable std::mutex log_mutex;
+  // Recursive: a logger may run a model, whose compile logs.
+  mutable std::recursive_mutex log_mutex;
+
+  // Holds what this thread logs for its lifetime (a specialization's
+  // compile) and logs it afterwards: a logger may run models, and a run of
+  // the specialization being compiled would wait for itself.
+  class HoldMessages {
+   public:
+    HoldMessages() : outermost_(!held_) {
+      if (outermost_) held_ = &messages_;
+    }
+    ~HoldMessages() {
+      if (!outermost_) return;
+      held_ = nullptr;
+      for (const auto& m : messages_) {
+        try {
+          m.runtime->log(m.level, m.text);
+        } catch (...) {  // a logger that throws cannot throw out of a destructor
+        }
+      }
+    }
+    HoldMessages(const HoldMessages&) = delete;
+    HoldMessages& operator=(const HoldMessages&) = delete;
+    // Whether `message` was held.
+    static bool hold(const Impl* runtime, LogLevel level, const std::string& message) {
+      if (held_) held_->push_back({runtime, level, message});
+      return held_;
+    }
+
+   private:
+    struct Message {
+      const Impl* runtime;
+      LogLevel level;
+      std::string text;
+    };
+    bool outermost_;
+    std::vector<Message> messages_;
+    static inline thread_local std::vector<Message>* held_ = nullptr;
+  };
 
   // Entries are made and written by one background thread, so that
   // serialising the program (3-6 ms for a convolutional network, 5-10% of
@@ -86,7 +125,8 @@ struct Runtime::Impl {
 
   void log(LogLevel level, const std::string& message) const {
     if (level == LogLevel::Off || level < options.log_level) return;
-    std::lock_guard<std::mutex> lock(log_mutex);
+    if (HoldMessages::hold(this, level, message)) return;
+    std::lock_guard<std::recursive_mutex> lock(log_mutex);
     if (options.logger) {
       options.logger(level, message);
       return;

@@ -2,21 +2,22 @@
 // program with oneDNN primitives run on the same OpenMP team (and so does
 // ChannelsLastMeanKernel), those of a portable program and the other host
 // kernels on TBB. All stay inside one budget of N threads per Runtime:
+// - every run executes on the budget's runner thread (thread_budget.hpp
+//   says why), one at a time and in the order the calls arrive, each with
+//   the whole budget: concurrent calls are safe and fair, but two runs never
+//   add up to 2N busy threads;
 // - the entry function runs inside a tbb::task_arena of N slots, so TBB
 //   loops use at most N threads;
-// - the calling thread's OpenMP thread count is set to N while it runs (and
-//   restored after), so each oneDNN primitive and team loop uses at most N
-//   threads; primitives and loops take turns, never nested;
-// - runs of one Runtime execute one at a time (each with the whole budget):
-//   concurrent calls are safe and keep separate arenas, but two runs never
-//   add up to 2N busy threads.
-// - a thread's first run starts its OpenMP team (omp_team.hpp says why; not
-//   when the backend is made, since the idle team's spinning slowed the
+// - the runner's OpenMP thread count is N while it runs, so each oneDNN
+//   primitive and team loop uses at most N threads; primitives and loops
+//   take turns, never nested;
+// - the runner's first run starts its OpenMP team (omp_team.hpp says how;
+//   not when the backend is made, since the idle team's spinning slowed the
 //   compile that followed: mlp's 7-9 ms became 11-12); making the backend
 //   starts LLVM's JIT on another thread of the arena;
 // - a compile runs on the calling thread; it borrows the arena's other
 //   threads (for oneDNN's code generation and weight reorders, beside LLVM's)
-//   only while no run holds the budget.
+//   only while no run is running or waiting.
 // Primitives are created with the same OpenMP thread count they run with
 // (oneDNN keys its choices by thread count).
 #include "backends/cpu/cpu_backend.hpp"
@@ -53,9 +54,24 @@ namespace {
 using cpu::OmpThreads;
 using cpu::ThreadBudget;
 
-// Scratch arenas, one per run in flight, reused across runs.
+// Scratch arenas, reused across runs. A run takes one when its turn comes,
+// so the runs waiting hold none, and since runs execute one at a time the
+// pool keeps a single arena.
 class ArenaPool {
  public:
+  class Lease {
+   public:
+    explicit Lease(ArenaPool& pool) : pool_(pool), arena_(pool.acquire()) {}
+    ~Lease() { pool_.release(arena_); }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    char* get() const { return arena_; }
+
+   private:
+    ArenaPool& pool_;
+    char* arena_;
+  };
+
   explicit ArenaPool(int64_t bytes) : bytes_((bytes + 63) / 64 * 64) {}
   ~ArenaPool() {
     for (char* a : free_) std::free(a);
@@ -161,14 +177,13 @@ class CpuExecutable : public Executable {
       io[i] = const_cast<void*>(t->raw());
     }
     for (size_t k = 0; k < outputs.size(); ++k) io[program_.inputs.size() + k] = outputs[k].raw();
-    char* arena = arenas_.acquire();
     cpu::RunStatus status;
     int32_t rc = 0;
     budget_->hold([&] {
-      rc = !profile_.enabled() ? code_.entry(kernels_.data(), constants_.data(), io, arena, &status, threads_)
-                            : run_profiled(io, arena, status);
+      ArenaPool::Lease arena(arenas_);
+      rc = !profile_.enabled() ? code_.entry(kernels_.data(), constants_.data(), io, arena.get(), &status, threads_)
+                            : run_profiled(io, arena.get(), status);
     });
-    arenas_.release(arena);
     if (rc == 0) return;
     if (status.step >= 0 && size_t(status.step) < program_.steps.size() && program_.steps[size_t(status.step)].call) {
       const cpu::Step& step = program_.steps[size_t(status.step)];
@@ -318,12 +333,15 @@ class CpuBackend : public Backend {
   // N busy threads. Each task makes oneDNN primitives for an OpenMP team of
   // the budget's size, whichever thread it runs on.
   void run_beside(cpu::DeferredWork& tasks, const std::function<void()>& main) const {
-    std::unique_lock<std::mutex> idle(budget_->running, std::try_to_lock);
-    if (!idle.owns_lock() || budget_->threads == 1 || tasks.size() < 2) {
+    if (budget_->threads == 1 || tasks.size() < 2 || !budget_->try_borrow()) {
       for (auto& task : tasks) task();
       main();
       return;
     }
+    struct GiveBack {
+      ThreadBudget& budget;
+      ~GiveBack() { budget.give_back(); }
+    } give_back{*budget_};
     budget_->arena.execute([&] {
       tbb::task_group helpers;
       helpers.run([&] {

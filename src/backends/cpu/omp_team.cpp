@@ -57,6 +57,24 @@ const kiln_pk_threads* team_threads() {
   return &threads;
 }
 
+void pin_omp_team(int threads) {
+  cpu_set_t allowed;
+  if (threads < 2 || sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) != threads) return;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  const auto here = std::find(cpus.begin(), cpus.end(), sched_getcpu());
+  if (here != cpus.end()) std::rotate(cpus.begin(), here, cpus.end());
+  // libgomp gives a team's thread t the same pool thread in every region.
+#pragma omp parallel num_threads(threads)
+  {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[size_t(omp_get_thread_num())], &one);
+    sched_setaffinity(0, sizeof one, &one);
+  }
+}
+
 void prepare_omp_team(int threads) {
   if (threads <= t_team_threads) return;
   const int creator_cpu = sched_getcpu();
