@@ -14,6 +14,7 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 
@@ -163,7 +164,7 @@ std::vector<AxisSample> axis_samples(double start, double bin, int64_t cells, in
   for (int64_t p = 0; p < cells; ++p)
     for (int64_t i = 0; i < grid; ++i) {
       double v = start + double(p) * bin + (double(i) + 0.5) * bin / double(grid);
-      if (v < -1.0 || v > double(size)) {
+      if (!(v >= -1.0 && v <= double(size))) {  // NaN too
         out.push_back({0, 0, 0, 0, false});
         continue;
       }
@@ -218,17 +219,28 @@ void roi_align_kernel(ref::KernelContext& ctx) {
   };
   std::vector<Roi> plan(static_cast<size_t>(R));
   const float* r = rois.data<float>();
+  struct Box {
+    double x0, y0, rw, rh;
+  };
+  std::vector<Box> boxes;
+  std::vector<std::pair<int64_t, int64_t>> grids;
   for (int64_t n = 0; n < R; ++n) {
     const double offset = half_pixel ? 0.5 : 0;
     const double x0 = r[n * 4] * spatial_scale - offset, y0 = r[n * 4 + 1] * spatial_scale - offset;
     double rw = r[n * 4 + 2] * spatial_scale - offset - x0, rh = r[n * 4 + 3] * spatial_scale - offset - y0;
     if (!half_pixel) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+    boxes.push_back({x0, y0, rw, rh});
+    grids.emplace_back(ref::roi_align_grid(ctx, sampling_ratio, rh, oh), ref::roi_align_grid(ctx, sampling_ratio, rw, ow));
+  }
+  // Before the sample lists, which grow with the grids.
+  ref::check_roi_align_work(ctx, grids, C, oh, ow);
+  for (int64_t n = 0; n < R; ++n) {
+    const Box& box = boxes[size_t(n)];
     Roi& roi = plan[size_t(n)];
-    roi.grid_h = sampling_ratio > 0 ? sampling_ratio : int64_t(std::ceil(rh / double(oh)));
-    roi.grid_w = sampling_ratio > 0 ? sampling_ratio : int64_t(std::ceil(rw / double(ow)));
-    roi.scale = float(1.0 / double(std::max<int64_t>(roi.grid_h * roi.grid_w, 1)));
-    roi.ys = axis_samples(y0, rh / double(oh), oh, roi.grid_h, H);
-    roi.xs = axis_samples(x0, rw / double(ow), ow, roi.grid_w, W);
+    std::tie(roi.grid_h, roi.grid_w) = grids[size_t(n)];
+    roi.scale = float(1.0 / std::max(double(roi.grid_h) * double(roi.grid_w), 1.0));
+    roi.ys = axis_samples(box.y0, box.rh / double(oh), oh, roi.grid_h, H);
+    roi.xs = axis_samples(box.x0, box.rw / double(ow), ow, roi.grid_w, W);
   }
   Tensor out(DType::Float32, {R, C, oh, ow});
   const float* in = x.data<float>();

@@ -192,11 +192,13 @@ const std::set<std::string>& primitive_ops() {
 }
 
 // A value the lowering can plan: a concrete shape and a fixed-size dtype.
-// (A value whose shape depends on the data has no concrete shape.)
+// (A value whose shape depends on the data has no concrete shape.) Its
+// buffers are described to oneDNN, which takes at most DNNL_MAX_NDIMS dims:
+// values of a higher rank (ONNX has no limit) are the interpreter's.
 bool is_static(const ir::Specialization& spec, const std::string& name) {
   auto it = spec.result.values.find(name);
-  return it != spec.result.values.end() && it->second.shape.is_concrete() && ir::dtype_supported(it->second.dtype) &&
-         it->second.dtype != DType::String;
+  return it != spec.result.values.end() && it->second.shape.is_concrete() && it->second.shape.rank() <= DNNL_MAX_NDIMS &&
+         ir::dtype_supported(it->second.dtype) && it->second.dtype != DType::String;
 }
 
 class Lowering {

@@ -1,6 +1,8 @@
 #include "backends/reference/reference_executor.hpp"
 
 #include <chrono>
+#include <new>
+#include <stdexcept>
 #include <set>
 
 #include "backends/reference/kernel_registry.hpp"
@@ -27,6 +29,23 @@ class Scope {
   const Scope* parent_;
   std::map<std::string, Tensor> values_;
 };
+
+// Runs one kernel. Sizes that attributes or inputs set are checked not to
+// overflow, so memory it cannot get (a vector beyond max_size included) is
+// merely more than this machine has: an error naming the node.
+static void run_kernel(KernelFn fn, KernelContext& ctx) {
+  try {
+    fn(ctx);
+  } catch (const std::bad_alloc&) {
+    ir::fail(ErrorKind::Internal, ctx.node().describe() + ": out of memory allocating its working memory");
+  } catch (const std::length_error&) {
+    ir::fail(ErrorKind::Internal, ctx.node().describe() + ": out of memory allocating its working memory");
+  } catch (const ir::Error& e) {
+    const std::string what = e.what();
+    if (e.kind() != ErrorKind::Internal || what.rfind("out of memory allocating", 0) != 0) throw;
+    ir::fail(ErrorKind::Internal, ctx.node().describe() + ": " + what);
+  }
+}
 
 static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry,
                                         const NodeTimer* timer = nullptr);
@@ -73,7 +92,7 @@ static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, co
       return run_subgraph(g, inputs, scope, registry);
     });
     const auto start = timer ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    fn(ctx);
+    run_kernel(fn, ctx);
     if (timer) (*timer)(idx, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       if (node.outputs[i].empty()) continue;
@@ -116,7 +135,7 @@ ir::ConstantEvaluator constant_evaluator() {
     KernelFn fn = KernelRegistry::instance().find(node.op_type);
     if (!fn) return std::nullopt;
     KernelContext ctx(node, inputs, nullptr);
-    fn(ctx);
+    run_kernel(fn, ctx);
     for (size_t i = 0; i < node.outputs.size(); ++i)
       if (!node.outputs[i].empty() && !ctx.outputs()[i].defined()) return std::nullopt;
     return std::move(ctx.outputs());
