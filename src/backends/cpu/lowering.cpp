@@ -806,6 +806,8 @@ class Lowering {
     if (rank < 3 || rank > 5 || w->rank() != int(rank)) return false;
     ref::KernelContext ctx(n, {}, nullptr);
     const int64_t group = ctx.attr_int("group", 1);
+    // A group that does not split the channels evenly is the reference kernel's to refuse.
+    if (group < 1 || in[1] != w->dims()[1] * group || w->dims()[0] % group) return false;
     Dims kernel(w->dims().begin() + 2, w->dims().end());
     ref::Geometry geo = ref::forward_geometry(ctx, Dims(in.begin() + 2, in.end()), kernel, false);
     if (Dims(out.begin() + 2, out.end()) != geo.out) return false;

@@ -126,6 +126,19 @@ const std::vector<int64_t>& sizes_from(const NodeView& n, const std::vector<int6
   return sizes;
 }
 
+// A convolution's group count: positive, and dividing the input channels
+// (each group's weights take channels / group of them) and the output ones.
+void check_group(const NodeView& n, int64_t group, const Dim& channels, const Dim& per_group, const Dim& out_channels) {
+  if (group < 1) n.fail("group is " + std::to_string(group) + ", expected a positive number of groups");
+  if (channels.is_known() && *channels.value % group != 0)
+    n.fail("group " + std::to_string(group) + " does not divide the " + std::to_string(*channels.value) + " input channels");
+  if (channels.is_known() && per_group.is_known() && Wide(*per_group.value) * group != *channels.value)
+    n.fail("the weights take " + std::to_string(*per_group.value) + " channels per group, expected " +
+           std::to_string(*channels.value) + " input channels / group " + std::to_string(group));
+  if (out_channels.is_known() && *out_channels.value % group != 0)
+    n.fail("group " + std::to_string(group) + " does not divide the " + std::to_string(*out_channels.value) + " output channels");
+}
+
 // Output size of a sliding window along one axis (conv/pool), or unknown.
 Dim window_out(const NodeView& n, const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin,
                int64_t pad_end, bool ceil_mode, const std::string& auto_pad) {
@@ -157,6 +170,7 @@ std::vector<ValueInfo> infer_window(const NodeView& n, bool is_conv) {
     if (w->shape.dims.size() != xs.size())
       n.fail("weight shape " + w->shape.to_string() + " does not match input shape " + x->shape.to_string());
     channels = w->shape.dims[0];
+    check_group(n, n.attr_int("group", 1), xs[1], w->shape.dims[1], channels);
     if (auto k = n.attr_ints("kernel_shape")) kernel = *k;
     else
       for (size_t i = 0; i < spatial; ++i) {
@@ -206,6 +220,7 @@ std::vector<ValueInfo> infer_conv_transpose(const NodeView& n) {
   Shape out;
   out.dims.push_back(xs[0]);
   const int64_t group = n.attr_int("group", 1);
+  check_group(n, group, xs[1], Dim::unknown(), Dim::unknown());
   out.dims.push_back(per_group.is_known() ? Dim::known(size_from(n, Wide(*per_group.value) * group, "the output channels")) : Dim::unknown());
   auto output_shape = n.attr_ints("output_shape").value_or(std::vector<int64_t>{});
   if (output_shape.size() == spatial + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
