@@ -396,6 +396,21 @@ void constant_of_shape_kernel(ref::KernelContext& ctx) {
   ctx.set_output(0, std::move(out));
 }
 
+// x's dims with pads (begins, then ends) added, in 128 bits since pads may
+// hold anything; false unless each pad is within +-2^62 and each size in
+// [0, 2^62] (then coordinates shifted by a pad cannot overflow).
+bool padded_dims(const Tensor& x, const int64_t* pads, Dims& out) {
+  const int64_t rank = x.rank(), limit = int64_t(1) << 62;
+  for (int64_t d = 0; d < rank; ++d) {
+    const __int128 size = __int128(x.dim(int(d))) + pads[d] + pads[d + rank];
+    for (const int64_t pad : {pads[d], pads[d + rank]})
+      if (pad > limit || pad < -limit) return false;
+    if (size < 0 || size > limit) return false;
+    out[size_t(d)] = int64_t(size);
+  }
+  return true;
+}
+
 // Pad in edge, wrap or reflect mode: per axis, the input coordinate each
 // output coordinate reads (ref::pad_source, as the reference kernel), then each output
 // row in parallel, its stretch that is the input row as is in one copy.
@@ -405,14 +420,13 @@ void pad_from_input(ref::KernelContext& ctx, const std::string& mode) {
   const int64_t rank = x.rank();
   const int64_t* pads = ctx.input(1).data<int64_t>();
   Dims out_dims(static_cast<size_t>(rank));
-  std::vector<std::vector<int64_t>> from(static_cast<size_t>(rank));
-  for (int64_t d = 0; d < rank; ++d) {
-    const int64_t n = x.dim(int(d)), out = n + pads[d] + pads[d + rank];
-    if (out < 0 || (n == 0 && out > 0)) return run_reference(ctx);  // names the problem
-    out_dims[size_t(d)] = out;
-    for (int64_t o = 0; o < out; ++o) from[size_t(d)].push_back(ref::pad_source(mode, o - pads[d], n));
-  }
+  if (!padded_dims(x, pads, out_dims) || std::find(x.dims().begin(), x.dims().end(), 0) != x.dims().end())
+    return run_reference(ctx);  // names the problem
+  // The output first: its size is checked before the tables below grow with it.
   Tensor out = Tensor::uninitialized(x.dtype(), out_dims);
+  std::vector<std::vector<int64_t>> from(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d)
+    for (int64_t o = 0; o < out_dims[size_t(d)]; ++o) from[size_t(d)].push_back(ref::pad_source(mode, o - pads[d], x.dim(int(d))));
   const size_t esize = ir::dtype_size(x.dtype());
   const int64_t width = out_dims.back(), rows = width ? out.numel() / width : 0, n_last = x.dim(-1);
   // Where the last axis reads the input row unshifted: one copy.
@@ -454,10 +468,7 @@ void pad_kernel(ref::KernelContext& ctx) {
   if (has_value && ctx.input(2).dtype() != x.dtype()) return run_reference(ctx);  // names the type
   const int64_t* pads = ctx.input(1).data<int64_t>();
   Dims out_dims(static_cast<size_t>(rank));
-  for (int64_t d = 0; d < rank; ++d) {
-    out_dims[size_t(d)] = x.dim(int(d)) + pads[d] + pads[d + rank];
-    if (out_dims[size_t(d)] < 0) return run_reference(ctx);
-  }
+  if (!padded_dims(x, pads, out_dims)) return run_reference(ctx);
   const size_t esize = ir::dtype_size(x.dtype());
   Tensor out = Tensor::uninitialized(x.dtype(), out_dims);
   const uint64_t zero = 0;

@@ -514,10 +514,12 @@ void pad_kernel(KernelContext& ctx) {
   for (size_t i = 0; i < axes.size(); ++i) {
     size_t a = size_t(axes[i]);
     begin[a] = pads[i];
-    // In 128 bits: pads may hold anything up to the int64 extremes.
-    const __int128 size = __int128(out[a]) + pads[i] + pads[i + axes.size()];
+    // In 128 bits: pads may hold anything up to the int64 extremes. Pads and
+    // sizes within 2^62 keep every shifted coordinate within int64.
+    const __int128 size = __int128(out[a]) + pads[i] + pads[i + axes.size()], limit = __int128(1) << 62;
     if (size < 0) ctx.fail("pads " + ints_to_string(pads) + " crop axis " + std::to_string(a) + " below size 0");
-    if (size > __int128(1) << 62) ctx.fail("pads " + ints_to_string(pads) + " make axis " + std::to_string(a) + " larger than 2^62");
+    if (size > limit || pads[i] > limit || pads[i] < -limit || pads[i + axes.size()] > limit || pads[i + axes.size()] < -limit)
+      ctx.fail("pads " + ints_to_string(pads) + " hold or make a size beyond 2^62 on axis " + std::to_string(a));
     out[a] = int64_t(size);
   }
   if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
