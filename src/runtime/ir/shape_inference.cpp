@@ -107,9 +107,9 @@ std::optional<Shape> broadcast(const NodeView& n, const std::vector<const ValueI
   return out;
 }
 
-// Window arithmetic on attributes that may hold anything up to the int64
-// extremes is done in 128 bits, where it cannot overflow, and each result is
-// checked to be a size a tensor could have.
+// Arithmetic on attributes and constants, which may hold anything up to the
+// int64 extremes, is done in 128 bits, where it cannot overflow, and each
+// result is checked to be a size a tensor could have.
 using Wide = __int128;
 constexpr Wide kMaxSize = Wide(1) << 62;
 
@@ -221,7 +221,8 @@ std::vector<ValueInfo> infer_conv_transpose(const NodeView& n) {
   out.dims.push_back(xs[0]);
   const int64_t group = n.attr_int("group", 1);
   check_group(n, group, xs[1], Dim::unknown(), Dim::unknown());
-  out.dims.push_back(per_group.is_known() ? Dim::known(size_from(n, Wide(*per_group.value) * group, "the output channels")) : Dim::unknown());
+  out.dims.push_back(per_group.is_known() ? Dim::known(size_from(n, Wide(*per_group.value) * group, "the output channels"))
+                                          : Dim::unknown());
   auto output_shape = n.attr_ints("output_shape").value_or(std::vector<int64_t>{});
   if (output_shape.size() == spatial + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
   if (!output_shape.empty()) {
@@ -750,7 +751,8 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
         total = d.is_known() ? total + size : 0;
       }
       if (d.is_known() && total != *d.value)
-        n.fail("split " + dims_to_string(sizes) + " sums to " + std::to_string(total) + ", expected the axis size " + std::to_string(*d.value));
+        n.fail("split " + dims_to_string(sizes) + " sums to " + std::to_string(total) + ", expected the axis size " +
+               std::to_string(*d.value));
     }
     std::vector<ValueInfo> outs;
     for (size_t i = 0; i < count; ++i) {
@@ -825,9 +827,10 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
     sizes_from(n, reps, "repeats");
     Shape s = x->shape;
     for (size_t i = 0; i < reps.size(); ++i)
-      s.dims[i] = s.dims[i].is_known() ? Dim::known(size_from(n, Wide(*s.dims[i].value) * reps[i], "the tiled size of axis " + std::to_string(i)))
-                  : reps[i] == 1       ? s.dims[i]
-                                       : Dim::unknown();
+      if (s.dims[i].is_known())
+        s.dims[i] = Dim::known(size_from(n, Wide(*s.dims[i].value) * reps[i], "the tiled size of axis " + std::to_string(i)));
+      else if (reps[i] != 1)
+        s.dims[i] = Dim::unknown();
     return {with_shape(dt, s)};
   }
   // No rule: fall back on the model's own annotations, if any.
