@@ -686,7 +686,7 @@ TEST_P(HostileWork, RoiAlignSamplesWithinALimit) {
   const std::string too_many = "asks for more than 2^36 samples, Kiln's limit";
   EXPECT_NE(refusal("sampling_ratio 2^31", model(int64_t(1) << 31), inputs({0, 0, 3, 3})).find(too_many), std::string::npos) << error_;
   EXPECT_NE(refusal("a roi of 1e30 pixels", model(0), inputs({0, 0, 1e30f, 1e30f})).find(too_many), std::string::npos) << error_;
-  const std::string not_finite = "node 'align' (RoiAlign): rois holds a value that is not finite";
+  const std::string not_finite = "node 'align' (RoiAlign): a roi (times spatial_scale) is not finite";
   EXPECT_NE(refusal("a NaN roi", model(2), inputs({0, std::nanf(""), 3, 3})).find(not_finite), std::string::npos) << error_;
 }
 

@@ -273,7 +273,7 @@ Geometry transposed_geometry(const KernelContext& ctx, const Dims& in, const Dim
 }
 
 int64_t roi_align_grid(const KernelContext& ctx, int64_t sampling_ratio, double roi_extent, int64_t cells) {
-  if (!std::isfinite(roi_extent)) ctx.fail("rois holds a value that is not finite");
+  if (!std::isfinite(roi_extent)) ctx.fail("a roi (times spatial_scale) is not finite");
   if (sampling_ratio > 0) return sampling_ratio;
   const double grid = std::ceil(roi_extent / double(cells));
   // Beyond this the work check refuses it anyway; here it must still fit an int64.

@@ -116,7 +116,7 @@ SliceWindow slice_window(const KernelContext& ctx, const Dims& in, const std::ve
 // RoiAlign's samples per output cell along one axis of one roi:
 // sampling_ratio, or when that is 0 as many as the roi spans pixels per cell,
 // rounded up (0 or less for a flipped box, which samples nothing). Fails
-// naming the node on a roi that is not finite.
+// naming the node on a roi (times spatial_scale) that is not finite.
 int64_t roi_align_grid(const KernelContext& ctx, int64_t sampling_ratio, double roi_extent, int64_t cells);
 // The most samples one RoiAlign may take (each is four reads of the map):
 // ~7e10, minutes of work. Attributes or rois asking for more are refused
