@@ -761,6 +761,35 @@ TEST_P(HostileWork, EdgePaddingIsRefusedBeforeItsTablesGrow) {
   EXPECT_NE(error.find("node 'pad' (Pad): out of memory allocating 8796093022224 bytes"), std::string::npos) << error;
 }
 
+// Resize to 2^31 x 2^31 floats (2^64 bytes) between two nodes: its plan of
+// taps (made while compiling, on the cpu backend) grew until it could not.
+TEST_P(HostileWork, AResizeToMoreThan2Pow62BytesIsRefusedBeforeItsPlan) {
+  ModelBuilder b(13);
+  b.input("x", kOnnxFloat, {1, 1, 2, 2}).output_untyped("y");
+  b.initializer(ModelBuilder::int64_tensor("sizes", {4}, {1, 1, int64_t(1) << 31, int64_t(1) << 31}));
+  b.node("Resize", {"x", "", "", "sizes"}, {"big"}, "resize");
+  b.node("ReduceMax", {"big"}, {"y"}, "max");
+  const std::string error = refusal("2^64 bytes", b, {{"x", Tensor::from_vector<float>({1, 1, 2, 2}, {1, 2, 3, 4})}});
+  EXPECT_NE(error.find("node 'resize' (Resize): the resized output of shape 1x1x2147483648x2147483648 would take more than 2^62 bytes"),
+            std::string::npos)
+      << error;
+}
+
+// Pads of 2^30 around a 2x2 image: a convolution output of 2^62 floats
+// (2^64 bytes) between two nodes. The cpu backend planned it in a buffer
+// whose size had wrapped, and its convolution wrote past it.
+TEST_P(HostileWork, AnIntermediateOfMoreThan2Pow62BytesIsRefused) {
+  ModelBuilder b(13);
+  b.input("x", kOnnxFloat, {1, 1, 2, 2}).output_untyped("y");
+  b.initializer(ModelBuilder::float_tensor("w", {1, 1, 1, 1}, {2}));
+  const int64_t pad = (int64_t(1) << 30) - 1;
+  ModelBuilder::attr_ints(b.node("Conv", {"x", "w"}, {"big"}, "conv"), "pads", {pad, pad, pad, pad});
+  b.node("ReduceMax", {"big"}, {"y"}, "max");
+  const std::string error = refusal("2^64 bytes", b, {{"x", Tensor::from_vector<float>({1, 1, 2, 2}, {1, 2, 3, 4})}});
+  EXPECT_NE(error.find("node 'conv' (Conv): "), std::string::npos) << error;
+  EXPECT_NE(error.find("out of memory allocating"), std::string::npos) << error;
+}
+
 INSTANTIATE_TEST_SUITE_P(Configs, HostileWork, ::testing::Values("reference", "cpu"), config_name);
 
 }  // namespace

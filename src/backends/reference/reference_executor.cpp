@@ -3,6 +3,7 @@
 #include <chrono>
 #include <new>
 #include <stdexcept>
+#include <string_view>
 #include <set>
 
 #include "backends/reference/kernel_registry.hpp"
@@ -32,7 +33,8 @@ class Scope {
 
 // Runs one kernel. Sizes that attributes or inputs set are checked not to
 // overflow, so memory it cannot get (a vector beyond max_size included) is
-// merely more than this machine has: an error naming the node.
+// merely more than this machine has: an error naming the node. So are the
+// errors of the tensors it makes (a shape too large), which cannot name it.
 static void run_kernel(KernelFn fn, KernelContext& ctx) {
   try {
     fn(ctx);
@@ -41,9 +43,8 @@ static void run_kernel(KernelFn fn, KernelContext& ctx) {
   } catch (const std::length_error&) {
     ir::fail(ErrorKind::Internal, ctx.node().describe() + ": out of memory allocating its working memory");
   } catch (const ir::Error& e) {
-    const std::string what = e.what();
-    if (e.kind() != ErrorKind::Internal || what.rfind("out of memory allocating", 0) != 0) throw;
-    ir::fail(ErrorKind::Internal, ctx.node().describe() + ": " + what);
+    if (std::string_view(e.what()).substr(0, 6) == "node '") throw;
+    ir::fail(e.kind(), ctx.node().describe() + ": " + e.what());
   }
 }
 

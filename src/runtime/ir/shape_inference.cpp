@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string_view>
 
 namespace kiln::ir {
 
@@ -940,7 +941,13 @@ InferenceResult infer_shapes(const Graph& graph, const std::vector<ValueInfo>& i
       }
     }
     if (!folded) {
-      outs = infer_node(view, graph);
+      try {
+        outs = infer_node(view, graph);
+      } catch (const Error& e) {
+        // A size checked where the node is not known (checked_numel) is named here.
+        if (std::string_view(e.what()).substr(0, 6) == "node '") throw;
+        fail(e.kind(), node.describe() + ": " + e.what());
+      }
       // Shape of a concrete shape is a constant: the heart of shape-arithmetic folding.
       if (node.op_type == "Shape" && node.domain.empty() && view.in[0] && view.in[0]->shape.is_concrete() &&
           !node.outputs.empty()) {

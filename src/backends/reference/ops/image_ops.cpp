@@ -191,6 +191,10 @@ ResizePlan plan(const KernelContext& ctx, const ResizeParams& p, const std::vect
 
   int64_t out_numel = ir::checked_numel(out_dims);
   if (out_numel > 0 && x.numel() == 0) ctx.fail("cannot resize an empty input to a non-empty output");
+  // Before the taps, which grow with the output's sizes (and the compiled
+  // backends plan here, before any output exists).
+  if (__int128(out_numel) * __int128(ir::dtype_size(x.dtype())) > __int128(1) << 62)
+    ctx.fail("the resized output of shape " + ir::dims_to_string(out_dims) + " would take more than 2^62 bytes");
 
   ResizePlan result;
   result.out_dims = out_dims;
