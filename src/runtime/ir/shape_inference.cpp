@@ -716,16 +716,17 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
         continue;
       }
       int64_t dim = *d.value, st = (*starts)[i], en = (*ends)[i], step = steps[i];
+      if (dim == 0) continue;  // stays empty (and the clamps below need dim >= 1)
       if (st < 0) st += dim;
       if (en < 0) en += dim;
       if (step > 0) {
         st = std::clamp<int64_t>(st, 0, dim);
         en = std::clamp<int64_t>(en, 0, dim);
-        s.dims[size_t(ax)] = Dim::known(en > st ? (en - st + step - 1) / step : 0);
+        s.dims[size_t(ax)] = Dim::known(en > st ? int64_t((Wide(en) - st + step - 1) / step) : 0);  // a step may be INT64_MAX
       } else {
         st = std::clamp<int64_t>(st, 0, dim - 1);
         en = std::clamp<int64_t>(en, -1, dim - 1);
-        s.dims[size_t(ax)] = Dim::known(st > en ? (st - en + (-step) - 1) / (-step) : 0);
+        s.dims[size_t(ax)] = Dim::known(st > en ? int64_t((Wide(st) - en - step - 1) / -Wide(step)) : 0);  // or INT64_MIN
       }
     }
     return {with_shape(dt, s)};

@@ -418,11 +418,11 @@ SliceWindow slice_window(const KernelContext& ctx, const Dims& in, const std::ve
     if (st > 0) {
       s = std::clamp<int64_t>(s, 0, dim);
       e = std::clamp<int64_t>(e, 0, dim);
-      count = e > s ? (e - s + st - 1) / st : 0;
+      count = e > s ? int64_t((__int128(e) - s + st - 1) / st) : 0;  // 128 bits: a step may be INT64_MAX
     } else {
       s = std::clamp<int64_t>(s, 0, dim - 1);
       e = std::clamp<int64_t>(e, -1, dim - 1);
-      count = s > e ? (s - e - st - 1) / -st : 0;
+      count = s > e ? int64_t((__int128(s) - e - st - 1) / -__int128(st)) : 0;  // and INT64_MIN
     }
     w.first[a] = s;
     w.out[a] = count;
