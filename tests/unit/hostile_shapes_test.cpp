@@ -70,7 +70,7 @@ bool is_floating(DType t) {
   return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
 }
 
-const std::vector<int64_t> kHostileInts = {0, -2, int64_t(1) << 31, int64_t(1) << 62, std::numeric_limits<int64_t>::min(),
+const std::vector<int64_t> kHostileInts = {0, -2, int64_t(1) << 62, std::numeric_limits<int64_t>::min(),
                                            std::numeric_limits<int64_t>::max()};
 const std::vector<double> kHostileFloats = {std::nan(""), HUGE_VAL, -HUGE_VAL, 1e30, -1.0};
 
