@@ -14,6 +14,7 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 
@@ -163,7 +164,7 @@ std::vector<AxisSample> axis_samples(double start, double bin, int64_t cells, in
   for (int64_t p = 0; p < cells; ++p)
     for (int64_t i = 0; i < grid; ++i) {
       double v = start + double(p) * bin + (double(i) + 0.5) * bin / double(grid);
-      if (v < -1.0 || v > double(size)) {
+      if (!(v >= -1.0 && v <= double(size))) {  // NaN too
         out.push_back({0, 0, 0, 0, false});
         continue;
       }
@@ -219,17 +220,28 @@ void roi_align_kernel(ref::KernelContext& ctx) {
   };
   std::vector<Roi> plan(static_cast<size_t>(R));
   const float* r = rois.data<float>();
+  struct Box {
+    double x0, y0, rw, rh;
+  };
+  std::vector<Box> boxes;
+  std::vector<std::pair<int64_t, int64_t>> grids;
   for (int64_t n = 0; n < R; ++n) {
     const double offset = half_pixel ? 0.5 : 0;
     const double x0 = r[n * 4] * spatial_scale - offset, y0 = r[n * 4 + 1] * spatial_scale - offset;
     double rw = r[n * 4 + 2] * spatial_scale - offset - x0, rh = r[n * 4 + 3] * spatial_scale - offset - y0;
     if (!half_pixel) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+    boxes.push_back({x0, y0, rw, rh});
+    grids.emplace_back(ref::roi_align_grid(ctx, sampling_ratio, rh, oh), ref::roi_align_grid(ctx, sampling_ratio, rw, ow));
+  }
+  // Before the sample lists, which grow with the grids.
+  ref::check_roi_align_work(ctx, grids, C, oh, ow);
+  for (int64_t n = 0; n < R; ++n) {
+    const Box& box = boxes[size_t(n)];
     Roi& roi = plan[size_t(n)];
-    roi.grid_h = sampling_ratio > 0 ? sampling_ratio : int64_t(std::ceil(rh / double(oh)));
-    roi.grid_w = sampling_ratio > 0 ? sampling_ratio : int64_t(std::ceil(rw / double(ow)));
-    roi.scale = float(1.0 / double(std::max<int64_t>(roi.grid_h * roi.grid_w, 1)));
-    roi.ys = axis_samples(y0, rh / double(oh), oh, roi.grid_h, H);
-    roi.xs = axis_samples(x0, rw / double(ow), ow, roi.grid_w, W);
+    std::tie(roi.grid_h, roi.grid_w) = grids[size_t(n)];
+    roi.scale = float(1.0 / std::max(double(roi.grid_h) * double(roi.grid_w), 1.0));
+    roi.ys = axis_samples(box.y0, box.rh / double(oh), oh, roi.grid_h, H);
+    roi.xs = axis_samples(box.x0, box.rw / double(ow), ow, roi.grid_w, W);
   }
   Tensor out(DType::Float32, {R, C, oh, ow});
   const float* in = x.data<float>();
@@ -385,6 +397,21 @@ void constant_of_shape_kernel(ref::KernelContext& ctx) {
   ctx.set_output(0, std::move(out));
 }
 
+// x's dims with pads (begins, then ends) added, in 128 bits since pads may
+// hold anything; false unless each pad is within +-2^62 and each size in
+// [0, 2^62] (then coordinates shifted by a pad cannot overflow).
+bool padded_dims(const Tensor& x, const int64_t* pads, Dims& out) {
+  const int64_t rank = x.rank(), limit = int64_t(1) << 62;
+  for (int64_t d = 0; d < rank; ++d) {
+    const __int128 size = __int128(x.dim(int(d))) + pads[d] + pads[d + rank];
+    for (const int64_t pad : {pads[d], pads[d + rank]})
+      if (pad > limit || pad < -limit) return false;
+    if (size < 0 || size > limit) return false;
+    out[size_t(d)] = int64_t(size);
+  }
+  return true;
+}
+
 // Pad in edge, wrap or reflect mode: per axis, the input coordinate each
 // output coordinate reads (ref::pad_source, as the reference kernel), then each output
 // row in parallel, its stretch that is the input row as is in one copy.
@@ -394,14 +421,13 @@ void pad_from_input(ref::KernelContext& ctx, const std::string& mode) {
   const int64_t rank = x.rank();
   const int64_t* pads = ctx.input(1).data<int64_t>();
   Dims out_dims(static_cast<size_t>(rank));
-  std::vector<std::vector<int64_t>> from(static_cast<size_t>(rank));
-  for (int64_t d = 0; d < rank; ++d) {
-    const int64_t n = x.dim(int(d)), out = n + pads[d] + pads[d + rank];
-    if (out < 0 || (n == 0 && out > 0)) return run_reference(ctx);  // names the problem
-    out_dims[size_t(d)] = out;
-    for (int64_t o = 0; o < out; ++o) from[size_t(d)].push_back(ref::pad_source(mode, o - pads[d], n));
-  }
+  if (!padded_dims(x, pads, out_dims) || std::find(x.dims().begin(), x.dims().end(), 0) != x.dims().end())
+    return run_reference(ctx);  // names the problem
+  // The output first: its size is checked before the tables below grow with it.
   Tensor out = Tensor::uninitialized(x.dtype(), out_dims);
+  std::vector<std::vector<int64_t>> from(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d)
+    for (int64_t o = 0; o < out_dims[size_t(d)]; ++o) from[size_t(d)].push_back(ref::pad_source(mode, o - pads[d], x.dim(int(d))));
   const size_t esize = ir::dtype_size(x.dtype());
   const int64_t width = out_dims.back(), rows = width ? out.numel() / width : 0, n_last = x.dim(-1);
   // Where the last axis reads the input row unshifted: one copy.
@@ -443,10 +469,7 @@ void pad_kernel(ref::KernelContext& ctx) {
   if (has_value && ctx.input(2).dtype() != x.dtype()) return run_reference(ctx);  // names the type
   const int64_t* pads = ctx.input(1).data<int64_t>();
   Dims out_dims(static_cast<size_t>(rank));
-  for (int64_t d = 0; d < rank; ++d) {
-    out_dims[size_t(d)] = x.dim(int(d)) + pads[d] + pads[d + rank];
-    if (out_dims[size_t(d)] < 0) return run_reference(ctx);
-  }
+  if (!padded_dims(x, pads, out_dims)) return run_reference(ctx);
   const size_t esize = ir::dtype_size(x.dtype());
   Tensor out = Tensor::uninitialized(x.dtype(), out_dims);
   const uint64_t zero = 0;

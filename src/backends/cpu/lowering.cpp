@@ -1,6 +1,7 @@
 #include "backends/cpu/lowering.hpp"
 
 #include <algorithm>
+#include <new>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -192,11 +193,19 @@ const std::set<std::string>& primitive_ops() {
 }
 
 // A value the lowering can plan: a concrete shape and a fixed-size dtype.
-// (A value whose shape depends on the data has no concrete shape.)
+// (A value whose shape depends on the data has no concrete shape.) Its
+// buffers are described to oneDNN, which takes at most DNNL_MAX_NDIMS dims
+// and sizes them in size_t, blocked layouts padded: values of a higher rank
+// (ONNX has no limit) or of more than 2^48 bytes (no machine holds one; its
+// padded size could wrap) are the interpreter's, which refuses the latter.
 bool is_static(const ir::Specialization& spec, const std::string& name) {
   auto it = spec.result.values.find(name);
-  return it != spec.result.values.end() && it->second.shape.is_concrete() && ir::dtype_supported(it->second.dtype) &&
-         it->second.dtype != DType::String;
+  if (it == spec.result.values.end() || !it->second.shape.is_concrete() || it->second.shape.rank() > DNNL_MAX_NDIMS ||
+      !ir::dtype_supported(it->second.dtype) || it->second.dtype == DType::String)
+    return false;
+  __int128 bytes = __int128(ir::dtype_size(it->second.dtype));
+  for (int64_t d : it->second.shape.concrete()) bytes = std::min(bytes * d, __int128(1) << 49);
+  return bytes <= __int128(1) << 48;
 }
 
 class Lowering {
@@ -248,6 +257,8 @@ class Lowering {
         native = lower_node(g_.nodes[i]);
       } catch (const dnnl::error&) {
         native = false;  // oneDNN has no implementation for this case: the reference kernel runs it
+      } catch (const std::bad_alloc&) {  // a table the node's sizes ask for (a resize's taps)
+        ir::fail(ir::ErrorKind::Internal, g_.nodes[i].describe() + ": out of memory allocating what its compile needs");
       }
       if (!native) {
         if (p_.steps.size() != steps_before) ir::fail(ir::ErrorKind::Internal, "lowering left a partial step");
@@ -804,6 +815,8 @@ class Lowering {
     if (rank < 3 || rank > 5 || w->rank() != int(rank)) return false;
     ref::KernelContext ctx(n, {}, nullptr);
     const int64_t group = ctx.attr_int("group", 1);
+    // A group that does not split the channels evenly is the reference kernel's to refuse.
+    if (group < 1 || in[1] != w->dims()[1] * group || w->dims()[0] % group) return false;
     Dims kernel(w->dims().begin() + 2, w->dims().end());
     ref::Geometry geo = ref::forward_geometry(ctx, Dims(in.begin() + 2, in.end()), kernel, false);
     if (Dims(out.begin() + 2, out.end()) != geo.out) return false;

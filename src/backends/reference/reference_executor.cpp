@@ -1,6 +1,9 @@
 #include "backends/reference/reference_executor.hpp"
 
 #include <chrono>
+#include <new>
+#include <stdexcept>
+#include <string_view>
 #include <set>
 
 #include "backends/reference/kernel_registry.hpp"
@@ -27,6 +30,23 @@ class Scope {
   const Scope* parent_;
   std::map<std::string, Tensor> values_;
 };
+
+// Runs one kernel. Sizes that attributes or inputs set are checked not to
+// overflow, so memory it cannot get (a vector beyond max_size included) is
+// merely more than this machine has: an error naming the node. So are the
+// errors of the tensors it makes (a shape too large), which cannot name it.
+static void run_kernel(KernelFn fn, KernelContext& ctx) {
+  try {
+    fn(ctx);
+  } catch (const std::bad_alloc&) {
+    ir::fail(ErrorKind::Internal, ctx.node().describe() + ": out of memory allocating its working memory");
+  } catch (const std::length_error&) {
+    ir::fail(ErrorKind::Internal, ctx.node().describe() + ": out of memory allocating its working memory");
+  } catch (const ir::Error& e) {
+    if (std::string_view(e.what()).substr(0, 6) == "node '") throw;
+    ir::fail(e.kind(), ctx.node().describe() + ": " + e.what());
+  }
+}
 
 static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry,
                                         const NodeTimer* timer = nullptr);
@@ -73,7 +93,7 @@ static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, co
       return run_subgraph(g, inputs, scope, registry);
     });
     const auto start = timer ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    fn(ctx);
+    run_kernel(fn, ctx);
     if (timer) (*timer)(idx, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       if (node.outputs[i].empty()) continue;
@@ -116,7 +136,7 @@ ir::ConstantEvaluator constant_evaluator() {
     KernelFn fn = KernelRegistry::instance().find(node.op_type);
     if (!fn) return std::nullopt;
     KernelContext ctx(node, inputs, nullptr);
-    fn(ctx);
+    run_kernel(fn, ctx);
     for (size_t i = 0; i < node.outputs.size(); ++i)
       if (!node.outputs[i].empty() && !ctx.outputs()[i].defined()) return std::nullopt;
     return std::move(ctx.outputs());

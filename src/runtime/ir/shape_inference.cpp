@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string_view>
 
 namespace kiln::ir {
 
@@ -62,9 +63,12 @@ ValueInfo with_shape(DType dt, Shape s) {
   return v;
 }
 
+// A scalar has no axis at all: every rule that takes one refuses it here.
 int64_t norm_axis(const NodeView& n, int64_t axis, int64_t rank) {
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
-    n.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  if (rank == 0) n.fail("input is a scalar (rank 0): it has no axis " + std::to_string(axis) + ", expected rank 1 or more");
+  if (axis < -rank || axis >= rank)
+    n.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank) + ", expected [" +
+           std::to_string(-rank) + ", " + std::to_string(rank - 1) + "]");
   return axis < 0 ? axis + rank : axis;
 }
 
@@ -104,20 +108,52 @@ std::optional<Shape> broadcast(const NodeView& n, const std::vector<const ValueI
   return out;
 }
 
+// Arithmetic on attributes and constants, which may hold anything up to the
+// int64 extremes, is done in 128 bits, where it cannot overflow, and each
+// result is checked to be a size a tensor could have.
+using Wide = __int128;
+constexpr Wide kMaxSize = Wide(1) << 62;
+
+int64_t size_from(const NodeView& n, Wide v, const std::string& what) {
+  if (v < 0 || v > kMaxSize)
+    n.fail(what + " would be " + (v < 0 ? "negative" : "above 2^62") + ": the attributes or constant inputs are out of range");
+  return int64_t(v);
+}
+
+// Sizes read from a constant input: none negative or beyond 2^62.
+const std::vector<int64_t>& sizes_from(const NodeView& n, const std::vector<int64_t>& sizes, const std::string& what) {
+  for (int64_t v : sizes)
+    if (v < 0 || v > kMaxSize) n.fail(what + " holds " + std::to_string(v) + ", expected sizes in [0, 2^62]");
+  return sizes;
+}
+
+// A convolution's group count: positive, and dividing the input channels
+// (each group's weights take channels / group of them) and the output ones.
+void check_group(const NodeView& n, int64_t group, const Dim& channels, const Dim& per_group, const Dim& out_channels) {
+  if (group < 1) n.fail("group is " + std::to_string(group) + ", expected a positive number of groups");
+  if (channels.is_known() && *channels.value % group != 0)
+    n.fail("group " + std::to_string(group) + " does not divide the " + std::to_string(*channels.value) + " input channels");
+  if (channels.is_known() && per_group.is_known() && Wide(*per_group.value) * group != *channels.value)
+    n.fail("the weights take " + std::to_string(*per_group.value) + " channels per group, expected " +
+           std::to_string(*channels.value) + " input channels / group " + std::to_string(group));
+  if (out_channels.is_known() && *out_channels.value % group != 0)
+    n.fail("group " + std::to_string(group) + " does not divide the " + std::to_string(*out_channels.value) + " output channels");
+}
+
 // Output size of a sliding window along one axis (conv/pool), or unknown.
-Dim window_out(const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_total, bool ceil_mode,
-               const std::string& auto_pad) {
+Dim window_out(const NodeView& n, const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin,
+               int64_t pad_end, bool ceil_mode, const std::string& auto_pad) {
   if (!in.is_known()) return Dim::unknown();
-  int64_t x = *in.value;
-  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") return Dim::known((x + stride - 1) / stride);
-  int64_t eff = (kernel - 1) * dilation + 1;
-  if (auto_pad == "VALID") pad_total = 0;
-  int64_t span = x + pad_total - eff;
+  const Wide x = *in.value;
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") return Dim::known(size_from(n, (x + stride - 1) / stride, "the output size"));
+  const Wide eff = Wide(kernel - 1) * dilation + 1;
+  const Wide pad_total = auto_pad == "VALID" ? 0 : Wide(pad_begin) + pad_end;
+  const Wide span = x + pad_total - eff;
   if (span < 0) return Dim::known(0);
-  int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  Wide out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
   // With ceil mode the last window must start inside the input or left padding.
   if (ceil_mode && (out - 1) * stride >= x + pad_total / 2) --out;
-  return Dim::known(out);
+  return Dim::known(size_from(n, out, "the output size"));
 }
 
 std::vector<ValueInfo> infer_window(const NodeView& n, bool is_conv) {
@@ -135,6 +171,7 @@ std::vector<ValueInfo> infer_window(const NodeView& n, bool is_conv) {
     if (w->shape.dims.size() != xs.size())
       n.fail("weight shape " + w->shape.to_string() + " does not match input shape " + x->shape.to_string());
     channels = w->shape.dims[0];
+    check_group(n, n.attr_int("group", 1), xs[1], w->shape.dims[1], channels);
     if (auto k = n.attr_ints("kernel_shape")) kernel = *k;
     else
       for (size_t i = 0; i < spatial; ++i) {
@@ -155,6 +192,8 @@ std::vector<ValueInfo> infer_window(const NodeView& n, bool is_conv) {
     n.fail("strides, dilations or pads do not match the " + std::to_string(spatial) + " spatial dimensions");
   for (size_t i = 0; i < spatial; ++i)
     if (strides[i] <= 0 || dilations[i] <= 0 || kernel[i] <= 0) n.fail("kernel, strides and dilations must be positive");
+  for (int64_t p : pads)
+    if (p < 0) n.fail("pads " + dims_to_string(pads) + " has a negative value");
   const Attribute* ap = n.node.attr("auto_pad");
   std::string auto_pad = ap && ap->kind == Attribute::Kind::String ? ap->s : "NOTSET";
   bool ceil_mode = n.attr_int("ceil_mode", 0) != 0;
@@ -162,7 +201,7 @@ std::vector<ValueInfo> infer_window(const NodeView& n, bool is_conv) {
   out.dims.push_back(xs[0]);
   out.dims.push_back(channels);
   for (size_t i = 0; i < spatial; ++i)
-    out.dims.push_back(window_out(xs[2 + i], kernel[i], strides[i], dilations[i], pads[i] + pads[i + spatial], ceil_mode, auto_pad));
+    out.dims.push_back(window_out(n, xs[2 + i], kernel[i], strides[i], dilations[i], pads[i], pads[i + spatial], ceil_mode, auto_pad));
   std::vector<ValueInfo> outs{with_shape(dt, out)};
   if (n.node.op_type == "MaxPool") outs.push_back(with_shape(DType::Int64, out));
   return outs;
@@ -181,12 +220,15 @@ std::vector<ValueInfo> infer_conv_transpose(const NodeView& n) {
   const Dim& per_group = w->shape.dims[1];
   Shape out;
   out.dims.push_back(xs[0]);
-  out.dims.push_back(per_group.is_known() ? Dim::known(*per_group.value * n.attr_int("group", 1)) : Dim::unknown());
+  const int64_t group = n.attr_int("group", 1);
+  check_group(n, group, xs[1], Dim::unknown(), Dim::unknown());
+  out.dims.push_back(per_group.is_known() ? Dim::known(size_from(n, Wide(*per_group.value) * group, "the output channels"))
+                                          : Dim::unknown());
   auto output_shape = n.attr_ints("output_shape").value_or(std::vector<int64_t>{});
   if (output_shape.size() == spatial + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
   if (!output_shape.empty()) {
     if (output_shape.size() != spatial) n.fail("output_shape has " + std::to_string(output_shape.size()) + " sizes for " + std::to_string(spatial) + " spatial dimensions");
-    for (int64_t d : output_shape) out.dims.push_back(Dim::known(d));
+    for (int64_t d : output_shape) out.dims.push_back(Dim::known(size_from(n, d, "output_shape " + dims_to_string(output_shape))));
     return {with_shape(dt, out)};
   }
   std::vector<int64_t> kernel;
@@ -207,15 +249,19 @@ std::vector<ValueInfo> infer_conv_transpose(const NodeView& n) {
       pads.size() != 2 * spatial)
     n.fail("kernel_shape, strides, dilations, output_padding or pads do not match the " + std::to_string(spatial) + " spatial dimensions");
   const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  for (size_t i = 0; i < spatial; ++i)
+    if (strides[i] <= 0 || dilations[i] <= 0 || kernel[i] <= 0 || out_pad[i] < 0 || (!same && (pads[i] < 0 || pads[i + spatial] < 0)))
+      n.fail("kernel, strides and dilations must be positive, output_padding and pads not negative");
   for (size_t i = 0; i < spatial; ++i) {
     const Dim& in = xs[2 + i];
     if (!in.is_known()) {
       out.dims.push_back(Dim::unknown());
       continue;
     }
-    const int64_t v = *in.value;
-    out.dims.push_back(Dim::known(same ? v * strides[i]
-                                       : strides[i] * (v - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 - pads[i] - pads[i + spatial]));
+    const Wide v = *in.value;
+    out.dims.push_back(Dim::known(size_from(
+        n, same ? v * strides[i] : strides[i] * (v - 1) + out_pad[i] + Wide(kernel[i] - 1) * dilations[i] + 1 - pads[i] - pads[i + spatial],
+        "the output size")));
   }
   return {with_shape(dt, out)};
 }
@@ -395,7 +441,9 @@ ValueInfo infer_resize(const NodeView& n) {
     if (by_sizes && sizes[i] >= 0) {
       d = Dim::known(sizes[i]);
     } else if (by_scales && scales[i] > 0 && d.is_known()) {
-      d = Dim::known(int64_t(std::floor(double(*d.value) * scales[i])));
+      const double size = std::floor(double(*d.value) * scales[i]);
+      if (!(size <= double(kMaxSize))) n.fail("scales holds " + std::to_string(scales[i]) + ": the resized axis would be larger than 2^62");
+      d = Dim::known(int64_t(size));
     } else if (!(by_scales && scales[i] == 1)) {
       d = Dim::unknown();
     }
@@ -420,7 +468,12 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
                                                "And", "Or", "Xor", "Max", "Min", "Mean", "Sum"};
   static const std::set<std::string> compare = {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"};
 
-  if (unary.count(op)) return {same()};
+  if (unary.count(op)) {
+    // The axes it normalises over must exist (a scalar has none).
+    if (n.rank_known(0) && op == "MeanVarianceNormalization")
+      for (int64_t a : n.attr_ints("axes").value_or(std::vector<int64_t>{0, 2, 3})) norm_axis(n, a, x->shape.rank());
+    return {same()};
+  }
   if (op == "IsNaN" || op == "IsInf") {
     ValueInfo v = same();
     v.dtype = DType::Bool;
@@ -620,7 +673,7 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
   if (op == "ConstantOfShape") {
     const Attribute* v = n.node.attr("value");
     DType t = v && v->kind == Attribute::Kind::Tensor ? v->t.dtype() : DType::Float32;
-    if (const Tensor* shape = n.value(0)) return {with_shape(t, Shape::from_dims(shape->to_int64_vector()))};
+    if (const Tensor* shape = n.value(0)) return {with_shape(t, Shape::from_dims(sizes_from(n, shape->to_int64_vector(), "shape")))};
     if (n.rank_known(0) && x->shape.rank() == 1 && x->shape.dims[0].is_known()) {
       Shape s;
       s.dims.assign(size_t(*x->shape.dims[0].value), Dim::unknown());
@@ -631,7 +684,7 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
   if (op == "Expand") {
     const Tensor* shape = n.value(1);
     if (!shape) return {unknown_like(dt)};
-    ValueInfo target = with_shape(dt, Shape::from_dims(shape->to_int64_vector()));
+    ValueInfo target = with_shape(dt, Shape::from_dims(sizes_from(n, shape->to_int64_vector(), "shape")));
     auto s = broadcast(n, {x, &target});
     return {s ? with_shape(dt, *s) : unknown_like(dt)};
   }
@@ -663,16 +716,17 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
         continue;
       }
       int64_t dim = *d.value, st = (*starts)[i], en = (*ends)[i], step = steps[i];
+      if (dim == 0) continue;  // stays empty (and the clamps below need dim >= 1)
       if (st < 0) st += dim;
       if (en < 0) en += dim;
       if (step > 0) {
         st = std::clamp<int64_t>(st, 0, dim);
         en = std::clamp<int64_t>(en, 0, dim);
-        s.dims[size_t(ax)] = Dim::known(en > st ? (en - st + step - 1) / step : 0);
+        s.dims[size_t(ax)] = Dim::known(en > st ? int64_t((Wide(en) - st + step - 1) / step) : 0);  // a step may be INT64_MAX
       } else {
         st = std::clamp<int64_t>(st, 0, dim - 1);
         en = std::clamp<int64_t>(en, -1, dim - 1);
-        s.dims[size_t(ax)] = Dim::known(st > en ? (st - en + (-step) - 1) / (-step) : 0);
+        s.dims[size_t(ax)] = Dim::known(st > en ? int64_t((Wide(st) - en - step - 1) / -Wide(step)) : 0);  // or INT64_MIN
       }
     }
     return {with_shape(dt, s)};
@@ -689,11 +743,23 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
     std::vector<int64_t> sizes;
     if (auto sp = n.ints_from("split", 1)) sizes = *sp;
     else if (n.input(1)) return std::vector<ValueInfo>(count, unknown_like(dt));
+    if (!sizes.empty()) {
+      if (sizes.size() != count) n.fail("split has " + std::to_string(sizes.size()) + " sizes for " + std::to_string(count) + " outputs");
+      int64_t total = 0;  // compared before adding, so that huge sizes cannot overflow it
+      for (int64_t size : sizes) {
+        if (size < 0) n.fail("split " + dims_to_string(sizes) + " has a negative size");
+        if (d.is_known() && size > *d.value - total)
+          n.fail("split " + dims_to_string(sizes) + " sums to more than the axis size " + std::to_string(*d.value));
+        total = d.is_known() ? total + size : 0;
+      }
+      if (d.is_known() && total != *d.value)
+        n.fail("split " + dims_to_string(sizes) + " sums to " + std::to_string(total) + ", expected the axis size " +
+               std::to_string(*d.value));
+    }
     std::vector<ValueInfo> outs;
     for (size_t i = 0; i < count; ++i) {
       Shape s = x->shape;
       if (!sizes.empty()) {
-        if (sizes.size() != count) n.fail("split has " + std::to_string(sizes.size()) + " sizes for " + std::to_string(count) + " outputs");
         s.dims[size_t(axis)] = Dim::known(sizes[i]);
       } else if (d.is_known()) {
         int64_t chunk = (*d.value + int64_t(count) - 1) / int64_t(count);
@@ -714,7 +780,9 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
     if (int64_t(pads->size()) != 2 * rank) n.fail("pads has " + std::to_string(pads->size()) + " entries for rank " + std::to_string(rank));
     Shape s = x->shape;
     for (int64_t i = 0; i < rank; ++i)
-      if (s.dims[size_t(i)].is_known()) s.dims[size_t(i)] = Dim::known(*s.dims[size_t(i)].value + (*pads)[size_t(i)] + (*pads)[size_t(i + rank)]);
+      if (s.dims[size_t(i)].is_known())
+        s.dims[size_t(i)] = Dim::known(size_from(n, Wide(*s.dims[size_t(i)].value) + (*pads)[size_t(i)] + (*pads)[size_t(i + rank)],
+                                                 "the padded size of axis " + std::to_string(i)));
       else if ((*pads)[size_t(i)] || (*pads)[size_t(i + rank)]) s.dims[size_t(i)] = Dim::unknown();
     return {with_shape(dt, s)};
   }
@@ -724,9 +792,19 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
     if (b <= 0) n.fail("blocksize must be positive");
     // DepthToSpace moves b*b channels into a b x b block of pixels; SpaceToDepth back.
     const bool to_space = op == "DepthToSpace";
-    auto times = [](const Dim& d, int64_t num, int64_t den) { return d.is_known() ? Dim::known(*d.value * num / den) : Dim::unknown(); };
     const auto& xs = x->shape.dims;
-    return {with_shape(dt, Shape{{xs[0], to_space ? times(xs[1], 1, b * b) : times(xs[1], b * b, 1),
+    // The block must divide what it is taken from (b*b compared without
+    // overflowing it); products of the other sizes are checked.
+    auto divides = [&](const Dim& d, int64_t times, const char* what) {
+      if (d.is_known() && (*d.value > 0 ? b > *d.value / times || *d.value % (b * times) != 0 : false))
+        n.fail("blocksize " + std::to_string(b) + " does not divide the " + what + " of " + x->shape.to_string());
+    };
+    if (to_space) divides(xs[1], b, "channels");
+    else divides(xs[2], 1, "height"), divides(xs[3], 1, "width");
+    auto times = [](const Dim& d, int64_t num, int64_t den) {
+      return d.is_known() ? Dim::known(checked_numel({*d.value, num}) / den) : Dim::unknown();
+    };
+    return {with_shape(dt, Shape{{xs[0], to_space ? times(xs[1], 1, b * b) : times(times(xs[1], b, 1), b, 1),
                                   to_space ? times(xs[2], b, 1) : times(xs[2], 1, b), to_space ? times(xs[3], b, 1) : times(xs[3], 1, b)},
                                  true})};
   }
@@ -748,9 +826,13 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
     if (!n.rank_known(0) || !n.value(1)) return {unknown_like(dt)};
     auto reps = n.value(1)->to_int64_vector();
     if (int64_t(reps.size()) != x->shape.rank()) n.fail("repeats has " + std::to_string(reps.size()) + " entries for rank " + std::to_string(x->shape.rank()));
+    sizes_from(n, reps, "repeats");
     Shape s = x->shape;
     for (size_t i = 0; i < reps.size(); ++i)
-      s.dims[i] = s.dims[i].is_known() ? Dim::known(*s.dims[i].value * reps[i]) : reps[i] == 1 ? s.dims[i] : Dim::unknown();
+      if (s.dims[i].is_known())
+        s.dims[i] = Dim::known(size_from(n, Wide(*s.dims[i].value) * reps[i], "the tiled size of axis " + std::to_string(i)));
+      else if (reps[i] != 1)
+        s.dims[i] = Dim::unknown();
     return {with_shape(dt, s)};
   }
   // No rule: fall back on the model's own annotations, if any.
@@ -860,7 +942,13 @@ InferenceResult infer_shapes(const Graph& graph, const std::vector<ValueInfo>& i
       }
     }
     if (!folded) {
-      outs = infer_node(view, graph);
+      try {
+        outs = infer_node(view, graph);
+      } catch (const Error& e) {
+        // A size checked where the node is not known (checked_numel) is named here.
+        if (std::string_view(e.what()).substr(0, 6) == "node '") throw;
+        fail(e.kind(), node.describe() + ": " + e.what());
+      }
       // Shape of a concrete shape is a constant: the heart of shape-arithmetic folding.
       if (node.op_type == "Shape" && node.domain.empty() && view.in[0] && view.in[0]->shape.is_concrete() &&
           !node.outputs.empty()) {

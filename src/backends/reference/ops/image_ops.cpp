@@ -123,6 +123,13 @@ std::vector<std::vector<Tap>> axis_taps(const KernelContext& ctx, const ResizePa
   return taps;
 }
 
+// A resized axis's size, which scales (up to infinity) may put beyond any int64.
+int64_t resized_size(const KernelContext& ctx, double size, const char* from) {
+  if (!(size <= double(int64_t(1) << 62)))
+    ctx.fail(std::string(from) + " would make a resized axis larger than 2^62");
+  return int64_t(size);
+}
+
 ResizePlan plan(const KernelContext& ctx, const ResizeParams& p, const std::vector<double>& scales_in,
                 const std::vector<int64_t>& sizes_in, std::vector<int64_t> axes, const std::vector<double>& roi_in) {
   const Tensor& x = ctx.input(0);
@@ -164,7 +171,7 @@ ResizePlan plan(const KernelContext& ctx, const ResizeParams& p, const std::vect
     if (policy != "stretch")
       for (int64_t a : axes) {
         scale[size_t(a)] = common;
-        out_dims[size_t(a)] = int64_t(std::floor(common * double(in_dims[size_t(a)]) + 0.5));
+        out_dims[size_t(a)] = resized_size(ctx, std::floor(common * double(in_dims[size_t(a)]) + 0.5), "sizes");
       }
   } else {
     if (scales_in.size() != k)
@@ -173,7 +180,7 @@ ResizePlan plan(const KernelContext& ctx, const ResizeParams& p, const std::vect
       size_t a = size_t(axes[i]);
       if (!(scales_in[i] > 0)) ctx.fail("scales holds " + std::to_string(scales_in[i]) + ", expected positive values");
       scale[a] = scales_in[i];
-      out_dims[a] = int64_t(std::floor(double(in_dims[a]) * scales_in[i]));
+      out_dims[a] = resized_size(ctx, std::floor(double(in_dims[a]) * scales_in[i]), "scales");
     }
   }
   if (!roi_in.empty())
@@ -184,6 +191,10 @@ ResizePlan plan(const KernelContext& ctx, const ResizeParams& p, const std::vect
 
   int64_t out_numel = ir::checked_numel(out_dims);
   if (out_numel > 0 && x.numel() == 0) ctx.fail("cannot resize an empty input to a non-empty output");
+  // Before the taps, which grow with the output's sizes (and the compiled
+  // backends plan here, before any output exists).
+  if (__int128(out_numel) * __int128(ir::dtype_size(x.dtype())) > __int128(1) << 62)
+    ctx.fail("the resized output of shape " + ir::dims_to_string(out_dims) + " would take more than 2^62 bytes");
 
   ResizePlan result;
   result.out_dims = out_dims;
@@ -397,20 +408,32 @@ void roi_align_kernel(KernelContext& ctx) {
     ctx.fail("coordinate_transformation_mode is '" + coord + "', expected half_pixel or output_half_pixel");
   const bool half_pixel = coord == "half_pixel";
 
-  std::vector<double> in = to_doubles(x), r = to_doubles(rois), out(size_t(R * C * oh * ow));
+  // Every roi's box and sampling grid first: the work they ask for is checked before any of it.
+  const std::vector<double> r = to_doubles(rois);
+  struct RoiBox {
+    double x0, y0, rw, rh;
+    int64_t grid_h, grid_w;
+  };
+  std::vector<RoiBox> boxes;
+  std::vector<std::pair<int64_t, int64_t>> grids;
+  for (int64_t n = 0; n < R; ++n) {
+    const double offset = half_pixel ? 0.5 : 0;
+    const double x0 = r[size_t(n * 4)] * spatial_scale - offset, y0 = r[size_t(n * 4 + 1)] * spatial_scale - offset;
+    double rw = r[size_t(n * 4 + 2)] * spatial_scale - offset - x0, rh = r[size_t(n * 4 + 3)] * spatial_scale - offset - y0;
+    if (!half_pixel) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+    boxes.push_back({x0, y0, rw, rh, roi_align_grid(ctx, sampling_ratio, rh, oh), roi_align_grid(ctx, sampling_ratio, rw, ow)});
+    grids.emplace_back(boxes.back().grid_h, boxes.back().grid_w);
+  }
+  check_roi_align_work(ctx, grids, C, oh, ow);
+
+  std::vector<double> in = to_doubles(x), out(size_t(ir::checked_numel({R, C, oh, ow})));
   for (int64_t n = 0; n < R; ++n) {
     int64_t b = batch.as_int64(n);
     if (b < 0 || b >= N)
       ctx.fail("batch_indices holds " + std::to_string(b) + ", expected a value in [0, " + std::to_string(N) + ")");
-    double offset = half_pixel ? 0.5 : 0;
-    double x0 = r[size_t(n * 4)] * spatial_scale - offset, y0 = r[size_t(n * 4 + 1)] * spatial_scale - offset;
-    double x1 = r[size_t(n * 4 + 2)] * spatial_scale - offset, y1 = r[size_t(n * 4 + 3)] * spatial_scale - offset;
-    double rw = x1 - x0, rh = y1 - y0;
-    if (!half_pixel) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+    const auto [x0, y0, rw, rh, grid_h, grid_w] = boxes[size_t(n)];
     double bin_h = rh / double(oh), bin_w = rw / double(ow);
-    int64_t grid_h = sampling_ratio > 0 ? sampling_ratio : int64_t(std::ceil(rh / double(oh)));
-    int64_t grid_w = sampling_ratio > 0 ? sampling_ratio : int64_t(std::ceil(rw / double(ow)));
-    double count = double(std::max<int64_t>(grid_h * grid_w, 1));
+    double count = std::max(double(grid_h) * double(grid_w), 1.0);
     for (int64_t c = 0; c < C; ++c) {
       const double* plane = &in[size_t((b * C + c) * H * W)];
       for (int64_t ph = 0; ph < oh; ++ph)
@@ -422,7 +445,7 @@ void roi_align_kernel(KernelContext& ctx) {
               double y = y0 + double(ph) * bin_h + (double(iy) + 0.5) * bin_h / double(grid_h);
               double xx = x0 + double(pw) * bin_w + (double(ix) + 0.5) * bin_w / double(grid_w);
               double w[4] = {0, 0, 0, 0}, v[4] = {0, 0, 0, 0};
-              if (!(y < -1.0 || y > double(H) || xx < -1.0 || xx > double(W))) {
+              if (y >= -1.0 && y <= double(H) && xx >= -1.0 && xx <= double(W)) {
                 y = std::max(y, 0.0), xx = std::max(xx, 0.0);
                 int64_t yl = int64_t(y), xl = int64_t(xx), yh, xh;
                 if (yl >= H - 1) yh = yl = H - 1, y = double(yl);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 namespace kiln::ref {
 
@@ -50,8 +51,10 @@ std::vector<int64_t> broadcast_strides(const Dims& in, const Dims& out) {
 }
 
 int64_t normalize_axis(const KernelContext& ctx, int64_t axis, int64_t rank) {
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
-    ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  if (rank == 0) ctx.fail("input is a scalar (rank 0): it has no axis " + std::to_string(axis) + ", expected rank 1 or more");
+  if (axis < -rank || axis >= rank)
+    ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank) + ", expected [" +
+             std::to_string(-rank) + ", " + std::to_string(rank - 1) + "]");
   return axis < 0 ? axis + rank : axis;
 }
 
@@ -137,6 +140,30 @@ std::vector<int64_t> spatial_attr(const KernelContext& ctx, const char* name, si
   return v;
 }
 
+namespace {
+
+// Window arithmetic on attributes that may hold anything up to the int64
+// extremes is done in 128 bits, where it cannot overflow, and every size or
+// padding it yields is checked to be one a tensor could have (|v| <= 2^62)
+// before it is used: then whatever a kernel computes from them fits too.
+using Wide = __int128;
+constexpr Wide kMaxSize = Wide(1) << 62;
+
+int64_t checked_size(const KernelContext& ctx, Wide v, const std::string& what, bool may_be_negative = false) {
+  if (v > kMaxSize || v < (may_be_negative ? -kMaxSize : 0))
+    ctx.fail(what + " would be " + (v < 0 ? (may_be_negative ? "below -2^62" : "negative") : "above 2^62") +
+             ": the attributes are out of range");
+  return int64_t(v);
+}
+
+// The extent of each window, (kernel - 1) * dilation + 1, checked.
+void check_extents(const KernelContext& ctx, const Geometry& g) {
+  for (size_t d = 0; d < g.kernel.size(); ++d)
+    checked_size(ctx, Wide(g.kernel[d] - 1) * g.dilations[d] + 1, "the kernel extent on spatial axis " + std::to_string(d));
+}
+
+}  // namespace
+
 // Fills strides/dilations/pads from the attributes (auto_pad included) and
 // computes the output size of a forward sliding window (Conv, pooling, Col2Im).
 Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& kernel,
@@ -149,6 +176,7 @@ Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& 
     if (k < 1) ctx.fail("kernel shape " + ints_to_string(kernel) + " has a non-positive size");
   g.strides = spatial_attr(ctx, "strides", nsp, 1, 1);
   g.dilations = spatial_attr(ctx, "dilations", nsp, 1, 1);
+  check_extents(ctx, g);
   g.pad_begin.assign(nsp, 0);
   g.pad_end.assign(nsp, 0);
   g.out.assign(nsp, 0);
@@ -156,8 +184,9 @@ Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& 
   const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
   if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
     for (size_t d = 0; d < nsp; ++d) {
-      g.out[d] = (in[d] + g.strides[d] - 1) / g.strides[d];
-      int64_t total = std::max<int64_t>(0, (g.out[d] - 1) * g.strides[d] + g.extent(d) - in[d]);
+      g.out[d] = int64_t((Wide(in[d]) + g.strides[d] - 1) / g.strides[d]);
+      const int64_t total = checked_size(
+          ctx, std::max<Wide>(0, Wide(g.out[d] - 1) * g.strides[d] + g.extent(d) - in[d]), "the padding");
       // The odd pixel of padding goes to the end for SAME_UPPER, the start for SAME_LOWER.
       g.pad_begin[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
       g.pad_end[d] = total - g.pad_begin[d];
@@ -179,14 +208,16 @@ Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& 
     ctx.fail("auto_pad is '" + auto_pad + "', expected NOTSET, SAME_UPPER, SAME_LOWER or VALID");
   }
   for (size_t d = 0; d < nsp; ++d) {
-    const int64_t span = in[d] + g.pad_begin[d] + g.pad_end[d] - g.extent(d);
+    const int64_t padded = checked_size(ctx, Wide(in[d]) + g.pad_begin[d] + g.pad_end[d],
+                                        "the padded input size on spatial axis " + std::to_string(d));
+    const int64_t span = padded - g.extent(d);
     if (span < 0)
       ctx.fail("kernel extent " + std::to_string(g.extent(d)) + " on spatial axis " +
-               std::to_string(d) + " exceeds the padded input size " +
-               std::to_string(in[d] + g.pad_begin[d] + g.pad_end[d]));
-    g.out[d] = (ceil_mode ? (span + g.strides[d] - 1) / g.strides[d] : span / g.strides[d]) + 1;
+               std::to_string(d) + " exceeds the padded input size " + std::to_string(padded));
+    const Wide stride = g.strides[d];
+    g.out[d] = int64_t((ceil_mode ? (span + stride - 1) / stride : span / stride) + 1);
     // ceil_mode must not add a window that starts inside the end padding.
-    if (ceil_mode && (g.out[d] - 1) * g.strides[d] >= in[d] + g.pad_begin[d]) --g.out[d];
+    if (ceil_mode && Wide(g.out[d] - 1) * stride >= Wide(in[d]) + g.pad_begin[d]) --g.out[d];
   }
   return g;
 }
@@ -196,8 +227,11 @@ Geometry transposed_geometry(const KernelContext& ctx, const Dims& in, const Dim
   Geometry g;
   g.in = in;
   g.kernel = kernel;
+  for (int64_t k : kernel)
+    if (k < 1) ctx.fail("kernel shape " + ints_to_string(kernel) + " has a non-positive size");
   g.strides = spatial_attr(ctx, "strides", nsp, 1, 1);
   g.dilations = spatial_attr(ctx, "dilations", nsp, 1, 1);
+  check_extents(ctx, g);
   const std::vector<int64_t> out_pad = spatial_attr(ctx, "output_padding", nsp, 0, 0);
   const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
   if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
@@ -212,28 +246,51 @@ Geometry transposed_geometry(const KernelContext& ctx, const Dims& in, const Dim
     ctx.fail("attribute output_shape = " + ints_to_string(out_shape) + ", expected " + std::to_string(nsp) + " spatial sizes");
   const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
   // Python-style floor division: output_shape may exceed the full size.
-  auto half = [](int64_t total) { return total >= 0 || total % 2 == 0 ? total / 2 : total / 2 - 1; };
+  auto half = [](Wide total) { return total >= 0 || total % 2 == 0 ? total / 2 : total / 2 - 1; };
   g.out.resize(nsp);
   g.pad_begin.resize(nsp);
   g.pad_end.resize(nsp);
   for (size_t d = 0; d < nsp; ++d) {
-    const int64_t full = g.strides[d] * (in[d] - 1) + g.extent(d);
+    const std::string axis = " on spatial axis " + std::to_string(d);
+    const Wide full = checked_size(ctx, Wide(g.strides[d]) * (in[d] - 1) + g.extent(d), "the full output size" + axis);
+    Wide pad_begin;
     if (!out_shape.empty() || same) {
-      g.out[d] = !out_shape.empty() ? out_shape[d] : in[d] * g.strides[d];
-      const int64_t total = full + out_pad[d] - g.out[d];
+      const Wide out = !out_shape.empty() ? Wide(out_shape[d]) : Wide(in[d]) * g.strides[d];
+      g.out[d] = checked_size(ctx, out, "the output size" + axis);
+      const Wide total = full + out_pad[d] - g.out[d];
       // The odd pixel of padding goes to the end for SAME_UPPER, the start otherwise.
-      g.pad_begin[d] = auto_pad == "SAME_UPPER" ? half(total) : total - half(total);
+      pad_begin = auto_pad == "SAME_UPPER" ? half(total) : total - half(total);
     } else {
       if (pads[d] < 0 || pads[d + nsp] < 0) ctx.fail("attribute pads = " + ints_to_string(pads) + " has a negative value");
-      g.pad_begin[d] = pads[d];
-      g.out[d] = full + out_pad[d] - pads[d] - pads[d + nsp];
+      pad_begin = pads[d];
+      g.out[d] = checked_size(ctx, full + out_pad[d] - pads[d] - pads[d + nsp],
+                              "the output size" + axis + " (check pads and output_padding)");
     }
-    if (g.out[d] < 0)
-      ctx.fail("computed output size " + std::to_string(g.out[d]) + " on spatial axis " + std::to_string(d) +
-               " is negative; check pads and output_shape");
-    g.pad_end[d] = full - g.out[d] - g.pad_begin[d];
+    g.pad_begin[d] = checked_size(ctx, pad_begin, "the padding at the start" + axis, true);
+    g.pad_end[d] = checked_size(ctx, full - g.out[d] - pad_begin, "the padding at the end" + axis, true);
   }
   return g;
+}
+
+int64_t roi_align_grid(const KernelContext& ctx, int64_t sampling_ratio, double roi_extent, int64_t cells) {
+  if (!std::isfinite(roi_extent)) ctx.fail("a roi (times spatial_scale) is not finite");
+  if (sampling_ratio > 0) return sampling_ratio;
+  const double grid = std::ceil(roi_extent / double(cells));
+  // Beyond this the work check refuses it anyway; here it must still fit an int64.
+  return int64_t(std::clamp(grid, -1.0, double(kMaxRoiAlignSamples) + 1));
+}
+
+void check_roi_align_work(const KernelContext& ctx, const std::vector<std::pair<int64_t, int64_t>>& grids, int64_t channels,
+                          int64_t oh, int64_t ow) {
+  double samples = 0;  // in double: a product of four hostile int64s overflows even 128 bits
+  for (const auto& [gh, gw] : grids) {
+    samples += double(std::max<int64_t>(gh, 0)) * double(std::max<int64_t>(gw, 0)) * double(oh) * double(ow);
+    if (samples * double(std::max<int64_t>(channels, 1)) > double(kMaxRoiAlignSamples))
+      ctx.fail("sampling_ratio " + std::to_string(ctx.attr_int("sampling_ratio", 0)) + " with " + std::to_string(grids.size()) +
+               " rois, " + std::to_string(channels) + " channels and " + std::to_string(oh) + "x" + std::to_string(ow) +
+               " cells asks for more than 2^36 samples, Kiln's limit (a grid of " + std::to_string(gh) + "x" +
+               std::to_string(gw) + " samples per cell)");
+  }
 }
 
 Dims kernel_shape_of(const KernelContext& ctx, const Dims& from_weights) {

@@ -113,6 +113,21 @@ struct SliceWindow {
 SliceWindow slice_window(const KernelContext& ctx, const Dims& in, const std::vector<int64_t>& starts,
                          const std::vector<int64_t>& ends, std::vector<int64_t> axes, std::vector<int64_t> steps);
 
+// RoiAlign's samples per output cell along one axis of one roi:
+// sampling_ratio, or when that is 0 as many as the roi spans pixels per cell,
+// rounded up (0 or less for a flipped box, which samples nothing). Fails
+// naming the node on a roi (times spatial_scale) that is not finite.
+int64_t roi_align_grid(const KernelContext& ctx, int64_t sampling_ratio, double roi_extent, int64_t cells);
+// The most samples one RoiAlign may take (each is four reads of the map):
+// ~7e10, minutes of work. Attributes or rois asking for more are refused
+// before any work instead of running for hours: a sampling_ratio of 2^31
+// asks for 2^62 per cell.
+constexpr int64_t kMaxRoiAlignSamples = int64_t(1) << 36;
+// Fails naming the node unless the samples of every roi's grids (gh, gw)
+// over `channels` channels and oh x ow cells stay within kMaxRoiAlignSamples.
+void check_roi_align_work(const KernelContext& ctx, const std::vector<std::pair<int64_t, int64_t>>& grids, int64_t channels,
+                          int64_t oh, int64_t ow);
+
 // An activation function of RNN, GRU or LSTM: its ONNX name in lower case,
 // with the alpha and beta it takes.
 struct RecurrentActivation {

@@ -193,29 +193,11 @@ void qlinear_conv(KernelContext& ctx) {
   const int64_t N = x.dim(0), C = x.dim(1), M = w.dim(0), group = ctx.attr_int("group", 1);
   if (group <= 0 || C % group || M % group || w.dim(1) != C / group)
     ctx.fail("channels do not match: x has " + std::to_string(C) + ", w " + ir::dims_to_string(w.dims()) + ", group " + std::to_string(group));
-  Dims kernel(w.dims().begin() + 2, w.dims().end());
-  auto strides = ctx.attr_ints("strides", std::vector<int64_t>(sp, 1));
-  auto dil = ctx.attr_ints("dilations", std::vector<int64_t>(sp, 1));
-  auto pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
-  const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
-  if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp) ctx.fail("strides, dilations and pads must match the spatial rank");
-  for (size_t d = 0; d < sp; ++d)
-    if (strides[d] <= 0 || dil[d] <= 0 || kernel[d] <= 0 || pads[d] < 0 || pads[d + sp] < 0)
-      ctx.fail("strides, dilations and kernel sizes must be positive and pads non-negative");
+  const Dims kernel(w.dims().begin() + 2, w.dims().end());
+  const Geometry geo = forward_geometry(ctx, Dims(x.dims().begin() + 2, x.dims().end()), kernel, false);
+  const std::vector<int64_t>&strides = geo.strides, &dil = geo.dilations, &pads = geo.pad_begin;
   Dims out_dims{N, M};
-  for (size_t d = 0; d < sp; ++d) {
-    const int64_t in = x.dim(int(2 + d)), eff = (kernel[d] - 1) * dil[d] + 1;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      int64_t out = (in + strides[d] - 1) / strides[d];
-      int64_t total = std::max<int64_t>(0, (out - 1) * strides[d] + eff - in);
-      pads[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      pads[d + sp] = total - pads[d];
-    } else if (auto_pad == "VALID") {
-      pads[d] = pads[d + sp] = 0;
-    }
-    out_dims.push_back((in + pads[d] + pads[d + sp] - eff) / strides[d] + 1);
-    if (out_dims.back() <= 0) ctx.fail("the kernel is larger than the padded input");
-  }
+  out_dims.insert(out_dims.end(), geo.out.begin(), geo.out.end());
   auto xv = to_doubles(x), wv = to_doubles(w);
   const double xz = scalar_param(ctx, 2, "x_zero_point"), x_scale = scalar_param(ctx, 1, "x_scale");
   const double y_scale = scalar_param(ctx, 6, "y_scale"), yz = scalar_param(ctx, 7, "y_zero_point");

@@ -15,22 +15,32 @@ namespace {
 
 using cd = std::complex<double>;
 
-// Writes doubles into a new tensor of `dtype`, which must be numeric.
-Tensor tensor_from_doubles(const KernelContext& ctx, DType dtype, const Dims& dims, const std::vector<double>& v) {
+void require_numeric(const KernelContext& ctx, DType dtype) {
   if (!ir::dtype_is_float(dtype) && !ir::dtype_is_int(dtype) && dtype != DType::Bool)
     ctx.fail(std::string("unsupported output type ") + ir::dtype_name(dtype) + ", expected a numeric type");
+}
+
+// Writes v(i) for every element i into a new tensor of `dtype`, which must be
+// numeric. The tensor is made first: its size is checked before any work.
+template <typename F>
+Tensor tensor_from_function(const KernelContext& ctx, DType dtype, const Dims& dims, F&& v) {
+  require_numeric(ctx, dtype);
   Tensor out(dtype, dims);
   ir::dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     T* p = out.data<T>();
-    for (size_t i = 0; i < v.size(); ++i) {
+    for (int64_t i = 0; i < out.numel(); ++i) {
       if constexpr (std::is_same_v<T, ir::Half> || std::is_same_v<T, ir::BFloat16>)
-        p[i] = T(float(v[i]));
+        p[i] = T(float(v(i)));
       else
-        p[i] = static_cast<T>(v[i]);
+        p[i] = static_cast<T>(v(i));
     }
   });
   return out;
+}
+
+Tensor tensor_from_doubles(const KernelContext& ctx, DType dtype, const Dims& dims, const std::vector<double>& v) {
+  return tensor_from_function(ctx, dtype, dims, [&](int64_t i) { return v[size_t(i)]; });
 }
 
 int64_t scalar_int(const KernelContext& ctx, const Tensor& t, const char* what) {
@@ -46,32 +56,29 @@ void cosine_window(KernelContext& ctx, const std::vector<double>& a) {
   if (size < 0) ctx.fail("window size is " + std::to_string(size) + ", expected a non-negative value");
   bool periodic = ctx.attr_int("periodic", 1) != 0;
   // A symmetric window of length 1 would divide by zero; numpy returns [1].
-  int64_t denom = periodic ? size : size - 1;
-  std::vector<double> w(size_t(size), 1.0);
-  if (denom > 0) {
-    for (int64_t n = 0; n < size; ++n) {
-      double v = 0, sign = 1;
-      for (size_t k = 0; k < a.size(); ++k, sign = -sign)
-        v += sign * a[k] * std::cos(2 * std::numbers::pi * double(k) * double(n) / double(denom));
-      w[size_t(n)] = v;
-    }
-  }
+  const int64_t denom = periodic ? size : size - 1;
   auto dtype = DType(ctx.attr_int("output_datatype", int64_t(DType::Float32)));
-  ctx.set_output(0, tensor_from_doubles(ctx, dtype, {size}, w));
+  ctx.set_output(0, tensor_from_function(ctx, dtype, {size}, [&](int64_t n) {
+    if (denom <= 0) return 1.0;
+    double v = 0, sign = 1;
+    for (size_t k = 0; k < a.size(); ++k, sign = -sign)
+      v += sign * a[k] * std::cos(2 * std::numbers::pi * double(k) * double(n) / double(denom));
+    return v;
+  }));
 }
 
 void hann_window(KernelContext& ctx) { cosine_window(ctx, {0.5, 0.5}); }
 void hamming_window(KernelContext& ctx) { cosine_window(ctx, {25.0 / 46.0, 21.0 / 46.0}); }
 void blackman_window(KernelContext& ctx) { cosine_window(ctx, {0.42, 0.5, 0.08}); }
 
-// Naive DFT of `x` (already padded/truncated), returning `out_len` bins.
-std::vector<cd> dft_1d(const std::vector<cd>& x, bool inverse, size_t out_len) {
-  size_t n = x.size();
+// Naive DFT of length n of `x` (already truncated to at most n values; the
+// rest of the n are zeros, which cost nothing), returning `out_len` bins.
+std::vector<cd> dft_1d(const std::vector<cd>& x, size_t n, bool inverse, size_t out_len) {
   std::vector<cd> y(out_len);
   double sign = inverse ? 1.0 : -1.0;
   for (size_t k = 0; k < out_len; ++k) {
     cd acc = 0;
-    for (size_t j = 0; j < n; ++j) {
+    for (size_t j = 0; j < x.size(); ++j) {
       // Reducing k*j modulo n keeps the angle small and the result accurate.
       double angle = sign * 2 * std::numbers::pi * double((k * j) % n) / double(n);
       acc += x[j] * cd(std::cos(angle), std::sin(angle));
@@ -120,21 +127,22 @@ void dft(KernelContext& ctx) {
   Dims out_dims = x.dims();
   out_dims[size_t(axis)] = out_len;
   out_dims.back() = 2;
-  std::vector<double> out(size_t(outer * out_len * inner * 2));
-  std::vector<cd> sig(static_cast<size_t>(n));
+  // Made before any work: a dft_length too large for memory fails here.
+  Tensor result(DType::Float64, out_dims);
+  double* out = result.data<double>();
+  // Signals shorter than dft_length are zero-padded, longer ones truncated.
+  std::vector<cd> sig(static_cast<size_t>(std::min(n, in_len)));
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t in = 0; in < inner; ++in) {
-      // Signals shorter than dft_length are zero-padded, longer ones truncated.
-      for (int64_t j = 0; j < n; ++j)
-        sig[size_t(j)] = j < in_len ? complex_at(x, (o * in_len + j) * inner + in, complex) : cd(0);
-      std::vector<cd> y = dft_1d(sig, inverse, size_t(out_len));
+      for (size_t j = 0; j < sig.size(); ++j) sig[j] = complex_at(x, (o * in_len + int64_t(j)) * inner + in, complex);
+      std::vector<cd> y = dft_1d(sig, size_t(n), inverse, size_t(out_len));
       for (int64_t k = 0; k < out_len; ++k) {
         size_t at = size_t(((o * out_len + k) * inner + in) * 2);
         out[at] = y[size_t(k)].real();
         out[at + 1] = y[size_t(k)].imag();
       }
     }
-  ctx.set_output(0, tensor_from_doubles(ctx, x.dtype(), out_dims, out));
+  ctx.set_output(0, result.cast(x.dtype()));
 }
 
 void stft(KernelContext& ctx) {
@@ -177,7 +185,7 @@ void stft(KernelContext& ctx) {
     for (int64_t f = 0; f < frames; ++f) {
       for (int64_t j = 0; j < frame_length; ++j)
         frame[size_t(j)] = complex_at(signal, b * length + f * step + j, complex) * window[size_t(j)];
-      std::vector<cd> y = dft_1d(frame, false, size_t(bins));
+      std::vector<cd> y = dft_1d(frame, frame.size(), false, size_t(bins));
       for (int64_t k = 0; k < bins; ++k) {
         size_t at = size_t(((b * frames + f) * bins + k) * 2);
         out[at] = y[size_t(k)].real();

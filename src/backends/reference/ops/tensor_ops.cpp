@@ -375,6 +375,9 @@ void split_kernel(KernelContext& ctx) {
   int64_t total = 0;
   for (int64_t s : split) {
     if (s < 0) ctx.fail("split " + ints_to_string(split) + " has a negative size");
+    // Compared before adding, so that huge sizes cannot overflow the total.
+    if (s > dim - total)
+      ctx.fail("split " + ints_to_string(split) + " sums to more than the axis size " + std::to_string(dim));
     total += s;
   }
   if (total != dim)
@@ -415,11 +418,11 @@ SliceWindow slice_window(const KernelContext& ctx, const Dims& in, const std::ve
     if (st > 0) {
       s = std::clamp<int64_t>(s, 0, dim);
       e = std::clamp<int64_t>(e, 0, dim);
-      count = e > s ? (e - s + st - 1) / st : 0;
+      count = e > s ? int64_t((__int128(e) - s + st - 1) / st) : 0;  // 128 bits: a step may be INT64_MAX
     } else {
       s = std::clamp<int64_t>(s, 0, dim - 1);
       e = std::clamp<int64_t>(e, -1, dim - 1);
-      count = s > e ? (s - e - st - 1) / -st : 0;
+      count = s > e ? int64_t((__int128(s) - e - st - 1) / -__int128(st)) : 0;  // and INT64_MIN
     }
     w.first[a] = s;
     w.out[a] = count;
@@ -473,7 +476,7 @@ void tile_kernel(KernelContext& ctx) {
   Dims out = x.dims();
   for (size_t d = 0; d < out.size(); ++d) {
     if (repeats[d] < 0) ctx.fail("repeats " + ints_to_string(repeats) + " has a negative entry");
-    out[d] *= repeats[d];
+    out[d] = ir::checked_numel({out[d], repeats[d]});
   }
   std::vector<int64_t> strides = strides_of(x.dims());
   ctx.set_output(0, remap(x, out, [&](const std::vector<int64_t>& idx) {
@@ -511,8 +514,13 @@ void pad_kernel(KernelContext& ctx) {
   for (size_t i = 0; i < axes.size(); ++i) {
     size_t a = size_t(axes[i]);
     begin[a] = pads[i];
-    out[a] += pads[i] + pads[i + axes.size()];
-    if (out[a] < 0) ctx.fail("pads " + ints_to_string(pads) + " crop axis " + std::to_string(a) + " below size 0");
+    // In 128 bits: pads may hold anything up to the int64 extremes. Pads and
+    // sizes within 2^62 keep every shifted coordinate within int64.
+    const __int128 size = __int128(out[a]) + pads[i] + pads[i + axes.size()], limit = __int128(1) << 62;
+    if (size < 0) ctx.fail("pads " + ints_to_string(pads) + " crop axis " + std::to_string(a) + " below size 0");
+    if (size > limit || pads[i] > limit || pads[i] < -limit || pads[i + axes.size()] > limit || pads[i + axes.size()] < -limit)
+      ctx.fail("pads " + ints_to_string(pads) + " hold or make a size beyond 2^62 on axis " + std::to_string(a));
+    out[a] = int64_t(size);
   }
   if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
     ctx.fail("mode '" + mode + "' should be one of constant, reflect, edge, wrap");
@@ -566,11 +574,12 @@ void depth_to_space_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   int64_t b = ctx.attr_int("blocksize");
   bool crd = ctx.attr_string("mode", "DCR") == "CRD";
-  if (x.rank() != 4 || b <= 0 || x.dim(1) % (b * b) != 0)
+  // b * b is compared with the channels before it is computed: it cannot overflow.
+  if (x.rank() != 4 || b <= 0 || (x.dim(1) > 0 && (b > x.dim(1) / b || x.dim(1) % (b * b) != 0)))
     ctx.fail("expected a 4-D input whose channels (" + ir::dims_to_string(x.dims()) +
              ") divide by blocksize^2 with blocksize " + std::to_string(b) + " > 0");
-  int64_t C = x.dim(1) / (b * b), H = x.dim(2), W = x.dim(3);
-  Dims out{x.dim(0), C, H * b, W * b};
+  int64_t C = x.dim(1) ? x.dim(1) / (b * b) : 0, H = x.dim(2), W = x.dim(3);
+  Dims out{x.dim(0), C, ir::checked_numel({H, b}), ir::checked_numel({W, b})};
   ctx.set_output(0, remap(x, out, [&](const std::vector<int64_t>& i) {
     int64_t h = i[2] / b, bi = i[2] % b, w = i[3] / b, bj = i[3] % b;
     int64_t c = crd ? i[1] * b * b + bi * b + bj : (bi * b + bj) * C + i[1];
@@ -585,7 +594,7 @@ void space_to_depth_kernel(KernelContext& ctx) {
     ctx.fail("expected a 4-D input whose height and width (" + ir::dims_to_string(x.dims()) +
              ") divide by blocksize " + std::to_string(b) + " > 0");
   int64_t C = x.dim(1), H = x.dim(2), W = x.dim(3);
-  Dims out{x.dim(0), C * b * b, H / b, W / b};
+  Dims out{x.dim(0), ir::checked_numel({C, b, b}), H / b, W / b};
   ctx.set_output(0, remap(x, out, [&](const std::vector<int64_t>& i) {
     int64_t c = i[1] % C, blk = i[1] / C, bi = blk / b, bj = blk % b;
     return ((i[0] * C + c) * H + i[2] * b + bi) * W + i[3] * b + bj;

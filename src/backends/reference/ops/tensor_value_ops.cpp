@@ -234,7 +234,7 @@ void eyelike_kernel(KernelContext& ctx) {
   Tensor one = Tensor::scalar<double>(1.0).cast(dt);
   Tensor out(dt, x.dims());
   for (int64_t i = 0; i < x.dim(0); ++i)
-    if (i + k >= 0 && i + k < x.dim(1)) copy_elem(out, i * x.dim(1) + i + k, one, 0);
+    if (k >= -i && k < x.dim(1) - i) copy_elem(out, i * x.dim(1) + i + k, one, 0);  // i + k could overflow
   ctx.set_output(0, out);
 }
 

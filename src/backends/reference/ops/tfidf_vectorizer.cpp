@@ -1,6 +1,7 @@
 // TfIdfVectorizer: counts the n-grams of each row that appear in the pool
 // (skipping up to max_skip_count items between the elements of an n-gram)
 // and turns the counts into TF, IDF or TF-IDF values.
+#include <algorithm>
 #include <map>
 
 #include "backends/reference/kernel_registry.hpp"
@@ -36,7 +37,7 @@ void tfidf_vectorizer(KernelContext& ctx) {
     for (int64_t p = begin; p < end; p += n, ++ngram) {
       if (ngram >= int64_t(indexes.size())) ctx.fail("ngram_indexes has fewer entries than the pool has n-grams");
       const int64_t col = indexes[size_t(ngram)];
-      if (col < 0) ctx.fail("ngram_indexes holds a negative index");
+      if (col < 0 || col >= int64_t(1) << 62) ctx.fail("ngram_indexes holds " + std::to_string(col) + ", expected an index in [0, 2^62)");
       column[std::vector<int64_t>(pool.begin() + p, pool.begin() + p + n)] = col;
       width = std::max(width, col + 1);
     }
@@ -44,13 +45,17 @@ void tfidf_vectorizer(KernelContext& ctx) {
   if (!weights.empty() && int64_t(weights.size()) < width) ctx.fail("weights has fewer entries than output columns");
 
   const int64_t rows = x.rank() == 2 ? x.dim(0) : 1, len = x.dim(-1);
-  std::vector<double> out(size_t(rows * width), 0.0);
+  std::vector<double> out(size_t(ir::checked_numel({rows, width})), 0.0);
   const auto values = x.to_int64_vector();
+  // No n-gram is longer than the pool's longest or a row, and no skip
+  // wider than a row fits one: the loops stop there whatever the attributes
+  // say, which also keeps (n - 1) * (skip + 1) from overflowing.
+  const int64_t longest = std::min({max_n, int64_t(counts.size()), len}), widest = std::min(max_skip, len);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t* row = values.data() + r * len;
-    for (int64_t n = min_n; n <= max_n; ++n)
+    for (int64_t n = min_n; n <= longest; ++n)
       // A unigram has no gaps: count it once, not once per skip.
-      for (int64_t skip = 0; skip <= (n == 1 ? 0 : max_skip); ++skip)
+      for (int64_t skip = 0; skip <= (n == 1 ? 0 : widest); ++skip)
         for (int64_t start = 0; start + (n - 1) * (skip + 1) < len; ++start) {
           std::vector<int64_t> gram;
           for (int64_t i = 0; i < n; ++i) gram.push_back(row[start + i * (skip + 1)]);
