@@ -950,14 +950,15 @@ InferenceResult infer_shapes(const Graph& graph, const std::vector<ValueInfo>& i
         fail(e.kind(), node.describe() + ": " + e.what());
       }
       // Shape of a concrete shape is a constant: the heart of shape-arithmetic folding.
-      if (node.op_type == "Shape" && node.domain.empty() && view.in[0] && view.in[0]->shape.is_concrete() &&
-          !node.outputs.empty()) {
-        Dims d = view.in[0]->shape.concrete();
+      // input(0): a node may come with no inputs at all.
+      const ValueInfo* first = view.input(0);
+      if (node.op_type == "Shape" && node.domain.empty() && first && first->shape.is_concrete() && !node.outputs.empty()) {
+        Dims d = first->shape.concrete();
         auto [start, end] = shape_range(view, int64_t(d.size()));
         r.constants[node.outputs[0]] = Tensor::from_vector<int64_t>({end - start}, std::vector<int64_t>(d.begin() + start, d.begin() + end));
-      } else if (node.op_type == "Size" && node.domain.empty() && view.in[0] && view.in[0]->shape.is_concrete() &&
+      } else if (node.op_type == "Size" && node.domain.empty() && first && first->shape.is_concrete() &&
                  !node.outputs.empty()) {
-        r.constants[node.outputs[0]] = Tensor::scalar<int64_t>(checked_numel(view.in[0]->shape.concrete()));
+        r.constants[node.outputs[0]] = Tensor::scalar<int64_t>(checked_numel(first->shape.concrete()));
       }
     }
     for (size_t i = 0; i < node.outputs.size(); ++i) {
