@@ -240,3 +240,25 @@ TEST(ShapeInference, TransposedConvolutionsRecurrentLayersAndRearrangements) {
     EXPECT_EQ(spec.result.values.at(name).shape.to_string(), kiln::ir::Shape::from_dims(out[i].dims()).to_string()) << name;
   }
 }
+
+// Both found by the importer's fuzzer (tests/fuzz/corpus/onnx_import/regress-*).
+TEST(ShapeInference, AShapeNodeWithoutItsInputIsAnError) {
+  ModelBuilder b;
+  b.output("s", onnx::TensorProto::INT64, {});
+  b.node("Shape", {}, {"s"}, "shape");
+  EXPECT_THROW(kiln::ir::infer_shapes(*kiln::test::import(b).graph), kiln::ir::Error);
+}
+
+TEST(ShapeInference, AFloatCountBeyondInt64IsAnErrorNamingTheValue) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {2, 3});
+  b.output("y", onnx::TensorProto::FLOAT, {});
+  b.initializer(ModelBuilder::float_tensor("shape", {2}, {1e30f, 1.0f}));
+  b.node("Reshape", {"x", "shape"}, {"y"}, "reshape");
+  try {
+    kiln::ir::infer_shapes(*kiln::test::import(b).graph);
+    FAIL() << "a shape of 1e30 was accepted";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit in an int64"), std::string::npos) << e.what();
+  }
+}

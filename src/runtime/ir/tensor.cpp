@@ -82,10 +82,17 @@ double Tensor::as_double(int64_t i) const {
 int64_t Tensor::as_int64(int64_t i) const {
   return dispatch_dtype(dtype_, [&](auto tag) -> int64_t {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
-      return int64_t(float(static_cast<const T*>(data_)[i]));
-    else
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16> || std::is_floating_point_v<T>) {
+      // Converting a NaN or a float beyond int64 is undefined behaviour: a
+      // model whose float tensor stands for a count or an index gets an error.
+      double v = double(static_cast<const T*>(data_)[i]);
+      if (!(v >= -0x1p63 && v < 0x1p63))
+        fail(ErrorKind::InvalidModel, "the " + std::string(dtype_name(dtype_)) + " value " + std::to_string(v) +
+                                          " does not fit in an int64 (element " + std::to_string(i) + ")");
+      return int64_t(v);
+    } else {
       return int64_t(static_cast<const T*>(data_)[i]);
+    }
   });
 }
 
