@@ -14,9 +14,9 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
-#include <random>
 
 #include "kiln/kiln.hpp"
+#include "random_inputs.hpp"
 
 namespace fs = std::filesystem;
 
@@ -30,29 +30,10 @@ struct Config {
 };
 Config config;
 
-// Random inputs for the declared shapes: symbols named batch-like take
-// `batch`, others dim_default.
-std::vector<std::pair<std::string, kiln::Tensor>> make_inputs(const kiln::Model& model, int64_t batch) {
-  std::mt19937 rng(1);
-  std::vector<std::pair<std::string, kiln::Tensor>> inputs;
-  for (const auto& info : model.inputs()) {
-    if (info.has_default) continue;
-    kiln::Shape shape;
-    for (size_t d = 0; d < info.shape.size(); ++d) {
-      const auto& dim = info.shape[d];
-      shape.push_back(dim.is_fixed() ? dim.value : d == 0 ? batch : config.dim_default);
-    }
-    kiln::Tensor t(info.dtype, shape);
-    if (info.dtype == kiln::DType::Float32) {
-      std::uniform_real_distribution<float> u(-1, 1);
-      for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = u(rng);
-    } else if (info.dtype == kiln::DType::Int64) {
-      std::uniform_int_distribution<int64_t> u(0, 99);
-      for (int64_t i = 0; i < t.numel(); ++i) t.data_as<int64_t>()[i] = u(rng);
-    }
-    inputs.emplace_back(info.name, t);
-  }
-  return inputs;
+// Random inputs for the declared shapes: a symbolic first dim takes
+// `batch`, other symbolic dims dim_default.
+kiln_bench::Inputs make_inputs(const kiln::Model& model, int64_t batch) {
+  return kiln_bench::random_inputs(model, [&](size_t d) { return d == 0 ? batch : config.dim_default; });
 }
 
 kiln::Runtime make_runtime() {

@@ -16,38 +16,21 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-#include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "kiln/kiln.hpp"
+#include "random_inputs.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Inputs = std::vector<std::pair<std::string, kiln::Tensor>>;
+using kiln_bench::Inputs;
 
-// Random float inputs (int64: 0..99) for the declared shapes, symbolic
-// dims 1.
+// Symbolic dims 1.
 Inputs make_inputs(const kiln::Model& model) {
-  std::mt19937 rng(1);
-  Inputs inputs;
-  for (const auto& info : model.inputs()) {
-    if (info.has_default) continue;
-    kiln::Shape shape;
-    for (const auto& dim : info.shape) shape.push_back(dim.is_fixed() ? dim.value : 1);
-    kiln::Tensor t(info.dtype, shape);
-    if (info.dtype == kiln::DType::Float32) {
-      std::uniform_real_distribution<float> u(-1, 1);
-      for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = u(rng);
-    } else if (info.dtype == kiln::DType::Int64) {
-      std::uniform_int_distribution<int64_t> u(0, 99);
-      for (int64_t i = 0; i < t.numel(); ++i) t.data_as<int64_t>()[i] = u(rng);
-    }
-    inputs.emplace_back(info.name, t);
-  }
-  return inputs;
+  return kiln_bench::random_inputs(model, [](size_t) { return int64_t(1); });
 }
 
 Clock::duration to_duration(double seconds) {
