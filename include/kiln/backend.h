@@ -235,7 +235,9 @@ typedef struct kiln_backend_api {
                                  kiln_backend_compiled** compiled, char* message);
   /* Computes the outputs from the inputs: dense, row-major host memory,
    * aligned to KILN_BACKEND_ALIGNMENT, of the dtype and dims of the
-   * partition's values. May be called from several threads at once. */
+   * partition's values. May be called from several threads at once.
+   * KILN_BACKEND_INVALID_ARGUMENT says the inputs' data is wrong (an index
+   * out of range): the caller's mistake, reported to it as such. */
   kiln_backend_status (*run)(kiln_backend_compiled* compiled, const void* const* inputs, size_t input_count,
                              void* const* outputs, size_t output_count, const kiln_backend_threads* threads,
                              char* message);

@@ -136,7 +136,10 @@ kiln_backend_status guarded(char* message, F&& f) {
   try {
     return f();
   } catch (const kiln::ir::Error& e) {
-    return fail(message, e.what(), e.kind() == kiln::ir::ErrorKind::Unsupported ? KILN_BACKEND_UNSUPPORTED : KILN_BACKEND_ERROR);
+    const kiln::ir::ErrorKind k = e.kind();
+    return fail(message, e.what(), k == kiln::ir::ErrorKind::Unsupported       ? KILN_BACKEND_UNSUPPORTED
+                                   : k == kiln::ir::ErrorKind::InvalidArgument ? KILN_BACKEND_INVALID_ARGUMENT
+                                                                               : KILN_BACKEND_ERROR);
   } catch (const std::bad_alloc&) {
     return fail(message, "out of memory", KILN_BACKEND_OUT_OF_MEMORY);
   } catch (const std::exception& e) {

@@ -147,7 +147,8 @@ class PluginExecutable : public backends::Executable {
                                   &threads.c, message.text);
       });
       if (status != KILN_BACKEND_OK)
-        ir::fail(ir::ErrorKind::Internal, "plugin '" + library_->name + "' failed to run its partition (" +
+        ir::fail(status == KILN_BACKEND_INVALID_ARGUMENT ? ir::ErrorKind::InvalidArgument : ir::ErrorKind::Internal,
+                 "plugin '" + library_->name + "' failed to run its partition (" +
                                               describe_nodes(*part_) + "): " + failure(status, message));
     };
     if (threads_) threads_->run_in_turn(go);

@@ -23,8 +23,10 @@
 #include <vector>
 
 #include "backends/backend.hpp"
+#include "backends/partitioner.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "model_builder.hpp"
+#include "plugins/plugin_backend.hpp"
 #include "random_data.hpp"
 #include "runtime/ir/error.hpp"
 #include "runtime/ir/shape_inference.hpp"
@@ -169,7 +171,8 @@ kiln::ir::Model import(const Case& c) {
 }
 
 // A configuration under test: a backend name, and for cpu a kernel family
-// after a colon ("cpu:portable").
+// after a colon ("cpu:portable"); or "plugin-NAME", the plugin NAME.so of
+// the tests' plugin folder, with the reference for what it does not take.
 std::string config_backend(const std::string& config) { return config.substr(0, config.find(':')); }
 kiln::backends::CompileOptions compile_options(const std::string& config) {
   kiln::backends::CompileOptions o;
@@ -184,6 +187,9 @@ const kiln::backends::Backend& backend(const std::string& config) {
   std::lock_guard<std::mutex> lock(mutex);
   const std::string name = config_backend(config);
   auto& b = backends[name];
+  if (!b && name.rfind("plugin-", 0) == 0)
+    b = kiln::plugins::make_plugin_backend(kiln::plugins::load_plugin(std::string(KILN_TEST_PLUGIN_DIR) + "/" + name.substr(7) + ".so"),
+                                           nullptr, [](int, const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); });
   if (!b) b = kiln::backends::make_backend(name, 2);
   if (!b) throw std::runtime_error("no backend named " + name);
   return *b;
@@ -198,6 +204,9 @@ std::vector<std::string> backends_under_test() {
     if (n == "reference") continue;
     names.push_back(n == "cpu" && kernels && *kernels ? "cpu:" + std::string(kernels) : n);
   }
+  // The plugins run once, in the default configuration.
+  if (!kernels || !*kernels)
+    for (const char* plugin : {"plugin-kiln-reference", "plugin-toy"}) names.push_back(plugin);
   return names;
 }
 
@@ -214,11 +223,18 @@ Compiled compile(const std::string& config, const kiln::ir::Model& model, const 
   Compiled c;
   c.graph = std::make_shared<kiln::ir::Graph>(*model.graph);
   kiln::passes::optimize_specialization(*c.graph, spec, kiln::ref::constant_evaluator());
-  c.exe = b.compile(c.graph, spec, compile_options(config));
+  // A plugin takes what it claims for these shapes, the reference the rest.
+  const auto reference = kiln::backends::make_backend("reference", 1);
+  const std::vector<const kiln::backends::Backend*> order = {&b, reference.get()};
+  if (b.may_decline()) c.exe = kiln::backends::compile_partitioned(c.graph, spec, order, compile_options(config)).executable;
+  else c.exe = b.compile(c.graph, spec, compile_options(config));
   // KILN_TEST_THROUGH_CACHE=1 runs what a warm start would: the executable
   // saved for the cache and loaded again (ctest: operator_tests_cpu_through_cache).
-  if (const char* through = std::getenv("KILN_TEST_THROUGH_CACHE"); through && std::string(through) == "1")
-    c.exe = b.load(kiln::backends::copy_to_memory(c.exe->save()), c.graph, compile_options(config));
+  if (const char* through = std::getenv("KILN_TEST_THROUGH_CACHE"); through && std::string(through) == "1") {
+    const auto saved = kiln::backends::copy_to_memory(c.exe->save());
+    if (b.may_decline()) c.exe = kiln::backends::load_partitioned(saved, c.graph, order, compile_options(config)).executable;
+    else c.exe = b.load(saved, c.graph, compile_options(config));
+  }
   return c;
 }
 
@@ -268,7 +284,9 @@ void check(const std::string& backend_name, const Case& c) {
 
   bool claims_all = true;
   for (const auto& n : compiled.graph->nodes) claims_all &= b.supports(n);
-  if (c.native && claims_all && (c.portable || compile_options(backend_name).kernels != "portable")) {
+  // A plugin may decline a node it supports at some shapes (the toy plugin
+  // takes Add without broadcasting only): its count is not checked.
+  if (c.native && claims_all && !b.may_decline() && (c.portable || compile_options(backend_name).kernels != "portable")) {
     const auto stats = compiled.exe->stats();
     EXPECT_EQ(stats.fallback_nodes, 0) << "a node ran on the reference kernels";
     // An executable that is the reference interpreter reports no nodes at all.
