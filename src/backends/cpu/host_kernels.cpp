@@ -217,7 +217,8 @@ void ReferenceKernel::run(void* const* args) const {
                                             ir::dtype_name(outs[i].dtype()) + " " + ir::dims_to_string(outs[i].dims()) +
                                             ", the specialization expected " + ir::dtype_name(w.dtype) + " " +
                                             ir::dims_to_string(w.dims));
-    std::memcpy(args[reads_.size() + i], outs[i].raw(), outs[i].nbytes());
+    // An empty output may have no buffer at all.
+    if (outs[i].nbytes()) std::memcpy(args[reads_.size() + i], outs[i].raw(), outs[i].nbytes());
   }
 }
 

@@ -110,7 +110,8 @@ Tensor conv_forward(const KernelContext& ctx, const ConvArgs& a, DType out_type)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t m = 0; m < M; ++m) {
       const int64_t first_c = (m / Mg) * Cg;
-      double* yp = &y[size_t((n * M + m) * out_n)];
+      // data() + offset: an empty output (out_n 0) has no element to refer to.
+      double* yp = y.data() + (n * M + m) * out_n;
       for (int64_t o = 0; o < out_n; ++o) {
         double acc = a.bias.empty() ? 0.0 : a.bias[size_t(m)];
         for (int64_t c = 0; c < Cg; ++c) {
@@ -210,8 +211,8 @@ void conv_transpose_kernel(KernelContext& ctx) {
       if (!bias.empty()) std::fill(yp, yp + out_n, bias[size_t(m)]);
       const int64_t grp = m / Mg, ml = m % Mg;
       for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) {
-        const double* xp = &xv[size_t((n * C + c) * in_n)];
-        const double* wp = &wv[size_t((c * Mg + ml) * k_n)];
+        const double* xp = xv.data() + (n * C + c) * in_n;
+        const double* wp = wv.data() + (c * Mg + ml) * k_n;
         for (int64_t i = 0; i < in_n; ++i)
           for (int64_t k = 0; k < k_n; ++k) {
             const int64_t idx = table[size_t(i * k_n + k)];
