@@ -2,7 +2,6 @@
 
 #include <cstring>
 #include <set>
-#include <sstream>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -199,12 +198,10 @@ class PluginExecutable : public backends::Executable {
 class PluginBackend : public backends::Backend {
  public:
   PluginBackend(std::shared_ptr<const PluginLibrary> library, std::shared_ptr<backends::HostThreads> threads, LogSink log)
-      : library_(std::move(library)), threads_(std::move(threads)), log_(std::make_shared<const LogSink>(std::move(log))) {
-    std::string op;
-    std::stringstream list(library_->operators);
-    while (std::getline(list, op, ','))
-      if (!op.empty()) operators_.insert(op);
-  }
+      : library_(std::move(library)),
+        threads_(std::move(threads)),
+        log_(std::make_shared<const LogSink>(std::move(log))),
+        operators_(library_->operators.begin(), library_->operators.end()) {}
 
   std::string name() const override { return library_->name; }
   std::string version() const override { return "abi" + std::to_string(library_->abi_version); }

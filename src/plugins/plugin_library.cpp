@@ -113,7 +113,9 @@ std::shared_ptr<PluginLibrary> open_plugin(const std::string& path, cache::Fd& f
     refuse(path, "its name '" + lib->name + "' is a built-in backend's");
   lib->identity = bounded(api->identity, 4096, path, "identity");
   if (lib->identity.empty()) refuse(path, "its identity is empty (it enters cache keys: say what changes its code)");
-  lib->operators = bounded(api->operators, 1 << 16, path, "operator list");
+  std::stringstream operators(bounded(api->operators, 1 << 16, path, "operator list"));
+  for (std::string op; std::getline(operators, op, ',');)
+    if (!op.empty()) lib->operators.push_back(op);
   const std::pair<const void*, const char*> functions[] = {
       {reinterpret_cast<const void*>(api->get_capability), "get_capability"},
       {reinterpret_cast<const void*>(api->compile), "compile"},

@@ -15,7 +15,7 @@ struct PluginLibrary {
   std::string path;  // as given
   std::string name;
   std::string identity;
-  std::string operators;
+  std::vector<std::string> operators;  // from its "Conv,Relu,..." list
   int32_t priority = 0;
   uint32_t abi_version = 0;
   const kiln_backend_api* api = nullptr;

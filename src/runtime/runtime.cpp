@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <sstream>
 #include <cstdlib>
 
 #include "backends/partitioner.hpp"
@@ -264,11 +263,7 @@ int64_t Runtime::codegen_runs() const {
 std::vector<PluginInfo> Runtime::plugins() const {
   std::vector<PluginInfo> infos;
   for (const auto& lib : impl_->plugin_libraries) {
-    PluginInfo info{lib->name, lib->path, lib->identity, int(lib->abi_version), lib->priority, {}};
-    std::stringstream list(lib->operators);
-    for (std::string op; std::getline(list, op, ',');)
-      if (!op.empty()) info.operators.push_back(op);
-    infos.push_back(std::move(info));
+    infos.push_back({lib->name, lib->path, lib->identity, int(lib->abi_version), lib->priority, lib->operators});
   }
   return infos;
 }
