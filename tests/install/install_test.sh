@@ -43,10 +43,10 @@ cp "$source/examples/digits/digits.onnx" "$source/examples/digits/digit.npy" .
 
 # uses_installed_libkiln PROGRAM: the dynamic loader resolves libkiln.so.0 in the prefix.
 uses_installed_libkiln() {
-  local resolved
-  resolved=$(ldd "$1" | awk '$1 == "libkiln.so.0" {print $3}')
-  [[ -n $resolved && $(realpath "$resolved") == "$prefix"/* ]] ||
-    fail "$1 loads libkiln.so.0 from '${resolved:-nowhere}', not from the installed prefix"
+  local line
+  line=$(ldd "$1" | grep -F "libkiln.so.0 =>") || fail "$1 does not link libkiln.so.0"
+  [[ $line =~ =\>\ (/[^ ]*) && $(realpath "${BASH_REMATCH[1]}") == "$prefix"/* ]] ||
+    fail "$1 does not load the installed libkiln: ldd says '$line'"
 }
 
 # The installed command: a digit classified, the same probabilities as the build tree's command.
