@@ -116,8 +116,18 @@ enum class LogLevel { Debug = 0, Info = 1, Warning = 2, Error = 3, Off = 4 };
 
 struct RuntimeOptions {
   // Which backend compiles specializations: "cpu" (native code) or
-  // "reference" (the interpreter every backend is tested against).
+  // "reference" (the interpreter every backend is tested against). The name
+  // of a loaded plugin forces that plugin: it takes every node it can, the
+  // reference interpreter the rest.
   std::string backend = "cpu";
+  // Backend plugins (include/kiln/backend.h): shared libraries, or
+  // directories of them (*.so), besides those of $KILN_PLUGIN_PATH (the same,
+  // colon-separated). Each node goes to the first plugin, by priority, that
+  // takes it; the backend takes the rest. A plugin named here that cannot be
+  // loaded is an error; one from the environment, a warning.
+  std::vector<std::string> plugins;
+  // Plugins (by name) that this Runtime loads but never asks.
+  std::vector<std::string> excluded_plugins;
   int threads = 0;        // thread budget, 0: every usable core. The cpu backend never has more
                           // busy threads than this; the reference backend runs on one.
   // The cpu backend's kernels: "native" (oneDNN primitives, the fastest on
@@ -141,6 +151,16 @@ struct RuntimeOptions {
   // from the thread that logs, never from two threads at once; it may run
   // models. What a compile logs comes once the compile is over.
   std::function<void(LogLevel, const std::string&)> logger;
+};
+
+// A loaded backend plugin.
+struct PluginInfo {
+  std::string name;
+  std::string path;
+  std::string identity;  // what enters cache keys: its version, libraries, target
+  int abi_version = 0;
+  int priority = 0;
+  std::vector<std::string> operators;  // what it may take ("Conv", ...)
 };
 
 // What the on-disk cache did for a specialization. Entries are written in
@@ -182,9 +202,12 @@ class Runtime {
   const RuntimeOptions& options() const;
   int threads() const;  // the resolved thread count
   std::string cache_dir() const;  // the resolved cache directory, "" when there is no cache
-  // Modules the backend has optimised and compiled to machine code so far, in
-  // this Runtime. Cache hits add nothing.
+  // Modules the backend and the plugins have optimised and compiled so far,
+  // in this Runtime (a plugin's count is its process-wide compile_count).
+  // Cache hits add nothing.
   int64_t codegen_runs() const;
+  // The plugins this Runtime asks, in order.
+  std::vector<PluginInfo> plugins() const;
   // Compiled specializations are written to the cache in the background;
   // this blocks until every pending entry is stored (the Runtime's
   // destructor does the same).

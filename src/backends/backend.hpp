@@ -88,6 +88,21 @@ class Executable {
   virtual Artifact save() const;
 };
 
+// A Runtime's threads as a backend that does not own them uses them (a
+// plugin): its runs take their turn with the owner's, and its loops run on
+// the owner's threads, so the Runtime never has more busy threads than its
+// budget.
+class HostThreads {
+ public:
+  virtual ~HostThreads() = default;
+  virtual int count() const = 0;
+  // Runs `f` as a run of the Runtime, in turn with every other (at once if
+  // called from inside a run).
+  virtual void run_in_turn(const std::function<void()>& f) = 0;
+  // body(begin, end) over pieces of [0, n), on the Runtime's threads.
+  virtual void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body) = 0;
+};
+
 struct CompileOptions {
   int threads = 1;
   // The cpu backend's kernel family: "native" (oneDNN) or "portable" (the
@@ -110,6 +125,16 @@ class Backend {
     (void)spec;
     return supports(node);
   }
+  // Which nodes of `graph` it takes, in groups that it compiles together
+  // where the graph allows: per node, a group number, or -1 for a node it
+  // leaves. By default every node it takes(), in group 0.
+  virtual std::vector<int64_t> claim(const ir::Graph& graph, const ir::Specialization& spec) const;
+  // Whether a part it fails to compile may go to the backends after it
+  // instead of failing the compile (a plugin's may; the built-ins' errors
+  // are the model's).
+  virtual bool may_decline() const { return false; }
+  // Its threads for the backends that run beside it (null: it has none to share).
+  virtual std::shared_ptr<HostThreads> host_threads() const { return nullptr; }
   // The backend for the nodes this one does not take, sharing its threads
   // where it can: by default the reference backend. Null: none.
   virtual std::unique_ptr<Backend> fallback() const;

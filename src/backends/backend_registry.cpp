@@ -65,6 +65,13 @@ std::vector<std::string> backend_names() { return {"cpu", "reference"}; }
 
 std::unique_ptr<Backend> Backend::fallback() const { return make_reference_backend(); }
 
+std::vector<int64_t> Backend::claim(const ir::Graph& graph, const ir::Specialization& spec) const {
+  std::vector<int64_t> groups(graph.nodes.size(), -1);
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (takes(graph.nodes[i], spec)) groups[i] = 0;
+  return groups;
+}
+
 Artifact Executable::save() const {
   ir::fail(ir::ErrorKind::Unsupported, "this specialization runs on the reference executor, which keeps no compiled code");
 }

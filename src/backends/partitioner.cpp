@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -18,21 +19,30 @@ namespace {
 
 using nlohmann::json;
 
-// Which nodes go together: groups keyed by (level, backend). A node's level
-// is the number of backend changes on the longest path that reaches it, so
-// a group never needs a value from a group of the same or a later key, and
-// the map's order is an order in which parts can run.
-using Groups = std::map<std::pair<int, size_t>, std::vector<size_t>>;
+// Which nodes go together: groups keyed by (level, backend, the backend's
+// own group). A node's level is the number of group changes on the longest
+// path that reaches it, so a group never needs a value from a group of the
+// same or a later key, and the map's order is an order in which parts can
+// run. A backend's group that other backends' nodes interrupt becomes one
+// part per level.
+using Groups = std::map<std::tuple<int, size_t, int64_t>, std::vector<size_t>>;
 
 Groups group_nodes(const ir::Graph& graph, const ir::Specialization& spec, const std::vector<const Backend*>& backends) {
+  std::vector<std::vector<int64_t>> claims;
+  for (const auto* backend : backends) {
+    claims.push_back(backend->claim(graph, spec));
+    if (claims.back().size() != graph.nodes.size())
+      ir::fail(ir::ErrorKind::Internal, "backend '" + backend->name() + "' answered for " + std::to_string(claims.back().size()) +
+                                            " nodes of " + std::to_string(graph.nodes.size()));
+  }
   std::map<std::string, size_t> producer;
-  std::vector<size_t> owner(graph.nodes.size());
+  std::vector<std::pair<size_t, int64_t>> owner(graph.nodes.size());  // (backend, group)
   std::vector<int> level(graph.nodes.size());
   Groups groups;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const ir::Node& node = graph.nodes[i];
     size_t b = 0;
-    while (b < backends.size() && !backends[b]->takes(node, spec)) ++b;
+    while (b < backends.size() && claims[b][i] < 0) ++b;
     if (b == backends.size()) {
       std::string tried;
       for (const auto* backend : backends) tried += (tried.empty() ? "'" : ", '") + backend->name() + "'";
@@ -41,14 +51,14 @@ Groups group_nodes(const ir::Graph& graph, const ir::Specialization& spec, const
                                                (foreign ? "operator domain '" + node.domain + "'" : "operator " + node.op_type) +
                                                " is not supported (no backend takes it; tried " + tried + ")");
     }
+    owner[i] = {b, claims[b][i]};
     int l = 0;
     for (const auto& name : ir::values_read(node))
-      if (auto p = producer.find(name); p != producer.end()) l = std::max(l, level[p->second] + (owner[p->second] != b));
-    owner[i] = b;
+      if (auto p = producer.find(name); p != producer.end()) l = std::max(l, level[p->second] + (owner[p->second] != owner[i]));
     level[i] = l;
     for (const auto& out : node.outputs)
       if (!out.empty()) producer[out] = i;
-    groups[{l, b}].push_back(i);
+    groups[{l, b, owner[i].second}].push_back(i);
   }
   return groups;
 }
@@ -76,7 +86,7 @@ std::vector<Part> make_parts(const ir::Graph& graph, const ir::Specialization& s
   k = 0;
   for (const auto& [key, nodes] : groups) {
     Part part;
-    part.backend = backends[key.second];
+    part.backend = backends[std::get<1>(key)];
     auto sub = std::make_shared<ir::Graph>();
     sub->name = graph.name + " (part " + std::to_string(k + 1) + ", " + part.backend->name() + ")";
     std::set<std::string> defined;
@@ -317,8 +327,37 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
   const Groups groups = group_nodes(*graph, spec, backends);
   // The first backend's whole-graph executable is its own (its entries are
   // its own artifacts); anything else goes through the parts' format.
-  if (groups.empty() || (groups.size() == 1 && groups.begin()->first.second == 0))
-    return {backends.at(0)->compile(std::move(graph), spec, options), backends.at(0)->name(), 1};
+  // A plugin that fails to compile said why (its own warning); the backends
+  // after it take its nodes.
+  auto without = [&](const Backend* declining) {
+    std::vector<const Backend*> others;
+    for (const auto* b : backends)
+      if (b != declining) others.push_back(b);
+    PartitionedCompile made = compile_partitioned(graph, spec, others, options);
+    if (dynamic_cast<PartitionedExecutable*>(made.executable.get())) return made;
+    // A backend's own executable would load as the first backend's: one part.
+    PartitionedExecutable::Step step;
+    step.backend = made.backends;
+    step.executable = std::move(made.executable);
+    for (const auto& in : graph->inputs) step.inputs.push_back({in.name, in.dtype, std::nullopt});
+    for (const auto& out : graph->outputs) step.outputs.push_back(out.name);
+    std::vector<PartitionedExecutable::Step> steps;
+    steps.push_back(std::move(step));
+    std::vector<PartitionedExecutable::Output> outputs;
+    for (const auto& out : graph->outputs) outputs.push_back({out.name, {}});
+    return result(std::make_unique<PartitionedExecutable>(std::move(steps), std::move(outputs)), backends);
+  };
+  // A graph without nodes (its outputs are inputs or constants) needs no
+  // plugin: the first built-in backend serves it.
+  if (groups.empty() && backends.at(0)->may_decline()) return without(backends.at(0));
+  if (groups.empty() || (groups.size() == 1 && std::get<1>(groups.begin()->first) == 0)) {
+    try {
+      return {backends.at(0)->compile(graph, spec, options), backends.at(0)->name(), 1};
+    } catch (const ir::Error&) {
+      if (!backends.at(0)->may_decline()) throw;
+      return without(backends.at(0));
+    }
+  }
   std::vector<PartitionedExecutable::Step> steps;
   for (Part& part : make_parts(*graph, spec, backends, groups)) {
     PartitionedExecutable::Step step;
@@ -326,7 +365,12 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
     for (const auto& in : part.graph->inputs)
       step.inputs.push_back({in.name, in.dtype, in.shape.is_concrete() ? std::optional<ir::Dims>(in.shape.concrete()) : std::nullopt});
     for (const auto& v : part.graph->outputs) step.outputs.push_back(v.name);
-    step.executable = part.backend->compile(std::move(part.graph), spec, options);
+    try {
+      step.executable = part.backend->compile(std::move(part.graph), spec, options);
+    } catch (const ir::Error&) {
+      if (!part.backend->may_decline()) throw;
+      return without(part.backend);
+    }
     steps.push_back(std::move(step));
   }
   std::set<std::string> produced;

@@ -22,6 +22,7 @@ void add_run_command(CLI::App& app);
 void add_compile_command(CLI::App& app);
 void add_cache_command(CLI::App& app);
 void add_aot_freeze_command(CLI::App& app);
+void add_plugins_command(CLI::App& app);
 
 // "NAME=VALUE" split at the first '='; InvalidArgument naming `option` otherwise.
 std::pair<std::string, std::string> split_assignment(const std::string& s, const char* option);

@@ -19,6 +19,7 @@ struct CompileArgs {
   std::vector<std::string> dims;    // SYMBOL=VALUE
   int threads = 0;
   std::string backend = "cpu";
+  std::vector<std::string> plugins;
   std::string kernels;
   std::string cache_dir;
   bool json = false;
@@ -28,6 +29,7 @@ void compile(const CompileArgs& args) {
   RuntimeOptions opts;
   opts.threads = args.threads;
   opts.backend = args.backend;
+  opts.plugins = args.plugins;
   opts.kernels = args.kernels;
   opts.cache_dir = args.cache_dir;
   Runtime runtime(opts);
@@ -91,7 +93,8 @@ void add_compile_command(CLI::App& app) {
   cmd->add_option("--shape", args->shapes, "NAME=1x3x224x224: an input's shape (default: its declared shape)");
   cmd->add_option("--dim", args->dims, "SYMBOL=VALUE for symbolic dimensions of declared shapes");
   cmd->add_option("--threads", args->threads, "threads the code is compiled for (0: all usable cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", args->backend, "backend")->check(CLI::IsMember({"cpu", "reference"}));
+  cmd->add_option("--backend", args->backend, "backend: cpu, reference or a plugin's name");
+  cmd->add_option("--plugin", args->plugins, "backend plugin: a shared library or a directory of them (repeatable; also $KILN_PLUGIN_PATH)");
   cmd->add_option("--kernels", args->kernels, "cpu kernels: native (oneDNN) or portable (self-contained; default: $KILN_KERNELS, else native)")
       ->check(CLI::IsMember({"native", "portable"}));
   cmd->add_option("--cache-dir", args->cache_dir, "cache directory (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_compile_command(app);
   kiln::cli::add_cache_command(app);
   kiln::cli::add_aot_freeze_command(app);
+  kiln::cli::add_plugins_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

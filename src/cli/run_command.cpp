@@ -81,6 +81,7 @@ struct RunArgs {
   int repeat = 0;
   int threads = 0;
   std::string backend = "cpu";
+  std::vector<std::string> plugins;
   std::string kernels;
   bool json = false;
   std::string cache_dir;
@@ -188,6 +189,7 @@ void run(const RunArgs& args) {
   RuntimeOptions opts;
   opts.threads = args.threads;
   opts.backend = args.backend;
+  opts.plugins = args.plugins;
   opts.kernels = args.kernels;
   opts.cache = !args.no_cache;
   opts.cache_dir = args.cache_dir;
@@ -332,8 +334,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "threads (0: all usable cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--cache-dir", args->cache_dir, "cache of compiled code (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
   cmd->add_flag("--no-cache", args->no_cache, "compile in memory only");
-  cmd->add_option("--backend", args->backend, "backend: cpu (compiled) or reference (the interpreter)")
-      ->check(CLI::IsMember({"cpu", "reference"}));
+  cmd->add_option("--backend", args->backend, "backend: cpu (compiled), reference (the interpreter) or a plugin's name");
+  cmd->add_option("--plugin", args->plugins, "backend plugin: a shared library or a directory of them (repeatable; also $KILN_PLUGIN_PATH)");
   cmd->add_option("--kernels", args->kernels, "cpu kernels: native (oneDNN) or portable (self-contained; default: $KILN_KERNELS, else native)")
       ->check(CLI::IsMember({"native", "portable"}));
   cmd->add_flag("--json", args->json, "print the summary as JSON");

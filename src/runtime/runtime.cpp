@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <sstream>
 #include <cstdlib>
 
 #include "backends/partitioner.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "cache/authenticator.hpp"
 #include "cache/freeze.hpp"
+#include "plugins/plugin_backend.hpp"
+#include "plugins/plugin_set.hpp"
 #include "runtime/ir/shape_inference.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
 #include "runtime/passes/passes.hpp"
@@ -175,13 +178,44 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
     throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::threads must be 0 (all cores) or positive, got " +
                                                 std::to_string(options.threads));
   impl_->threads = options.threads > 0 ? options.threads : usable_cores();
+  impl_->options.log_level = options.log_level;  // for the plugins' warnings, before the rest is set
+  impl_->options.logger = options.logger;
+  try {
+    const char* env = std::getenv("KILN_PLUGIN_PATH");
+    impl_->plugin_libraries = plugins::find_plugins(options.plugins, env ? env : "",
+                                                    [&](const std::string& w) { log(LogLevel::Warning, w); });
+  } catch (const ir::Error& e) {
+    throw Error(ErrorCode::InvalidArgument, e.what());
+  }
   impl_->backend = backends::make_backend(options.backend, impl_->threads);
   if (!impl_->backend) {
-    std::string names;
-    for (const auto& n : backends::backend_names()) names += (names.empty() ? "'" : ", '") + n + "'";
-    throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::backend '" + options.backend + "' is unknown; available: " + names);
+    auto forced = std::find_if(impl_->plugin_libraries.begin(), impl_->plugin_libraries.end(),
+                               [&](const auto& lib) { return lib->name == options.backend; });
+    if (forced == impl_->plugin_libraries.end()) {
+      std::string names;
+      for (const auto& n : backends::backend_names()) names += (names.empty() ? "'" : ", '") + n + "'";
+      for (const auto& lib : impl_->plugin_libraries) names += ", '" + lib->name + "' (plugin)";
+      throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::backend '" + options.backend + "' is unknown; available: " + names);
+    }
+    impl_->plugin_libraries = {*forced};
+    impl_->backend = backends::make_backend("reference", impl_->threads);
+  }
+  for (const auto& name : options.excluded_plugins) {
+    auto& libs = impl_->plugin_libraries;
+    libs.erase(std::remove_if(libs.begin(), libs.end(), [&](const auto& lib) { return lib->name == name; }), libs.end());
   }
   impl_->fallback = impl_->backend->fallback();
+  // The plugins' messages reach this Runtime's logger while it lives.
+  std::weak_ptr<Impl> weak = impl_;
+  plugins::LogSink sink = [weak](int level, const std::string& text) {
+    if (auto impl = weak.lock()) impl->log(LogLevel(std::clamp(level, 0, 3)), text);
+  };
+  for (const auto& lib : impl_->plugin_libraries) {
+    impl_->plugins.push_back(plugins::make_plugin_backend(lib, impl_->backend->host_threads(), sink));
+    impl_->order.push_back(impl_->plugins.back().get());
+  }
+  impl_->order.push_back(impl_->backend.get());
+  if (impl_->fallback) impl_->order.push_back(impl_->fallback.get());
   if (options.kernels.empty())
     if (const char* env = std::getenv("KILN_KERNELS"); env && *env) options.kernels = env;
   if (options.kernels.empty()) options.kernels = "native";
@@ -221,7 +255,23 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
 }
 
 std::string Runtime::cache_dir() const { return impl_->store ? impl_->store->dir() : std::string(); }
-int64_t Runtime::codegen_runs() const { return impl_->backend->codegen_runs(); }
+int64_t Runtime::codegen_runs() const {
+  int64_t runs = 0;
+  for (const auto* backend : impl_->order) runs += backend->codegen_runs();
+  return runs;
+}
+
+std::vector<PluginInfo> Runtime::plugins() const {
+  std::vector<PluginInfo> infos;
+  for (const auto& lib : impl_->plugin_libraries) {
+    PluginInfo info{lib->name, lib->path, lib->identity, int(lib->abi_version), lib->priority, {}};
+    std::stringstream list(lib->operators);
+    for (std::string op; std::getline(list, op, ',');)
+      if (!op.empty()) info.operators.push_back(op);
+    infos.push_back(std::move(info));
+  }
+  return infos;
+}
 
 const RuntimeOptions& Runtime::options() const { return impl_->options; }
 int Runtime::threads() const { return impl_->threads; }
@@ -496,9 +546,7 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
   const Runtime::Impl::HoldMessages hold_messages;
   std::call_once(entry->once, [&] {
     const auto start = std::chrono::steady_clock::now();
-    const auto& backend = *runtime.impl_->backend;
-    std::vector<const backends::Backend*> order = {&backend};
-    if (runtime.impl_->fallback) order.push_back(runtime.impl_->fallback.get());
+    const std::vector<const backends::Backend*>& order = runtime.impl_->order;
     backends::CompileOptions options;
     options.threads = runtime.threads();
     options.kernels = runtime.options().kernels;

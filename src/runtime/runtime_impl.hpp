@@ -21,6 +21,7 @@
 #include "cache/cache_key.hpp"
 #include "cache/store.hpp"
 #include "kiln/kiln.hpp"
+#include "plugins/plugin_library.hpp"
 #include "runtime/ir/error.hpp"
 
 namespace kiln {
@@ -34,6 +35,10 @@ struct __attribute__((visibility("hidden"))) Runtime::Impl {
   // The backend behind it, for nodes it does not take: its own fallback, or
   // the reference (none when the chosen backend is the reference).
   std::unique_ptr<backends::Backend> fallback;
+  std::vector<std::shared_ptr<const plugins::PluginLibrary>> plugin_libraries;  // the ones asked
+  std::vector<std::unique_ptr<backends::Backend>> plugins;
+  // Who is asked for each node, in order: the plugins, the backend, its fallback.
+  std::vector<const backends::Backend*> order;
   std::shared_ptr<const cache::Store> store;  // null: no cache
   std::string cache_refused;                   // why a configured cache is not used
   mutable std::atomic<bool> store_writable{true};

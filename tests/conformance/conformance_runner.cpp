@@ -20,6 +20,7 @@
 #include "runtime/ir/shape_inference.hpp"
 #include "backends/backend.hpp"
 #include "backends/partitioner.hpp"
+#include "plugins/plugin_backend.hpp"
 #include "runtime/passes/memory_plan.hpp"
 #include "runtime/passes/passes.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
@@ -272,6 +273,8 @@ int main(int argc, char** argv) {
   app.add_option("--write-expected-failures", write_expected_path,
                  "write the failing tests as an expected-failures list (the reason is the error)");
   app.add_option("--backend", backend, "backend to run")->check(CLI::IsMember({"reference", "cpu"}));
+  std::string plugin;
+  app.add_option("--plugin", plugin, "a backend plugin to run (the reference runs the nodes it does not take)");
   app.add_option("--kernels", g_options.kernels, "the cpu backend's kernels")->check(CLI::IsMember({"native", "portable"}));
   app.add_flag("-v,--verbose", verbose, "print every failure");
   app.add_flag("--check-shapes", check_shapes, "also hold shape inference against the shapes each run produced");
@@ -281,7 +284,19 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   std::unique_ptr<kiln::backends::Backend> compiled_backend;
-  if (backend != "reference") {
+  if (!plugin.empty()) {
+    // As a Runtime forced onto a plugin runs: the plugin takes what it can, the reference the rest.
+    try {
+      compiled_backend = kiln::plugins::make_plugin_backend(kiln::plugins::load_plugin(plugin), nullptr,
+                                                            [](int, const std::string& m) { std::cerr << m << "\n"; });
+    } catch (const kiln::ir::Error& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return 2;
+    }
+    g_backend = compiled_backend.get();
+    g_fallback = kiln::backends::make_backend("reference", 1);
+    backend = g_backend->name();
+  } else if (backend != "reference") {
     compiled_backend = kiln::backends::make_backend(backend, 2);
     g_backend = compiled_backend.get();
     g_fallback = g_backend->fallback();

@@ -244,6 +244,22 @@ class CpuExecutable : public Executable {
   mutable cpu::StepProfile profile_;  // runs are serialised
 };
 
+// The budget as other backends (plugins) use it.
+class BudgetThreads : public HostThreads {
+ public:
+  explicit BudgetThreads(std::shared_ptr<ThreadBudget> budget) : budget_(std::move(budget)) {}
+  int count() const override { return budget_->threads; }
+  void run_in_turn(const std::function<void()>& f) override { budget_->hold(f); }
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body) override {
+    budget_->arena.execute([&] {
+      tbb::parallel_for(tbb::blocked_range<int64_t>(0, n), [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
+    });
+  }
+
+ private:
+  std::shared_ptr<ThreadBudget> budget_;
+};
+
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(int threads) : budget_(std::make_shared<ThreadBudget>(threads)) {
@@ -260,6 +276,7 @@ class CpuBackend : public Backend {
   bool supports(const ir::Node& node) const override { return cpu::lowers_natively(node); }
   bool takes(const ir::Node& node, const ir::Specialization& spec) const override { return cpu::lowers(node, spec); }
   std::unique_ptr<Backend> fallback() const override { return make_interpreter_backend(budget_); }
+  std::shared_ptr<HostThreads> host_threads() const override { return std::make_shared<BudgetThreads>(budget_); }
 
   std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
                                       const CompileOptions& options) const override {

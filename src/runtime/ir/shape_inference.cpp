@@ -456,7 +456,7 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
   const ValueInfo* x = n.input(0);
   // Every standard operator but these needs its first input; the backends
   // may then take input 0 as given.
-  static const std::set<std::string> first_input_optional = {"Constant", "RandomNormal", "RandomUniform", "Loop",
+  static const std::set<std::string> first_input_optional = {"Constant", "RandomNormal", "RandomUniform", "Loop", "Scan",
                                                              "Optional", "SequenceEmpty"};
   if (!x && n.node.domain.empty() && !first_input_optional.count(op)) n.fail("its first input is required but missing");
   const DType dt = x ? x->dtype : DType::Undefined;

@@ -1,0 +1,21 @@
+# cmake -DLIB=plugin.so -P KilnCheckPlugin.cmake: fails if the plugin leaves
+# a symbol of Kiln's namespace undefined (it would need libkiln's internals)
+# or exports a Kiln symbol other than its C entry point (a vendored copy of
+# Kiln's code must stay hidden, or it could bind to the host's copy).
+find_program(NM nm REQUIRED)
+execute_process(COMMAND ${NM} -D -C --undefined-only ${LIB} OUTPUT_VARIABLE undefined RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "nm failed on ${LIB}")
+endif()
+string(REGEX MATCHALL "[^\n]*kiln::[^\n]*" bad_undefined "${undefined}")
+execute_process(COMMAND ${NM} -D -C --defined-only ${LIB} OUTPUT_VARIABLE defined)
+string(REGEX MATCHALL "[^\n]*kiln[^\n]*" exported "${defined}")
+set(bad_exported "")
+foreach(line IN LISTS exported)
+  if(NOT line MATCHES " kiln_backend_[a-z_]*$")
+    list(APPEND bad_exported "${line}")
+  endif()
+endforeach()
+if(bad_undefined OR bad_exported)
+  message(FATAL_ERROR "${LIB} is not a self-contained Kiln plugin:\nundefined Kiln symbols: ${bad_undefined}\nexported Kiln symbols other than kiln_backend_*: ${bad_exported}")
+endif()
