@@ -29,7 +29,7 @@ cmake --install "$build" --prefix "$work/staged" >install.log
 mv "$work/staged" "$work/prefix"
 prefix=$work/prefix
 [[ -x $prefix/bin/kiln ]] || fail "no bin/kiln in the prefix"
-for f in kiln.hpp kiln.h; do [[ -f $prefix/include/kiln/$f ]] || fail "no include/kiln/$f in the prefix"; done
+for f in kiln.hpp kiln.h backend.h; do [[ -f $prefix/include/kiln/$f ]] || fail "no include/kiln/$f in the prefix"; done
 pc=$(find "$prefix" -name kiln.pc)
 [[ -n $pc ]] || fail "no kiln.pc in the prefix"
 export PKG_CONFIG_PATH=$(dirname "$pc")

@@ -27,7 +27,7 @@ for package in libllvm19 libdnnl2 libtbb12 libonnx1 libprotobuf32 libxxhash0 lib
   grep -Fxq "$package" <<<"$names" || fail "the .deb does not depend on $package: Depends: $depends"
 done
 contents=$(dpkg-deb -c "$deb")
-for file in ./usr/bin/kiln ./usr/include/kiln/kiln.hpp ./usr/include/kiln/kiln.h ./usr/lib/cmake/Kiln/KilnConfig.cmake \
+for file in ./usr/bin/kiln ./usr/include/kiln/kiln.hpp ./usr/include/kiln/kiln.h ./usr/include/kiln/backend.h ./usr/lib/cmake/Kiln/KilnConfig.cmake \
   ./usr/lib/cmake/Kiln/KilnConfigVersion.cmake ./usr/lib/pkgconfig/kiln.pc "./usr/lib/libkiln.so -> libkiln.so.0" \
   "./usr/lib/libkiln.so.0 -> libkiln.so.0.1.0"; do
   grep -Fq " $file" <<<"$contents" || fail "the .deb lacks $file"
