@@ -153,6 +153,13 @@ struct RuntimeOptions {
   std::function<void(LogLevel, const std::string&)> logger;
 };
 
+// Where a node of a specialization runs (Model::placement).
+struct NodePlacement {
+  std::string node;     // its name
+  std::string op_type;  // "Conv", or "domain.Op" outside ONNX's operators
+  std::string backend;  // "cpu", "interpreter", "reference" or a plugin's name
+};
+
 // A loaded backend plugin.
 struct PluginInfo {
   std::string name;
@@ -314,6 +321,10 @@ class Model {
   // shapes without running it, e.g. to warm the cache. Inputs with defaults
   // may be left out. Returns its stats.
   SpecializationStats prepare(const std::vector<std::pair<std::string, Shape>>& shapes) const;
+  // Which backend takes each node for these input shapes (after the graph
+  // passes, in the order the parts run), compiling nothing: what `kiln
+  // inspect --dim`/`--shape` prints. Inputs with defaults may be left out.
+  std::vector<NodePlacement> placement(const std::vector<std::pair<std::string, Shape>>& shapes) const;
   // Every specialization compiled so far, in the order they were made.
   std::vector<SpecializationStats> specializations() const;
 

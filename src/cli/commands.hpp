@@ -10,6 +10,7 @@
 
 namespace kiln {
 struct TensorInfo;
+class Model;
 }
 
 namespace kiln::cli {
@@ -34,6 +35,12 @@ std::vector<int64_t> parse_shape(const std::string& text, const std::string& wha
 // warning (misspelt, it would silently leave its dimension at 1); scripts
 // may pass one set of values to many models.
 std::map<std::string, int64_t> parse_dims(const std::vector<std::string>& options, const std::vector<TensorInfo>& inputs);
+// The shape of each input without a default: --shape NAME=DIMS options
+// first, else its declared shape with --dim values for its symbols.
+// InvalidArgument naming the input and the option to pass otherwise.
+std::vector<std::pair<std::string, std::vector<int64_t>>> input_shapes(const Model& model,
+                                                                       const std::vector<std::string>& shape_options,
+                                                                       const std::map<std::string, int64_t>& dims);
 // "12.0 KiB", "3.52 MiB".
 std::string bytes_to_string(int64_t bytes);
 

@@ -37,31 +37,7 @@ void compile(const CompileArgs& args) {
   Model model = Model::load(runtime, args.model);
 
   const std::map<std::string, int64_t> dims = parse_dims(args.dims, model.inputs());
-  std::map<std::string, Shape> given;
-  for (const auto& s : args.shapes) {
-    auto [name, text] = split_assignment(s, "--shape");
-    given[name] = parse_shape(text, "--shape " + s);
-  }
-  std::vector<std::pair<std::string, Shape>> shapes;
-  for (const auto& info : model.inputs()) {
-    if (auto it = given.find(info.name); it != given.end()) {
-      shapes.push_back(*it);
-      given.erase(it);
-      continue;
-    }
-    if (info.has_default) continue;
-    if (!info.rank_known) throw Error(ErrorCode::InvalidArgument, "input '" + info.name + "' has no declared shape: pass --shape " + info.name + "=DIMS");
-    Shape shape;
-    for (const Dim& d : info.shape) {
-      if (d.is_fixed()) shape.push_back(d.value);
-      else if (!d.symbol.empty() && dims.count(d.symbol)) shape.push_back(dims.at(d.symbol));
-      else
-        throw Error(ErrorCode::InvalidArgument, "input '" + info.name + "' " + info.shape_string() + ": pass --shape " + info.name +
-                                                    "=DIMS" + (d.symbol.empty() ? "" : " or --dim " + d.symbol + "=N"));
-    }
-    shapes.push_back({info.name, shape});
-  }
-  if (!given.empty()) throw Error(ErrorCode::InvalidArgument, "--shape names '" + given.begin()->first + "', which is not an input of the model");
+  const auto shapes = input_shapes(model, args.shapes, dims);
 
   model.prepare(shapes);
   // Asked again once the entry is written, which decides what the cache did.

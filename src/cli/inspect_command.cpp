@@ -1,5 +1,10 @@
-// kiln inspect MODEL [--json]: what a model takes, gives and needs.
+// kiln inspect MODEL [--plugin PATH]... [--shape NAME=DIMS]... [--dim SYMBOL=N]... [--json]:
+// what a model takes, gives and needs, and, for concrete input shapes, which
+// backend takes each node.
+#include <algorithm>
+#include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +17,8 @@ namespace {
 
 struct InspectArgs {
   std::string model;
+  std::vector<std::string> plugins, shapes, dims;
+  std::string backend = "cpu";
   bool json = false;
 };
 
@@ -29,8 +36,20 @@ nlohmann::json info_json(const TensorInfo& t) {
 void inspect(const InspectArgs& args) {
   RuntimeOptions opts;
   opts.log_level = LogLevel::Error;
+  opts.plugins = args.plugins;
+  opts.backend = args.backend;
+  opts.cache = false;
   Runtime runtime(opts);
   Model model = Model::load(runtime, args.model);
+  // The node x backend table needs concrete shapes: declared ones, or given.
+  std::vector<NodePlacement> placement;
+  std::string no_placement;
+  try {
+    placement = model.placement(input_shapes(model, args.shapes, parse_dims(args.dims, model.inputs())));
+  } catch (const Error& e) {
+    if (!args.shapes.empty() || !args.dims.empty()) throw;  // asked for: its error is the answer
+    no_placement = e.what();
+  }
   auto hist = model.op_histogram();
   auto unsupported = model.unsupported_ops();
   int nodes = 0;
@@ -49,6 +68,8 @@ void inspect(const InspectArgs& args) {
     j["operators"] = hist;
     j["unsupported"] = unsupported;
     j["supported"] = unsupported.empty();
+    j["placement"] = nlohmann::json::array();
+    for (const auto& p : placement) j["placement"].push_back({{"node", p.node}, {"op_type", p.op_type}, {"backend", p.backend}});
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -73,6 +94,26 @@ void inspect(const InspectArgs& args) {
     for (const auto& op : unsupported) std::cout << " " << op;
     std::cout << "\n";
   }
+  if (placement.empty()) {
+    std::cout << "backends: " << no_placement << "\n";
+    return;
+  }
+  // Operator x backend: how many nodes of each operator each backend takes.
+  std::map<std::string, std::map<std::string, int>> table;
+  std::vector<std::string> backends;
+  for (const auto& p : placement) {
+    table[p.op_type][p.backend]++;
+    if (std::find(backends.begin(), backends.end(), p.backend) == backends.end()) backends.push_back(p.backend);
+  }
+  std::cout << "backends (" << placement.size() << " nodes after graph passes)\n";
+  std::printf("  %-28s", "operator");
+  for (const auto& b : backends) std::printf(" %12s", b.c_str());
+  std::printf("\n");
+  for (const auto& [op, by] : table) {
+    std::printf("  %-28s", op.c_str());
+    for (const auto& b : backends) by.count(b) ? std::printf(" %12d", by.at(b)) : std::printf(" %12s", "-");
+    std::printf("\n");
+  }
 }
 
 }  // namespace
@@ -81,6 +122,10 @@ void add_inspect_command(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
   auto* cmd = app.add_subcommand("inspect", "Show a model's opset, inputs, outputs and operators, and which operators are unsupported");
   cmd->add_option("MODEL", args->model, "ONNX model file")->required();
+  cmd->add_option("--plugin", args->plugins, "backend plugin: a shared library or a directory of them (repeatable; also $KILN_PLUGIN_PATH)");
+  cmd->add_option("--backend", args->backend, "backend: cpu, reference or a plugin's name");
+  cmd->add_option("--shape", args->shapes, "NAME=1x3x224x224: an input's shape, for the node x backend table");
+  cmd->add_option("--dim", args->dims, "SYMBOL=VALUE for symbolic dimensions, for the node x backend table");
   cmd->add_flag("--json", args->json, "print JSON instead of a table");
   cmd->callback([args] { inspect(*args); });
 }

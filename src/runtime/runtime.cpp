@@ -394,6 +394,20 @@ struct __attribute__((visibility("hidden"))) Model::Impl {  // hidden: see Runti
     }
   }
 
+  // Tensors of these shapes that point at no data: validation and the key
+  // look at dtypes and shapes only, and nothing runs on them.
+  std::vector<std::pair<std::string, Tensor>> placeholders(const std::vector<std::pair<std::string, Shape>>& shapes) const {
+    static char placeholder;
+    std::vector<std::pair<std::string, Tensor>> given;
+    for (const auto& [name, shape] : shapes) {
+      DType dtype = DType::Float32;
+      for (const auto& i : inputs)
+        if (i.name == name) dtype = i.dtype;
+      given.push_back({name, Tensor::view(dtype, shape, &placeholder)});
+    }
+    return given;
+  }
+
   std::map<std::string, ir::Tensor> validate(const std::vector<std::pair<std::string, Tensor>>& given) const {
     const std::string where = "model '" + model.source_path + "'";
     std::map<std::string, ir::Tensor> out;
@@ -509,6 +523,17 @@ namespace {
 
 std::string model_label(const ir::Model& m) { return "model '" + m.source_path + "'"; }
 
+// A specialization's graph and shapes after the graph passes: what the
+// backends partition and compile. The graph shares the model's weights;
+// passes only add new tensors.
+std::pair<std::shared_ptr<ir::Graph>, ir::Specialization> specialize_and_optimize(
+    const ir::Model& model, const std::map<std::string, std::pair<ir::DType, ir::Dims>>& shapes) {
+  ir::Specialization spec = ir::specialize(*model.graph, shapes, ref::constant_evaluator());
+  auto graph = std::make_shared<ir::Graph>(*model.graph);
+  passes::optimize_specialization(*graph, spec, ref::constant_evaluator());
+  return {std::move(graph), std::move(spec)};
+}
+
 std::string specialization_key(const std::map<std::string, ir::Tensor>& inputs) {
   std::string key;
   for (const auto& [name, t] : inputs)
@@ -590,10 +615,7 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
       own_weights();
       std::map<std::string, std::pair<ir::DType, ir::Dims>> shapes;
       for (const auto& [name, t] : ins) shapes[name] = {t.dtype(), t.dims()};
-      ir::Specialization spec = ir::specialize(*model.graph, shapes, ref::constant_evaluator());
-      // The specialized graph shares the model's weights; passes only add new tensors.
-      auto graph = std::make_shared<ir::Graph>(*model.graph);
-      passes::optimize_specialization(*graph, spec, ref::constant_evaluator());
+      auto [graph, spec] = specialize_and_optimize(model, shapes);
       made = backends::compile_partitioned(graph, spec, order, options);
     }
     entry->executable = std::move(made.executable);
@@ -621,19 +643,22 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
   return entry->executable;
 }
 
+std::vector<NodePlacement> Model::placement(const std::vector<std::pair<std::string, Shape>>& shapes) const {
+  return translate_errors([&] {
+    std::map<std::string, std::pair<ir::DType, ir::Dims>> given;
+    for (const auto& [name, t] : impl_->validate(impl_->placeholders(shapes))) given[name] = {t.dtype(), t.dims()};
+    auto [graph, spec] = specialize_and_optimize(impl_->model, given);
+    std::vector<NodePlacement> placed;
+    for (const auto& part : backends::partition(*graph, spec, impl_->runtime.impl_->order))
+      for (const auto& node : part.graph->nodes)
+        placed.push_back({node.name, node.domain.empty() ? node.op_type : node.domain + "." + node.op_type, part.backend->name()});
+    return placed;
+  });
+}
+
 SpecializationStats Model::prepare(const std::vector<std::pair<std::string, Shape>>& shapes) const {
   return translate_errors([&] {
-    // Placeholders: validation and the key look at dtypes and shapes only,
-    // and nothing runs.
-    static char placeholder;
-    std::vector<std::pair<std::string, Tensor>> given;
-    for (const auto& [name, shape] : shapes) {
-      DType dtype = DType::Float32;
-      for (const auto& i : impl_->inputs)
-        if (i.name == name) dtype = i.dtype;
-      given.push_back({name, Tensor::view(dtype, shape, &placeholder)});
-    }
-    auto ins = impl_->validate(given);
+    auto ins = impl_->validate(impl_->placeholders(shapes));
     auto executable = impl_->specialization_for(ins, false);
     const std::string key = specialization_key(ins);
     std::lock_guard<std::mutex> lock(impl_->table_mutex);

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -253,6 +255,61 @@ TEST_F(Plugins, ABlobThePluginCannotReadIsRebuiltWithAWarning) {
   EXPECT_EQ(stats.cache, kiln::CacheOutcome::Rebuild);
   EXPECT_NE(stats.cache_note.find("refused by the plugin"), std::string::npos) << stats.cache_note;
   EXPECT_NE(warnings.find("toy-bad-blob"), std::string::npos) << warnings;
+}
+
+// ---- The kiln command -----------------------------------------------------------
+
+struct Command {
+  int code = -1;
+  std::string out;
+};
+
+Command kiln_cmd(const std::string& args) {
+  const std::string cmd = std::string(KILN_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  Command r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const std::string kDigits = std::string(KILN_SOURCE_DIR) + "/examples/digits/digits.onnx";
+
+TEST(PluginCommands, PluginsListsEachWithItsAbiIdentityAndOperators) {
+  const auto r = kiln_cmd("plugins --json --plugin " + plugin("toy") + " --plugin " + plugin("kiln-reference"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["name"], "toy");
+  EXPECT_EQ(j[0]["abi_version"], 1);
+  EXPECT_EQ(j[0]["identity"], "toy plugin 1 (toy)");
+  EXPECT_EQ(j[0]["operators"], nlohmann::json({"Relu", "Add", "Mul"}));
+  EXPECT_EQ(j[1]["name"], "kiln-reference");
+}
+
+TEST(PluginCommands, ABrokenPluginGivenToACommandIsAnErrorNamingIt) {
+  const auto r = kiln_cmd("plugins --plugin " + plugin("toy-wrong-abi"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("toy-wrong-abi.so: it was built for backend ABI version 99"), std::string::npos) << r.out;
+}
+
+TEST(PluginCommands, InspectShowsWhichBackendTakesEachNode) {
+  const auto r = kiln_cmd("inspect --json " + kDigits + " --plugin " + plugin("toy") + " --dim batch=2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  std::map<std::string, std::string> backend_of;
+  for (const auto& p : j["placement"]) backend_of[p["op_type"]] = p["backend"];
+  EXPECT_EQ(backend_of["Relu"], "toy");
+  EXPECT_EQ(backend_of["Gemm"], "cpu");
+}
+
+TEST(PluginCommands, RunWithAPluginSaysWhichBackendsRanIt) {
+  const auto r = kiln_cmd("run " + kDigits + " --random-inputs --no-cache --plugin " + plugin("toy"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("toy+cpu backend"), std::string::npos) << r.out;
 }
 
 }  // namespace
