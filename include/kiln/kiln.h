@@ -17,6 +17,10 @@
 extern "C" {
 #endif
 
+/* libkiln is built with hidden visibility and exports only what this header
+ * and kiln.hpp declare. */
+#pragma GCC visibility push(default)
+
 /* Bumped when the C API changes incompatibly; additions keep it.
  * 2: kiln_log_level counts from 1, so that a zero log_level takes the default. */
 #define KILN_C_API_VERSION 2
@@ -145,6 +149,8 @@ const int64_t* kiln_tensor_dims(const kiln_tensor* tensor);
 size_t kiln_tensor_element_count(const kiln_tensor* tensor);
 size_t kiln_tensor_nbytes(const kiln_tensor* tensor);
 void* kiln_tensor_data(kiln_tensor* tensor);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,10 @@
 #include <utility>
 #include <vector>
 
+// libkiln is built with hidden visibility and exports only what this header
+// and kiln.h declare (its typeinfo too: kiln::Error is caught by callers).
+#pragma GCC visibility push(default)
+
 namespace kiln {
 
 // Element types; the values equal ONNX's TensorProto.DataType.
@@ -382,3 +386,5 @@ Tensor Tensor::from_vector(DType dtype, Shape shape, const std::vector<T>& value
 }
 
 }  // namespace kiln
+
+#pragma GCC visibility pop

@@ -39,7 +39,7 @@ decltype(auto) io_errors(F&& f) {
 
 }  // namespace
 
-struct Cache::Impl {
+struct __attribute__((visibility("hidden"))) Cache::Impl {  // hidden: see Runtime::Impl
   std::shared_ptr<const cache::Store> store;
 };
 

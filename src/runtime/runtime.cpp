@@ -277,7 +277,7 @@ void Runtime::wait_for_cache() const { impl_->wait_for_stores(); }
 
 // ---- Model ----------------------------------------------------------------
 
-struct Model::Impl {
+struct __attribute__((visibility("hidden"))) Model::Impl {  // hidden: see Runtime::Impl
   Runtime runtime;
   ir::Model model;
   // The runtime's cache, unless this model is kept out of it; then what its

@@ -26,7 +26,9 @@
 
 namespace kiln {
 
-struct Runtime::Impl {
+// Hidden: a nested class takes the visibility of the public class around it,
+// and libkiln exports the public API only.
+struct __attribute__((visibility("hidden"))) Runtime::Impl {
   RuntimeOptions options;
   int threads = 1;
   std::unique_ptr<backends::Backend> backend;
