@@ -366,7 +366,7 @@ void grid_sample_kernel(KernelContext& ctx) {
         }
       }
       for (int64_t ch = 0; ch < C; ++ch) {
-        const double* plane = &in[size_t((n * C + ch) * in_plane)];
+        const double* plane = in.data() + ((n * C + ch) * in_plane);
         auto accumulate = [&](auto& self, int64_t d, int64_t offset, double weight) -> double {
           if (d == k) return weight * plane[offset];
           double acc = 0;
@@ -435,7 +435,7 @@ void roi_align_kernel(KernelContext& ctx) {
     double bin_h = rh / double(oh), bin_w = rw / double(ow);
     double count = std::max(double(grid_h) * double(grid_w), 1.0);
     for (int64_t c = 0; c < C; ++c) {
-      const double* plane = &in[size_t((b * C + c) * H * W)];
+      const double* plane = in.data() + ((b * C + c) * H * W);
       for (int64_t ph = 0; ph < oh; ++ph)
         for (int64_t pw = 0; pw < ow; ++pw) {
           double acc = 0;
@@ -523,7 +523,7 @@ void non_max_suppression_kernel(KernelContext& ctx) {
   std::vector<int64_t> selected;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t c = 0; c < C; ++c) {
-      const double* sc = &sv[size_t((b * C + c) * S)];
+      const double* sc = sv.data() + ((b * C + c) * S);
       std::vector<int64_t> order;
       for (int64_t i = 0; i < S; ++i)
         if (!has_score_threshold || sc[i] > score_threshold) order.push_back(i);

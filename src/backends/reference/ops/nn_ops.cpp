@@ -117,7 +117,7 @@ Tensor conv_forward(const KernelContext& ctx, const ConvArgs& a, DType out_type)
         for (int64_t c = 0; c < Cg; ++c) {
           const double* xp = &a.x[size_t((n * C + first_c + c) * in_n)];
           const double* wp = &a.w[size_t((m * Cg + c) * k_n)];
-          const int64_t* tp = &table[size_t(o * k_n)];
+          const int64_t* tp = table.data() + (o * k_n);
           for (int64_t k = 0; k < k_n; ++k)
             if (tp[k] >= 0) acc += xp[tp[k]] * wp[k];
         }
@@ -207,7 +207,7 @@ void conv_transpose_kernel(KernelContext& ctx) {
   std::vector<double> y(size_t(numel_of(y_dims)));
   for (int64_t n = 0; n < N; ++n)
     for (int64_t m = 0; m < M; ++m) {
-      double* yp = &y[size_t((n * M + m) * out_n)];
+      double* yp = y.data() + ((n * M + m) * out_n);
       if (!bias.empty()) std::fill(yp, yp + out_n, bias[size_t(m)]);
       const int64_t grp = m / Mg, ml = m % Mg;
       for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) {
@@ -303,9 +303,9 @@ void pool_kernel(KernelContext& ctx, PoolKind kind) {
   std::vector<double> y(size_t(numel_of(y_dims)));
   std::vector<int64_t> indices(kind == PoolKind::Max ? y.size() : 0);
   for (int64_t pl = 0; pl < planes; ++pl) {
-    const double* xp = &xv[size_t(pl * in_n)];
+    const double* xp = xv.data() + (pl * in_n);
     for (int64_t o = 0; o < out_n; ++o) {
-      const int64_t* tp = &table[size_t(o * k_n)];
+      const int64_t* tp = table.data() + (o * k_n);
       const size_t yi = size_t(pl * out_n + o);
       if (kind == PoolKind::Max) {
         double best = 0;

@@ -107,13 +107,13 @@ class Recurrent {
 
   // Gate pre-activation parts for direction d, gate g, unit j.
   double wx(int64_t d, int64_t g, int64_t j, const double* x) const {
-    const double* row = &w_[size_t(((d * gates_ + g) * hidden_ + j) * input_)];
+    const double* row = w_.data() + (((d * gates_ + g) * hidden_ + j) * input_);
     double s = 0;
     for (int64_t i = 0; i < input_; ++i) s += row[i] * x[i];
     return s;
   }
   double rh(int64_t d, int64_t g, int64_t j, const std::vector<double>& h) const {
-    const double* row = &r_[size_t(((d * gates_ + g) * hidden_ + j) * hidden_)];
+    const double* row = r_.data() + (((d * gates_ + g) * hidden_ + j) * hidden_);
     double s = 0;
     for (int64_t i = 0; i < hidden_; ++i) s += row[i] * h[size_t(i)];
     return s;
@@ -238,7 +238,7 @@ void lstm(KernelContext& ctx) {
         const RecurrentActivation& f = acts[size_t(3 * d)];
         const RecurrentActivation& g = acts[size_t(3 * d + 1)];
         const RecurrentActivation& hf = acts[size_t(3 * d + 2)];
-        const double* p = &peep[size_t(d * 3 * H)];
+        const double* p = peep.data() + (d * 3 * H);
         std::vector<double> next_h(static_cast<size_t>(H)), next_c(static_cast<size_t>(H));
         for (int64_t j = 0; j < H; ++j) {
           double cp = c[size_t(j)];
