@@ -373,8 +373,15 @@ void max_unpool_kernel(KernelContext& ctx) {
       ctx.fail("attribute pads has " + std::to_string(pads.size()) + " values, expected " +
                std::to_string(2 * nsp));
     y_dims = {x.dim(0), x.dim(1)};
-    for (size_t d = 0; d < nsp; ++d)
-      y_dims.push_back((x.dim(int(d) + 2) - 1) * strides[d] + kernel[d] - pads[d] - pads[d + nsp]);
+    for (size_t d = 0; d < nsp; ++d) {
+      // Attributes are the model's: sizes past int64 are an error, not wraparound.
+      int64_t size = 0;
+      if (__builtin_mul_overflow(x.dim(int(d) + 2) - 1, strides[d], &size) || __builtin_add_overflow(size, kernel[d], &size) ||
+          __builtin_sub_overflow(size, pads[d], &size) || __builtin_sub_overflow(size, pads[d + nsp], &size))
+        ctx.fail("the output size of axis " + std::to_string(d + 2) + " (from kernel_shape " + ints_to_string(kernel) +
+                 ", strides " + ints_to_string(strides) + " and pads " + ints_to_string(pads) + ") does not fit in int64");
+      y_dims.push_back(size);
+    }
   }
   for (int64_t v : y_dims)
     if (v < 0) ctx.fail("output shape " + ints_to_string(y_dims) + " has a negative size");
