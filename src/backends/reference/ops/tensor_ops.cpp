@@ -128,7 +128,9 @@ void reshape_kernel(KernelContext& ctx) {
     }
     if (s < 0) ctx.fail("shape " + ints_to_string(shape) + " has a negative dimension other than -1");
     out[i] = s;
-    known *= s;
+    // A product past int64 cannot be the input's element count.
+    if (__builtin_mul_overflow(known, s, &known))
+      ctx.fail("shape " + ints_to_string(shape) + " has more elements than an int64 counts");
   }
   if (infer >= 0) {
     if (known == 0 || x.numel() % known != 0)
