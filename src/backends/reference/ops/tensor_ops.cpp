@@ -607,7 +607,7 @@ void reverse_sequence_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   std::vector<int64_t> lens = ctx.input(1).to_int64_vector();
   int64_t batch_axis = ctx.attr_int("batch_axis", 1), time_axis = ctx.attr_int("time_axis", 0);
-  if (x.rank() < 2 || (batch_axis != 0 && batch_axis != 1) || time_axis + batch_axis != 1)
+  if (x.rank() < 2 || (batch_axis != 0 && batch_axis != 1) || time_axis != 1 - batch_axis)
     ctx.fail("expected rank >= 2 and batch_axis/time_axis to be 0 and 1 in some order");
   if (int64_t(lens.size()) != x.dim(int(batch_axis)))
     ctx.fail("sequence_lens has " + std::to_string(lens.size()) + " entries, expected the batch size " +
