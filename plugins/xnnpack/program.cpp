@@ -256,11 +256,11 @@ Program decode(const void* bytes, size_t size) {
   if (!p || size < head || std::memcmp(p, kMagic, sizeof kMagic) != 0)
     throw Decline("these bytes are not a partition this plugin serialized");
   Reader r(p + sizeof kMagic, head - sizeof kMagic);
-  const uint32_t format = r.get<uint32_t>();
-  r.get<uint32_t>();
+  const uint32_t format = r.get<uint32_t>(), reserved = r.get<uint32_t>();
   const uint64_t sum = r.get<uint64_t>();
-  if (format != kFormat)
-    throw Decline("a partition of format " + std::to_string(format) + ", this plugin reads format " + std::to_string(kFormat));
+  if (format != kFormat || reserved != 0)
+    throw Decline("a partition of format " + std::to_string(format) + "." + std::to_string(reserved) + ", this plugin reads format " +
+                  std::to_string(kFormat) + ".0");
   if (checksum(p + head, size - head) != sum) throw Decline("the partition's bytes do not match their checksum");
   Reader in(p + head, size - head);
   Program prog;
