@@ -9,7 +9,6 @@
 
 #include <xnnpack.h>
 
-#include "thread_pool.hpp"
 
 namespace kiln_xnnpack {
 
@@ -169,46 +168,38 @@ void check_definable(const Program& p, const Graph& g) {
   define(p, statics, external_tensors(p), sg);
 }
 
-struct Executable::Instance {
-  ~Instance() {
-    if (runtime) xnn_delete_runtime(runtime);
-  }
-  xnn_runtime_t runtime = nullptr;
-  pthreadpool pool;
-  std::vector<Buffer> scratch;     // per external: NHWC copies, and inputs XNNPACK could read past
-  std::vector<size_t> scratch_bytes;
-  std::vector<void*> bound;        // the buffers of the last xnn_setup_runtime
-};
-
-Executable::Executable(Program program, const Graph& g, bool threaded)
-    : program_(std::move(program)), blob_(encode(program_)), threaded_(threaded) {
+Executable::Executable(Program program, const Graph& g, bool threaded) : program_(std::move(program)), blob_(encode(program_)) {
   statics_.resize(program_.tensors.size());
+  std::vector<char> packed(program_.tensors.size(), 1);  // only ever a filter or bias
+  for (const Op& op : program_.ops) {
+    const bool packs = op.type == OpType::Conv || op.type == OpType::DepthwiseConv || op.type == OpType::FullyConnected;
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      if (op.inputs[i] != kNone && !(packs && i > 0)) packed[op.inputs[i]] = 0;
+  }
+  std::vector<const float*> data(program_.tensors.size());
   for (size_t i = 0; i < program_.tensors.size(); ++i) {
     const Tensor& t = program_.tensors[i];
     if (t.role != Role::Static) continue;
     statics_[i] = allocate(size_t(numel(t.dims)) * sizeof(float));
     static_data(t, g, statics_[i].get());
+    data[i] = statics_[i].get();
   }
   externals_ = external_tensors(program_);
-  idle_.push_back(make_instance());
+  Subgraph sg;
+  define(program_, data, externals_, sg);
+  check(xnn_create_runtime_v2(sg.g, threaded ? &pool_ : nullptr, 0, &runtime_), "xnn_create_runtime_v2");
+  for (size_t i = 0; i < statics_.size(); ++i)
+    if (packed[i]) statics_[i].reset();
+  scratch_.resize(externals_.size());
+  bytes_.resize(externals_.size());
+  for (size_t e = 0; e < externals_.size(); ++e) {
+    bytes_[e] = size_t(numel(program_.tensors[externals_[e]].dims)) * sizeof(float);
+    if (program_.tensors[externals_[e]].nhwc) scratch_[e] = allocate(bytes_[e]);
+  }
 }
 
-Executable::~Executable() = default;
-
-std::unique_ptr<Executable::Instance> Executable::make_instance() {
-  auto instance = std::make_unique<Instance>();
-  std::vector<const float*> statics(statics_.size());
-  for (size_t i = 0; i < statics_.size(); ++i) statics[i] = statics_[i].get();
-  Subgraph sg;
-  define(program_, statics, externals_, sg);
-  check(xnn_create_runtime_v2(sg.g, threaded_ ? &instance->pool : nullptr, 0, &instance->runtime), "xnn_create_runtime_v2");
-  instance->scratch.resize(externals_.size());
-  instance->scratch_bytes.resize(externals_.size());
-  for (size_t e = 0; e < externals_.size(); ++e) {
-    instance->scratch_bytes[e] = size_t(numel(program_.tensors[externals_[e]].dims)) * sizeof(float);
-    if (program_.tensors[externals_[e]].nhwc) instance->scratch[e] = allocate(instance->scratch_bytes[e]);
-  }
-  return instance;
+Executable::~Executable() {
+  if (runtime_) xnn_delete_runtime(runtime_);
 }
 
 void Executable::run(const void* const* inputs, size_t input_count, void* const* outputs, size_t output_count,
@@ -218,65 +209,51 @@ void Executable::run(const void* const* inputs, size_t input_count, void* const*
                                 " outputs, the partition has " + std::to_string(program_.partition_inputs) + " and " +
                                 std::to_string(program_.partition_outputs));
   if (threads && threads->struct_size < sizeof(kiln_backend_threads)) threads = nullptr;
-  std::unique_ptr<Instance> instance;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!idle_.empty()) {
-      instance = std::move(idle_.back());
-      idle_.pop_back();
-    }
-  }
-  if (!instance) instance = make_instance();
-  // Back to the idle ones however the run ends, no longer pointing at this run's threads.
-  struct Return {
-    ~Return() {
-      (*instance)->pool.threads = nullptr;
-      std::lock_guard<std::mutex> lock(self->mutex_);
-      self->idle_.push_back(std::move(*instance));
-    }
-    Executable* self;
-    std::unique_ptr<Instance>* instance;
-  } give_back{this, &instance};
-  instance->pool.threads = threads;
+  std::lock_guard<std::mutex> lock(mutex_);
+  // XNNPACK's pool is this run's threads while it runs, and no longer after.
+  struct Pool {
+    ~Pool() { pool.threads = nullptr; }
+    pthreadpool& pool;
+  } in_use{pool_};
+  pool_.threads = threads;
 
-  std::vector<xnn_external_value> values(externals_.size());
   std::vector<void*> pointers(externals_.size());
   for (size_t e = 0; e < externals_.size(); ++e) {
     const Tensor& t = program_.tensors[externals_[e]];
-    const size_t bytes = instance->scratch_bytes[e];
     const std::vector<int64_t>& d = t.dims;  // NHWC when t.nhwc
     if (t.role == Role::Output) {
       if (!outputs[t.index]) throw std::invalid_argument("output " + std::to_string(t.index) + " is a null buffer");
-      pointers[e] = t.nhwc ? instance->scratch[e].get() : outputs[t.index];
+      pointers[e] = t.nhwc ? scratch_[e].get() : outputs[t.index];
       continue;
     }
     const auto* src = static_cast<const float*>(inputs[t.index]);
     if (!src) throw std::invalid_argument("input " + std::to_string(t.index) + " is a null buffer");
     // XNNPACK may read past the end: harmless within the buffer's last
     // page, not beyond it, where the host's buffer is copied to scratch.
-    const uintptr_t last = reinterpret_cast<uintptr_t>(src) + bytes - 1;
+    const uintptr_t last = reinterpret_cast<uintptr_t>(src) + bytes_[e] - 1;
     if (t.nhwc) {
-      transpose(src, instance->scratch[e].get(), d[0], d[3], d[1] * d[2], threads);
-      pointers[e] = instance->scratch[e].get();
+      transpose(src, scratch_[e].get(), d[0], d[3], d[1] * d[2], threads);
+      pointers[e] = scratch_[e].get();
     } else if (last / 4096 != (last + kOverread) / 4096) {
-      if (!instance->scratch[e]) instance->scratch[e] = allocate(bytes);
-      std::memcpy(instance->scratch[e].get(), src, bytes);
-      pointers[e] = instance->scratch[e].get();
+      if (!scratch_[e]) scratch_[e] = allocate(bytes_[e]);
+      std::memcpy(scratch_[e].get(), src, bytes_[e]);
+      pointers[e] = scratch_[e].get();
     } else {
       pointers[e] = const_cast<float*>(src);
     }
   }
-  for (size_t e = 0; e < externals_.size(); ++e) values[e] = xnn_external_value{uint32_t(e), pointers[e]};
-  if (pointers != instance->bound) {
-    instance->bound.clear();
-    check(xnn_setup_runtime(instance->runtime, values.size(), values.data()), "xnn_setup_runtime");
-    instance->bound = pointers;
+  if (pointers != bound_) {
+    std::vector<xnn_external_value> values(externals_.size());
+    for (size_t e = 0; e < externals_.size(); ++e) values[e] = xnn_external_value{uint32_t(e), pointers[e]};
+    bound_.clear();
+    check(xnn_setup_runtime(runtime_, values.size(), values.data()), "xnn_setup_runtime");
+    bound_ = pointers;
   }
-  check(xnn_invoke_runtime(instance->runtime), "xnn_invoke_runtime");
+  check(xnn_invoke_runtime(runtime_), "xnn_invoke_runtime");
   for (size_t e = 0; e < externals_.size(); ++e) {
     const Tensor& t = program_.tensors[externals_[e]];
     if (t.role == Role::Output && t.nhwc)
-      transpose(instance->scratch[e].get(), static_cast<float*>(outputs[t.index]), t.dims[0], t.dims[1] * t.dims[2], t.dims[3], threads);
+      transpose(scratch_[e].get(), static_cast<float*>(outputs[t.index]), t.dims[0], t.dims[1] * t.dims[2], t.dims[3], threads);
   }
 }
 

@@ -1,7 +1,8 @@
 // A program as XNNPACK runs it: its static tensors made, its subgraph
-// defined and made into XNNPACK runtimes, one per run in flight (an XNNPACK
-// runtime holds the buffers of one run, so concurrent runs each take their
-// own; the first is made up front, more only when runs overlap).
+// defined and made into one XNNPACK runtime. A runtime holds the buffers of
+// one run, so runs of the same compiled partition take turns (the host
+// already runs a Runtime's runs in turn); a second runtime would need a
+// second copy of the packed weights.
 #pragma once
 
 #include <memory>
@@ -9,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include <xnnpack.h>
+
 #include "graph.hpp"
 #include "program.hpp"
+#include "thread_pool.hpp"
 
 namespace kiln_xnnpack {
 
@@ -41,16 +45,18 @@ class Executable {
   const std::string& blob() const { return blob_; }
 
  private:
-  struct Instance;
-  std::unique_ptr<Instance> make_instance();
-
   Program program_;
   std::string blob_;
-  bool threaded_;
-  std::vector<Buffer> statics_;       // per tensor, static tensors only
+  // Per tensor, static tensors XNNPACK reads when it runs (filters and
+  // biases are packed into the runtime and freed once it is made).
+  std::vector<Buffer> statics_;
   std::vector<uint32_t> externals_;   // tensors the host's buffers feed or receive, in external id order
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<Instance>> idle_;
+  std::vector<Buffer> scratch_;       // per external: NHWC copies, and inputs XNNPACK could read past
+  std::vector<size_t> bytes_;         // per external
+  std::mutex mutex_;                  // one run at a time: everything below
+  pthreadpool pool_;
+  xnn_runtime_t runtime_ = nullptr;
+  std::vector<void*> bound_;          // the buffers of the last xnn_setup_runtime
 };
 
 }  // namespace kiln_xnnpack

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/kiln.hpp"
@@ -447,6 +448,28 @@ TEST_F(XnnpackPlugin, PartitionsComeBackFromTheCacheWithNoCompile) {
   EXPECT_EQ(rt.codegen_runs(), 0) << "a warm start compiled on some backend";
   EXPECT_EQ(warm.outputs, cold.outputs);
   EXPECT_EQ(warnings, "");
+}
+
+// A compiled partition holds one XNNPACK runtime: runs from several threads take turns on it.
+TEST_F(XnnpackPlugin, RunsFromSeveralThreadsAgree) {
+  const std::string bytes = model_bytes(find_case("residual_block_and_classifier"), 2);
+  kiln::Runtime reference_rt(options(false));
+  const Result want = run(reference_rt, bytes);
+  kiln::Runtime rt(options(true));
+  const kiln::Model model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
+  std::vector<std::vector<float>> got(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 5; ++i) {
+        const auto out = model.run(inputs_of(bytes));
+        const float* y = out.at(0).data_as<float>();
+        got[t].assign(y, y + out.at(0).numel());
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& g : got) expect_close(Result{{g}, {}}, want);
+  EXPECT_EQ(model.specializations().at(0).backend, "xnnpack");
 }
 
 int thread_count() {
