@@ -138,8 +138,11 @@ std::vector<int64_t> Graph::int64s(int64_t v) const {
 }
 
 std::string Graph::describe(int64_t n) const {
+  std::string text = "node ";
   const std::string node_name = name(n);
-  return "node " + (node_name.empty() ? "#" + std::to_string(n) : "'" + node_name + "'") + " (" + op(n) + ")";
+  if (node_name.empty()) text.append("#").append(std::to_string(n));
+  else text.append("'").append(node_name).append("'");
+  return text.append(" (").append(op(n)).append(")");
 }
 
 }  // namespace kiln_xnnpack

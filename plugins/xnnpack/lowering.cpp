@@ -128,7 +128,7 @@ class Lowerer {
     else if (op == "Gemm" || op == "MatMul") dense(op);
     else if (info->second.kind == Kind::Elementwise) elementwise(op);
     else if (op == "Softmax") softmax();
-    else reshape(op);
+    else reshape();
   }
 
   // The dims XNNPACK sees: rank 0 as [1], NHWC values permuted.
@@ -408,13 +408,12 @@ class Lowerer {
     emit(OpType::Softmax, {data(0)});
   }
 
-  void reshape(const std::string& op) {
+  void reshape() {
     const int64_t x = g_.input(n_, 0), shape = g_.input(n_, 1);
     if (shape >= 0 && !g_.is_constant(shape)) fail("a shape or axes computed at run time");
     const uint32_t in = read(x);
     if ((nhwc_[size_t(x)] && reorders(g_.dims(x))) || (nhwc_[size_t(y_)] && reorders(g_.dims(y_))))
       fail("NHWC data whose elements it would reorder");
-    (void)op;
     emit(OpType::Reshape, {in});
   }
 
