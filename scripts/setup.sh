@@ -16,6 +16,9 @@ PACKAGES=(
   # scripts/fuzz.sh: clang-19's libFuzzer and sanitizer runtimes, and the
   # OpenMP that CMake's find_package(OpenMP) looks for with clang.
   libclang-rt-19-dev libomp-19-dev
+  # plugins/xnnpack: XNNPACK's header and library, and pthreadpool's header
+  # (xnnpack.h includes it).
+  libxnnpack-dev libpthreadpool-dev
 )
 
 missing=()

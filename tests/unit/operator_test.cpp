@@ -187,9 +187,14 @@ const kiln::backends::Backend& backend(const std::string& config) {
   std::lock_guard<std::mutex> lock(mutex);
   const std::string name = config_backend(config);
   auto& b = backends[name];
-  if (!b && name.rfind("plugin-", 0) == 0)
-    b = kiln::plugins::make_plugin_backend(kiln::plugins::load_plugin(std::string(KILN_TEST_PLUGIN_DIR) + "/" + name.substr(7) + ".so"),
-                                           nullptr, [](int, const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); });
+  if (!b && name.rfind("plugin-", 0) == 0) {
+    std::string path = std::string(KILN_TEST_PLUGIN_DIR) + "/" + name.substr(7) + ".so";
+#ifdef KILN_TEST_XNNPACK_PLUGIN
+    if (name == "plugin-xnnpack") path = KILN_TEST_XNNPACK_PLUGIN;
+#endif
+    b = kiln::plugins::make_plugin_backend(kiln::plugins::load_plugin(path), nullptr,
+                                           [](int, const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); });
+  }
   if (!b) b = kiln::backends::make_backend(name, 2);
   if (!b) throw std::runtime_error("no backend named " + name);
   return *b;
@@ -207,6 +212,9 @@ std::vector<std::string> backends_under_test() {
   // The plugins run once, in the default configuration.
   if (!kernels || !*kernels)
     for (const char* plugin : {"plugin-kiln-reference", "plugin-toy"}) names.push_back(plugin);
+#ifdef KILN_TEST_XNNPACK_PLUGIN
+  if (!kernels || !*kernels) names.push_back("plugin-xnnpack");  // built where libxnnpack-dev is installed
+#endif
   return names;
 }
 
