@@ -322,6 +322,19 @@ std::vector<Part> partition(const ir::Graph& graph, const ir::Specialization& sp
   return make_parts(graph, spec, backends, group_nodes(graph, spec, backends));
 }
 
+namespace {
+
+bool outputs_made_by_nodes(const ir::Graph& graph) {
+  std::set<std::string> made;
+  for (const auto& node : graph.nodes) made.insert(node.outputs.begin(), node.outputs.end());
+  std::set<std::string> seen;
+  for (const auto& out : graph.outputs)
+    if (!made.count(out.name) || !seen.insert(out.name).second) return false;
+  return true;
+}
+
+}  // namespace
+
 PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, const ir::Specialization& spec,
                                        const std::vector<const Backend*>& backends, const CompileOptions& options) {
   const Groups groups = group_nodes(*graph, spec, backends);
@@ -350,7 +363,11 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
   // A graph without nodes (its outputs are inputs or constants) needs no
   // plugin: the first built-in backend serves it.
   if (groups.empty() && backends.at(0)->may_decline()) return without(backends.at(0));
-  if (groups.empty() || (groups.size() == 1 && std::get<1>(groups.begin()->first) == 0)) {
+  // A plugin is handed only outputs its nodes make: a graph output that is
+  // an input or a constant goes through the parts, which serve it themselves.
+  const bool whole = groups.size() == 1 && std::get<1>(groups.begin()->first) == 0 &&
+                     (!backends.at(0)->may_decline() || outputs_made_by_nodes(*graph));
+  if (groups.empty() || whole) {
     try {
       return {backends.at(0)->compile(graph, spec, options), backends.at(0)->name(), 1};
     } catch (const ir::Error&) {

@@ -113,6 +113,28 @@ TEST_F(Plugins, TheReferencePluginForcedRunsEveryNodeAsTheReferenceDoes) {
   EXPECT_EQ(stats.compiled_nodes, stats.nodes);
 }
 
+// A plugin that takes every node is still handed only the outputs its nodes
+// make: the graph's input and constant among the outputs are served by the host.
+TEST_F(Plugins, OutputsThatAreAnInputOrAConstantAreServedByTheHost) {
+  ModelBuilder b;
+  b.input("x", kFloat, {2, 3}).output("y", kFloat, {2, 3}).output("x", kFloat, {2, 3}).output("c", kFloat, {2, 3});
+  b.initializer(ModelBuilder::float_tensor("c", {2, 3}, {1, 2, 3, -1, -2, 0.5f}));
+  b.node("Relu", {"x"}, {"y"}, "relu");
+  const std::string bytes = b.bytes();
+  kiln::Runtime rt(options({plugin("toy")}));
+  kiln::Model model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size());
+  const auto out = model.run({{"x", input_x()}});
+  ASSERT_EQ(out.size(), 3u);
+  const kiln::Tensor x = input_x();
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(out[0].data_as<float>()[i], std::max(0.f, x.data_as<float>()[i]));
+    EXPECT_EQ(out[1].data_as<float>()[i], x.data_as<float>()[i]);
+  }
+  EXPECT_EQ(out[2].data_as<float>()[5], 0.5f);
+  EXPECT_EQ(model.specializations().at(0).backend, "toy");
+  EXPECT_EQ(warnings, "");
+}
+
 TEST_F(Plugins, ExcludedPluginsAreNotAsked) {
   kiln::RuntimeOptions o = options({plugin("toy")});
   o.excluded_plugins = {"toy"};
