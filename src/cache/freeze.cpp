@@ -11,6 +11,7 @@
 #include <set>
 
 #include "backends/artifact_weights.hpp"
+#include "backends/pipeline.hpp"
 #include "backends/program_blocks.hpp"
 #include "backends/cpu/bundle/bundle_abi.h"
 #include "backends/cpu/bundle_codegen.hpp"
@@ -22,7 +23,6 @@
 #include "cache/store.hpp"
 #include "runtime/ir/error.hpp"
 #include "runtime/ir/shape_inference.hpp"
-#include "runtime/passes/passes.hpp"
 
 namespace kiln::cache {
 
@@ -253,11 +253,11 @@ class Freezer {
   Frozen specialize(int64_t batch) const {
     Frozen f;
     f.batch = batch;
-    f.spec = ir::specialize(graph_, input_shapes(batch), ref::constant_evaluator());
-    if (!f.spec.dynamic.empty())
-      ir::fail(ir::ErrorKind::Unsupported, "cannot freeze: the shape of '" + f.spec.dynamic[0] + "' depends on the data");
-    f.graph = std::make_shared<ir::Graph>(graph_);
-    passes::optimize_specialization(*f.graph, f.spec, ref::constant_evaluator());
+    auto [graph, spec] = backends::specialize_and_optimize(graph_, input_shapes(batch));
+    if (!spec.dynamic.empty())
+      ir::fail(ir::ErrorKind::Unsupported, "cannot freeze: the shape of '" + spec.dynamic[0] + "' depends on the data");
+    f.graph = std::move(graph);
+    f.spec = std::move(spec);
     f.program = cpu::lower(*f.graph, f.spec, req_.native_kernels ? cpu::KernelFamily::NativeBundle : cpu::KernelFamily::Portable);
     std::string host_steps;
     int count = 0;

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "backends/partitioner.hpp"
+#include "backends/pipeline.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "cache/authenticator.hpp"
 #include "cache/freeze.hpp"
@@ -518,17 +518,6 @@ namespace {
 
 std::string model_label(const ir::Model& m) { return "model '" + m.source_path + "'"; }
 
-// A specialization's graph and shapes after the graph passes: what the
-// backends partition and compile. The graph shares the model's weights;
-// passes only add new tensors.
-std::pair<std::shared_ptr<ir::Graph>, ir::Specialization> specialize_and_optimize(
-    const ir::Model& model, const std::map<std::string, std::pair<ir::DType, ir::Dims>>& shapes) {
-  ir::Specialization spec = ir::specialize(*model.graph, shapes, ref::constant_evaluator());
-  auto graph = std::make_shared<ir::Graph>(*model.graph);
-  passes::optimize_specialization(*graph, spec, ref::constant_evaluator());
-  return {std::move(graph), std::move(spec)};
-}
-
 std::string specialization_key(const std::map<std::string, ir::Tensor>& inputs) {
   std::string key;
   for (const auto& [name, t] : inputs)
@@ -608,10 +597,7 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
     }
     if (!made.executable) {
       own_weights();
-      std::map<std::string, std::pair<ir::DType, ir::Dims>> shapes;
-      for (const auto& [name, t] : ins) shapes[name] = {t.dtype(), t.dims()};
-      auto [graph, spec] = specialize_and_optimize(model, shapes);
-      made = backends::compile_partitioned(graph, spec, order, options);
+      made = backends::compile_for_shapes(*model.graph, backends::shapes_of(ins), order, options);
     }
     entry->executable = std::move(made.executable);
     stats.backend = made.backends;
@@ -640,9 +626,8 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
 
 std::vector<NodePlacement> Model::placement(const std::vector<std::pair<std::string, Shape>>& shapes) const {
   return translate_errors([&] {
-    std::map<std::string, std::pair<ir::DType, ir::Dims>> given;
-    for (const auto& [name, t] : impl_->validate(impl_->placeholders(shapes))) given[name] = {t.dtype(), t.dims()};
-    auto [graph, spec] = specialize_and_optimize(impl_->model, given);
+    const auto given = backends::shapes_of(impl_->validate(impl_->placeholders(shapes)));
+    auto [graph, spec] = backends::specialize_and_optimize(*impl_->model.graph, given);
     std::vector<NodePlacement> placed;
     for (const auto& part : backends::partition(*graph, spec, impl_->runtime.impl_->order))
       for (const auto& node : part.graph->nodes)

@@ -19,10 +19,9 @@
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/shape_inference.hpp"
 #include "backends/backend.hpp"
-#include "backends/partitioner.hpp"
+#include "backends/pipeline.hpp"
 #include "plugins/plugin_backend.hpp"
 #include "runtime/passes/memory_plan.hpp"
-#include "runtime/passes/passes.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
 
 namespace fs = std::filesystem;
@@ -174,23 +173,17 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
     try {
       if (passes || g_backend) {
         // The specialization pipeline (as Model::run applies it) must not change any result.
-        auto optimized = std::make_shared<kiln::ir::Graph>(g);
-        std::map<std::string, std::pair<DType, kiln::ir::Dims>> shapes;
-        for (const auto& [name, t] : inputs) shapes[name] = {t.dtype(), t.dims()};
-        auto spec = kiln::ir::specialize(g, shapes, kiln::ref::constant_evaluator());
-        kiln::passes::optimize_specialization(*optimized, spec, kiln::ref::constant_evaluator());
+        auto [optimized, spec] = kiln::backends::specialize_and_optimize(g, kiln::backends::shapes_of(inputs));
         if (g_backend) {
           const std::vector<const kiln::backends::Backend*> order = {g_backend, g_fallback.get()};
           auto exe = kiln::backends::compile_partitioned(optimized, spec, order, g_options).executable;
           // What a warm start would run: saved, then loaded again from memory.
           if (g_through_cache) {
-            kiln::backends::Artifact saved;
             try {
-              saved = exe->save();
+              exe = kiln::backends::reload(*exe, model.graph, order, g_options).executable;
             } catch (const kiln::ir::Error& e) {  // a failure here, never a skip
-              throw kiln::ir::Error(kiln::ir::ErrorKind::Internal, std::string("cannot be saved: ") + e.what());
+              throw kiln::ir::Error(kiln::ir::ErrorKind::Internal, std::string("cannot be saved and loaded again: ") + e.what());
             }
-            exe = kiln::backends::load_partitioned(kiln::backends::copy_to_memory(saved), model.graph, order, g_options).executable;
           }
           r.compiled_nodes += exe->stats().compiled_nodes;
           r.fallback_nodes += exe->stats().fallback_nodes;

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
-#include "backends/partitioner.hpp"
+#include "backends/pipeline.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "model_builder.hpp"
 #include "plugins/plugin_backend.hpp"
@@ -31,7 +31,6 @@
 #include "runtime/ir/error.hpp"
 #include "runtime/ir/shape_inference.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
-#include "runtime/passes/passes.hpp"
 
 namespace {
 
@@ -218,31 +217,33 @@ std::vector<std::string> backends_under_test() {
   return names;
 }
 
-// The runtime's pipeline: specialize to the input shapes, optimize, compile.
+// The backends in the runtime's order: the one under test, then what takes
+// the nodes it does not (its own fallback, as the runtime asks it, or the
+// reference for a plugin).
+std::vector<const kiln::backends::Backend*> backend_order(const std::string& config) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<kiln::backends::Backend>> fallbacks;
+  const kiln::backends::Backend& b = backend(config);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& fallback = fallbacks[config_backend(config)];
+  if (!fallback) fallback = b.fallback();
+  if (!fallback) fallback = kiln::backends::make_backend("reference", 1);
+  return {&b, fallback.get()};
+}
+
+// The runtime's pipeline (backends/pipeline.hpp).
 struct Compiled {
   std::shared_ptr<kiln::ir::Graph> graph;
   std::unique_ptr<kiln::backends::Executable> exe;
 };
 Compiled compile(const std::string& config, const kiln::ir::Model& model, const std::map<std::string, Tensor>& inputs) {
-  const kiln::backends::Backend& b = backend(config);
-  std::map<std::string, std::pair<DType, Dims>> shapes;
-  for (const auto& [name, t] : inputs) shapes[name] = {t.dtype(), t.dims()};
-  auto spec = kiln::ir::specialize(*model.graph, shapes, kiln::ref::constant_evaluator());
-  Compiled c;
-  c.graph = std::make_shared<kiln::ir::Graph>(*model.graph);
-  kiln::passes::optimize_specialization(*c.graph, spec, kiln::ref::constant_evaluator());
-  // A plugin takes what it claims for these shapes, the reference the rest.
-  const auto reference = kiln::backends::make_backend("reference", 1);
-  const std::vector<const kiln::backends::Backend*> order = {&b, reference.get()};
-  if (b.may_decline()) c.exe = kiln::backends::compile_partitioned(c.graph, spec, order, compile_options(config)).executable;
-  else c.exe = b.compile(c.graph, spec, compile_options(config));
+  const std::vector<const kiln::backends::Backend*> order = backend_order(config);
+  auto [graph, spec] = kiln::backends::specialize_and_optimize(*model.graph, kiln::backends::shapes_of(inputs));
+  Compiled c{graph, kiln::backends::compile_partitioned(graph, spec, order, compile_options(config)).executable};
   // KILN_TEST_THROUGH_CACHE=1 runs what a warm start would: the executable
   // saved for the cache and loaded again (ctest: operator_tests_cpu_through_cache).
-  if (const char* through = std::getenv("KILN_TEST_THROUGH_CACHE"); through && std::string(through) == "1") {
-    const auto saved = kiln::backends::copy_to_memory(c.exe->save());
-    if (b.may_decline()) c.exe = kiln::backends::load_partitioned(saved, c.graph, order, compile_options(config)).executable;
-    else c.exe = b.load(saved, c.graph, compile_options(config));
-  }
+  if (const char* through = std::getenv("KILN_TEST_THROUGH_CACHE"); through && std::string(through) == "1")
+    c.exe = kiln::backends::reload(*c.exe, model.graph, order, compile_options(config)).executable;
   return c;
 }
 

@@ -1,0 +1,34 @@
+#include "backends/pipeline.hpp"
+
+#include "backends/reference/reference_executor.hpp"
+#include "runtime/passes/passes.hpp"
+
+namespace kiln::backends {
+
+InputShapes shapes_of(const std::map<std::string, ir::Tensor>& inputs) {
+  InputShapes shapes;
+  for (const auto& [name, t] : inputs) shapes[name] = {t.dtype(), t.dims()};
+  return shapes;
+}
+
+Specialized specialize_and_optimize(const ir::Graph& graph, const InputShapes& shapes) {
+  Specialized s;
+  s.spec = ir::specialize(graph, shapes, ref::constant_evaluator());
+  s.graph = std::make_shared<ir::Graph>(graph);
+  passes::optimize_specialization(*s.graph, s.spec, ref::constant_evaluator());
+  return s;
+}
+
+PartitionedCompile compile_for_shapes(const ir::Graph& graph, const InputShapes& shapes,
+                                      const std::vector<const Backend*>& backends, const CompileOptions& options) {
+  Specialized s = specialize_and_optimize(graph, shapes);
+  return compile_partitioned(std::move(s.graph), s.spec, backends, options);
+}
+
+PartitionedCompile reload(const Executable& executable, std::shared_ptr<const ir::Graph> graph,
+                          const std::vector<const Backend*>& backends, const CompileOptions& options) {
+  // The saved artifact may point into the executable: it stays alive until the copy is made.
+  return load_partitioned(copy_to_memory(executable.save()), std::move(graph), backends, options);
+}
+
+}  // namespace kiln::backends
