@@ -180,6 +180,9 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
   impl_->options.log_level = options.log_level;  // for the plugins' warnings, before the rest is set
   impl_->options.logger = options.logger;
   try {
+    // What a plugin says while it is loaded reaches the Runtime that loads it.
+    const plugins::LogSink loading = [&](int level, const std::string& text) { log(LogLevel(std::clamp(level, 0, 3)), text); };
+    const plugins::LogScope scope(&loading);
     const char* env = std::getenv("KILN_PLUGIN_PATH");
     impl_->plugin_libraries = plugins::find_plugins(options.plugins, env ? env : "",
                                                     [&](const std::string& w) { log(LogLevel::Warning, w); });

@@ -135,6 +135,26 @@ TEST_F(Plugins, OutputsThatAreAnInputOrAConstantAreServedByTheHost) {
   EXPECT_EQ(warnings, "");
 }
 
+// Run in a fresh process (a death test re-executes this binary), where no
+// plugin is loaded yet: the entry point's message goes to the Runtime's
+// logger, not to stderr.
+TEST(PluginLog, WhatAPluginSaysWhenLoadedReachesTheRuntimeThatLoadsIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        std::string said;
+        kiln::RuntimeOptions o;
+        o.plugins = {plugin("toy")};
+        o.log_level = kiln::LogLevel::Info;
+        o.logger = [&](kiln::LogLevel level, const std::string& m) {
+          if (level == kiln::LogLevel::Info) said += m;
+        };
+        kiln::Runtime rt(o);
+        std::exit(said.find("toy: ready") != std::string::npos ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 TEST_F(Plugins, ExcludedPluginsAreNotAsked) {
   kiln::RuntimeOptions o = options({plugin("toy")});
   o.excluded_plugins = {"toy"};

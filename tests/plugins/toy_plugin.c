@@ -303,6 +303,7 @@ __attribute__((visibility("default"))) kiln_backend_status TOY_ENTRY(uint32_t ho
   if (host_abi_version < 1 || !h || h->struct_size < sizeof(kiln_backend_host) || !h->graph)
     return say(message, KILN_BACKEND_UNSUPPORTED, "needs backend ABI version 1");
   host = h;
+  if (h->log) h->log(h->context, KILN_BACKEND_LOG_INFO, "toy: ready");
   *api = &table;
   return KILN_BACKEND_OK;
 }
