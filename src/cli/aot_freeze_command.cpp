@@ -18,13 +18,18 @@ namespace {
 
 struct FreezeArgs {
   std::string model, output_dir, name, target, cpu, weights = "file", kernels = "portable", format = "object", cache_dir;
-  std::vector<std::string> shapes, dims;
+  std::vector<std::string> shapes, dims, plugins;
   std::vector<int64_t> batch_sizes{1};
   bool json = false;
   bool no_cache = false;
 };
 
 void freeze(const FreezeArgs& args) {
+  // Accepted like on the other commands so that the refusal says why.
+  if (!args.plugins.empty())
+    throw Error(ErrorCode::Unsupported, "--plugin " + args.plugins[0] +
+                                            ": a bundle runs without Kiln, so it cannot call a plugin; aot-freeze compiles every "
+                                            "node with the cpu backend's kernels (leave --plugin out; see docs/plugins.md)");
   RuntimeOptions opts;
   opts.cache = !args.no_cache;
   opts.cache_dir = args.cache_dir;
@@ -93,6 +98,7 @@ void add_aot_freeze_command(CLI::App& app) {
   cmd->add_option("--format", args->format, "object (NAME.o) or static (libNAME.a)")->check(CLI::IsMember({"object", "static"}));
   cmd->add_option("--cache-dir", args->cache_dir, "cache of compiled code (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
   cmd->add_flag("--no-cache", args->no_cache, "compile without looking into or writing the cache");
+  cmd->add_option("--plugin", args->plugins, "refused: bundles hold the cpu backend's code only (plugins cannot run without Kiln)");
   cmd->add_flag("--json", args->json, "print the result as JSON");
   cmd->callback([args] { freeze(*args); });
 }

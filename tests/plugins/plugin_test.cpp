@@ -320,6 +320,13 @@ Command kiln_cmd(const std::string& args) {
 
 const std::string kDigits = std::string(KILN_SOURCE_DIR) + "/examples/digits/digits.onnx";
 
+TEST(PluginCommands, AotFreezeWithAPluginIsRefusedSayingWhy) {
+  const auto r = kiln_cmd("aot-freeze " + kDigits + " -o /tmp/kiln-never-written --no-cache --plugin " + plugin("toy"));
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("a bundle runs without Kiln, so it cannot call a plugin"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists("/tmp/kiln-never-written"));
+}
+
 TEST(PluginCommands, PluginsListsEachWithItsAbiIdentityAndOperators) {
   const auto r = kiln_cmd("plugins --json --plugin " + plugin("toy") + " --plugin " + plugin("kiln-reference"));
   ASSERT_EQ(r.code, 0) << r.out;
