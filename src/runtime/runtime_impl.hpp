@@ -1,20 +1,13 @@
 #pragma once
 // What a Runtime holds: its backend, its thread budget, its cache and the
 // thread that writes cache entries. Internal: shared by the files that
-// implement the public API (runtime.cpp, cache_api.cpp).
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
+// implement the public API.
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "backends/backend.hpp"
@@ -22,6 +15,7 @@
 #include "cache/store.hpp"
 #include "kiln/kiln.hpp"
 #include "plugins/plugin_library.hpp"
+#include "runtime/cache_writer.hpp"
 #include "runtime/ir/error.hpp"
 
 namespace kiln {
@@ -82,54 +76,6 @@ struct __attribute__((visibility("hidden"))) Runtime::Impl {
     static inline thread_local std::vector<Message>* held_ = nullptr;
   };
 
-  // Entries are made and written by one background thread, so that
-  // serialising the program (3-6 ms for a convolutional network, 5-10% of
-  // its compile) and writing and flushing the files (about as long as
-  // compiling, for a large model) stay off the first run. It is started on
-  // the first store and drained on destruction.
-  struct PendingStore {
-    cache::Key key;
-    std::shared_ptr<const backends::Executable> executable;
-    double compile_ms = 0;
-    // Told when nothing could be stored: the outcome (NotCached, or Off for
-    // a directory that cannot be written) and why.
-    std::function<void(CacheOutcome, const std::string&)> settle;
-  };
-  mutable std::mutex store_mutex;
-  mutable std::condition_variable store_cv;
-  mutable std::deque<PendingStore> store_queue;
-  mutable int stores_in_flight = 0;
-  mutable bool stopping = false;
-  mutable std::thread store_thread;
-
-  void enqueue_store(PendingStore p) const {
-    std::lock_guard<std::mutex> lock(store_mutex);
-    store_queue.push_back(std::move(p));
-    ++stores_in_flight;
-    if (!store_thread.joinable()) store_thread = std::thread([this] { write_entries(); });
-    store_cv.notify_all();
-  }
-
-  void write_entries() const {
-    // The lowest priority: the first runs after a compile, which this
-    // thread would otherwise slow by copying the weights (resnet50's first
-    // run took twice as long), come first. Linux priorities are per thread.
-    ::setpriority(PRIO_PROCESS, pid_t(::syscall(SYS_gettid)), 19);
-    std::unique_lock<std::mutex> lock(store_mutex);
-    while (true) {
-      store_cv.wait(lock, [&] { return stopping || !store_queue.empty(); });
-      if (store_queue.empty()) return;
-      PendingStore p = std::move(store_queue.front());
-      store_queue.pop_front();
-      lock.unlock();
-      write_entry(p);
-      p = PendingStore();
-      lock.lock();
-      --stores_in_flight;
-      store_cv.notify_all();
-    }
-  }
-
   void log(LogLevel level, const std::string& message) const {
     if (level == LogLevel::Off || level < options.log_level) return;
     if (HoldMessages::hold(this, level, message)) return;
@@ -142,40 +88,12 @@ struct __attribute__((visibility("hidden"))) Runtime::Impl {
     std::cerr << "kiln " << names[int(level)] << ": " << message << "\n";
   }
 
-  void write_entry(const PendingStore& p) const {
-    backends::Artifact artifact;
-    try {
-      artifact = p.executable->save();
-    } catch (const ir::Error& e) {
-      p.settle(CacheOutcome::NotCached, e.what());  // not an error: some specializations keep no compiled code
-      return;
-    }
-    try {
-      store->put(p.key.hex, p.key.readable, artifact, p.compile_ms);
-    } catch (const ir::Error& e) {
-      const bool io = e.kind() == ir::ErrorKind::Io;
-      if (!io || store_writable.exchange(false))
-        log(LogLevel::Warning, std::string(e.what()) + (io ? "; compiling in memory only from now on" : ""));
-      p.settle(io ? CacheOutcome::Off : CacheOutcome::NotCached, e.what());
-    } catch (const std::exception& e) {
-      log(LogLevel::Warning, std::string("cache: storing an entry failed: ") + e.what());
-      p.settle(CacheOutcome::NotCached, std::string("storing the entry failed: ") + e.what());
-    }
-  }
+  // Saves a specialization's executable and puts it in the store, on the
+  // writer's thread; says what came of it through job.settle.
+  void write_entry(const CacheWriter::Job& job) const;
 
-  void wait_for_stores() const {
-    std::unique_lock<std::mutex> lock(store_mutex);
-    store_cv.wait(lock, [&] { return stores_in_flight == 0; });
-  }
-
-  ~Impl() {
-    {
-      std::lock_guard<std::mutex> lock(store_mutex);
-      stopping = true;
-      store_cv.notify_all();
-    }
-    if (store_thread.joinable()) store_thread.join();
-  }
+  // Last, so that it is destroyed first: its thread uses the members above.
+  mutable CacheWriter writer{[this](const CacheWriter::Job& job) { write_entry(job); }};
 };
 
 }  // namespace kiln
