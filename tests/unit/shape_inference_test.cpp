@@ -1,9 +1,13 @@
 // Symbolic shape inference and specialization to concrete shapes.
 #include <gtest/gtest.h>
 
+#include <set>
+
+#include "backends/reference/kernel_registry.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "imported_model.hpp"
 #include "runtime/ir/shape_inference.hpp"
+#include "runtime/ir/shape_rules/shape_rule.hpp"
 
 using kiln::ir::DType;
 using kiln::ir::Dims;
@@ -261,4 +265,34 @@ TEST(ShapeInference, AFloatCountBeyondInt64IsAnErrorNamingTheValue) {
   } catch (const kiln::ir::Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not fit in an int64"), std::string::npos) << e.what();
   }
+}
+
+// Every operator the reference backend runs has a shape rule, or is listed
+// here with the reason it has none; a listed one that gains a rule must leave
+// the list. Without a rule, a node's outputs take the model's annotations.
+TEST(ShapeInference, EveryReferenceOperatorHasARuleOrASaidReasonNotTo) {
+  const std::set<std::string> without_rule = {
+      // Constants: the importer turns Constant into an initializer, and the
+      // rest are folded when their inputs are constant.
+      "Constant", "EyeLike", "Range", "BlackmanWindow", "HammingWindow", "HannWindow", "MelWeightMatrix",
+      // Their subgraphs decide.
+      "If", "Loop", "Scan",
+      // The data decides the output's length.
+      "Compress", "NonMaxSuppression", "Unique",
+      // No rule yet.
+      "CenterCropPad", "Col2Im", "DFT", "Det", "DynamicQuantizeLinear", "Einsum", "GatherND", "GridSample", "MaxUnpool",
+      "NegativeLogLikelihoodLoss", "OneHot", "QLinearConv", "QLinearMatMul", "RoiAlign", "STFT", "SoftmaxCrossEntropyLoss",
+      "TfIdfVectorizer"};
+  const auto& rules = kiln::ir::shape_rules::ShapeRuleTable::instance();
+  const auto& kernels = kiln::ref::KernelRegistry::instance();
+  std::vector<std::string> missing, listed_with_rule, listed_not_run;
+  for (const std::string& op : kernels.op_types())
+    if (!rules.find(op) && !without_rule.count(op)) missing.push_back(op);
+  for (const std::string& op : without_rule) {
+    if (rules.find(op)) listed_with_rule.push_back(op);
+    if (!kernels.find(op)) listed_not_run.push_back(op);
+  }
+  EXPECT_EQ(missing, std::vector<std::string>{});
+  EXPECT_EQ(listed_with_rule, std::vector<std::string>{});
+  EXPECT_EQ(listed_not_run, std::vector<std::string>{});
 }
