@@ -1,9 +1,9 @@
 # What `cmake --install` puts in a prefix, and CPack's .deb and .tar.gz of the
 # same (docs/install.md): the public headers, libkiln, the kiln command, the
 # plugins built with Kiln, KilnConfig.cmake (find_package(Kiln) -> Kiln::kiln)
-# and kiln.pc. Everything
-# finds the rest relative to itself, so a prefix can be moved; libkiln needs
-# no other file at run time (its kernel bitcode is embedded).
+# and kiln.pc. Everything finds the rest relative to itself, so a prefix can
+# be moved; libkiln needs no other file at run time (its kernel bitcode is
+# embedded).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
