@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # CPack's packages of a build: the .deb holds what `cmake --install` puts in
 # /usr and depends on the Debian packages of the libraries libkiln links; the
-# .tar.gz unpacks anywhere and its kiln command runs from there.
+# .tar.gz unpacks anywhere and its kiln command runs from there. Both hold
+# the plugins the build installs.
 #
-#   package_test.sh BUILD_DIR
+#   package_test.sh BUILD_DIR PLUGIN_FILE...
 set -euo pipefail
 build=$(cd "$1" && pwd)
+shift
+plugin_files=("$@")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -29,7 +32,7 @@ done
 contents=$(dpkg-deb -c "$deb")
 for file in ./usr/bin/kiln ./usr/include/kiln/kiln.hpp ./usr/include/kiln/kiln.h ./usr/include/kiln/backend.h ./usr/lib/cmake/Kiln/KilnConfig.cmake \
   ./usr/lib/cmake/Kiln/KilnConfigVersion.cmake ./usr/lib/pkgconfig/kiln.pc "./usr/lib/libkiln.so -> libkiln.so.0" \
-  "./usr/lib/libkiln.so.0 -> libkiln.so.0.1.0"; do
+  "./usr/lib/libkiln.so.0 -> libkiln.so.0.1.0" "${plugin_files[@]/#/./usr/lib/kiln/plugins/}"; do
   grep -Fq " $file" <<<"$contents" || fail "the .deb lacks $file"
 done
 
@@ -38,4 +41,8 @@ tar -xzf "$tgz" -C unpacked
 kiln=$(find unpacked -path '*/bin/kiln')
 version=$("$kiln" --version) || fail "the kiln command of the .tar.gz does not run"
 [[ $version == "kiln $(dpkg-deb -f "$deb" Version)" ]] || fail "kiln --version says '$version', the .deb $(dpkg-deb -f "$deb" Version)"
+plugins=$("$kiln" plugins)
+for f in "${plugin_files[@]}"; do
+  grep -Fq " $f" <<<"$plugins" || fail "the kiln command of the .tar.gz does not see its plugin $f: $plugins"
+done
 echo "$deb depends on $depends"
