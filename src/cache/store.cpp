@@ -10,7 +10,6 @@
 #include <ctime>
 #include <filesystem>
 #include <random>
-#include <thread>
 
 #include "cache/authenticator.hpp"
 #include "cache/cache_dir.hpp"
@@ -57,14 +56,6 @@ struct OpenEntry {
     if (map) ::munmap(map, map_bytes);
   }
 };
-
-// Test hook (tests/integration): a writer stops for good after writing the
-// named file, so that a test can kill it there.
-void stall_point(const char* file) {
-  const char* at = std::getenv("KILN_CACHE_TEST_STALL_AFTER");
-  if (at && std::strcmp(at, file) == 0)
-    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-}
 
 void write_all(int fd, const void* data, size_t size, const std::string& path) {
   const char* p = static_cast<const char*>(data);
@@ -383,7 +374,6 @@ bool Store::put(const std::string& key, const json& key_inputs, const backends::
     Manifest m;
     auto put_file = [&](const char* file, const std::vector<std::pair<int64_t, std::string_view>>& chunks, int64_t bytes) {
       m.files[file] = {bytes, write_file(dir.get(), file, chunks, l.file_mode)};
-      stall_point(file);
     };
     put_file("object.o", {{0, artifact.object}}, int64_t(artifact.object.size()));
     put_file("program.bin", {{0, artifact.program}}, int64_t(artifact.program.size()));
@@ -410,7 +400,6 @@ bool Store::put(const std::string& key, const json& key_inputs, const backends::
     const std::string text = to_text(m);
     write_file(dir.get(), "manifest.tag", {{0, l.auth->tag(kManifestPurpose, text)}}, l.file_mode);
     write_file(dir.get(), "manifest.json", {{0, text}}, l.file_mode);
-    stall_point("manifest.json");
     sync_dir(dir.get(), dir_ + "/tmp/" + name);
     // An unusable entry (the caller found it so) makes way.
     if (struct stat st {}; ::fstatat(l.entries.get(), key.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) remove(key);

@@ -74,7 +74,9 @@ TEST_F(CacheTest, WriterKilledMidWriteLeavesNothingAReaderAccepts) {
   ASSERT_EQ(cleared.code, 0) << cleared.err;
   for (const std::string stall : {"object.o", "weights.bin", "manifest.json"}) {
     Child writer({"run", kModel, "--input", "image=" + kDigit, "--threads", "1"},
-                 {"KILN_CACHE_DIR=" + dir_.string(), "KILN_CACHE_TEST_STALL_AFTER=" + stall}, root_);
+                 {"KILN_CACHE_DIR=" + dir_.string(), std::string("LD_PRELOAD=") + KILN_TEST_STALL_PRELOAD,
+                  "KILN_TEST_STALL_AFTER=" + stall},
+                 root_);
     // Wait until the writer has written that file into its private directory.
     bool reached = false;
     for (int i = 0; i < 600 && !reached; ++i) {
