@@ -13,21 +13,8 @@ source=$(cd "$2" && pwd)
 built_kiln=$(realpath "$3")
 built_service=$(realpath "$4")
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-# Nothing but the prefix may supply Kiln.
-unset LD_LIBRARY_PATH LIBRARY_PATH CPATH CPLUS_INCLUDE_PATH CMAKE_PREFIX_PATH
-export PKG_CONFIG_PATH=
-
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
-
-cmake --install "$build" --prefix "$work/staged" >install.log
-mv "$work/staged" "$work/prefix"
-prefix=$work/prefix
+source "$(dirname "$0")/temp_prefix.sh"
+install_to_temp_prefix "$build"
 [[ -x $prefix/bin/kiln ]] || fail "no bin/kiln in the prefix"
 for f in kiln.hpp kiln.h backend.h; do [[ -f $prefix/include/kiln/$f ]] || fail "no include/kiln/$f in the prefix"; done
 pc=$(find "$prefix" -name kiln.pc)

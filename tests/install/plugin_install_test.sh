@@ -14,21 +14,8 @@ source=$(cd "$2" && pwd)
 shift 2
 plugin_files=("$@")
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-# Nothing but the prefix may supply Kiln.
-unset LD_LIBRARY_PATH LIBRARY_PATH CPATH C_INCLUDE_PATH CMAKE_PREFIX_PATH KILN_PLUGIN_PATH
-export PKG_CONFIG_PATH=
-
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
-
-cmake --install "$build" --prefix "$work/staged" >install.log
-mv "$work/staged" "$work/prefix"
-prefix=$work/prefix
+source "$(dirname "$0")/temp_prefix.sh"
+install_to_temp_prefix "$build"
 kiln=$prefix/bin/kiln
 export PKG_CONFIG_PATH=$(dirname "$(find "$prefix" -name kiln.pc)")
 
