@@ -129,7 +129,10 @@ bool lower_pool(Context& cx, const ir::Node& n) {
 // reference kernel's own) is what oneDNN's resampling computes: FPN's
 // nearest upsampling by whole factors, a detector's bilinear image resize.
 // It then runs in the activations' blocked layout; as a reference-kernel
-// step it needed them plain, with reorders on both sides.
+// step it needed them plain, with reorders on both sides. The other
+// Resizes run the interpreter's kernel (interpreter_kernels.cpp: the same
+// plan of taps, on plain values only); the reference kernel stays the
+// oracle both are tested against.
 bool lower_resize(Context& cx, const ir::Node& n) {
   if (n.inputs.empty() || !cx.is_f32(n.inputs[0]) || !cx.only_first_output_wanted(n)) return false;
   const Dims in = cx.dims(n.inputs[0]), out = cx.dims(n.outputs[0]);
