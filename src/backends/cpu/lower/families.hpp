@@ -1,0 +1,56 @@
+#pragma once
+// How each operator family lowers a node: true when it added the node's
+// steps, false (having added none) when its reference kernel should run it.
+// op_table.cpp says which of these each operator takes.
+#include "runtime/ir/graph.hpp"
+
+namespace kiln::cpu::lowering {
+
+class Context;
+
+// conv.cpp
+bool lower_conv(Context& cx, const ir::Node& n);
+bool lower_conv_transpose(Context& cx, const ir::Node& n);
+bool portable_conv(Context& cx, const ir::Node& n);
+
+// matmul.cpp
+bool lower_gemm(Context& cx, const ir::Node& n);
+bool lower_matmul(Context& cx, const ir::Node& n);
+bool portable_gemm(Context& cx, const ir::Node& n);
+bool portable_matmul(Context& cx, const ir::Node& n);
+
+// pool_resize.cpp
+bool lower_pool(Context& cx, const ir::Node& n);
+bool lower_resize(Context& cx, const ir::Node& n);
+bool portable_pool(Context& cx, const ir::Node& n);
+bool portable_global_pool(Context& cx, const ir::Node& n);
+
+// normalization.cpp
+bool lower_softmax(Context& cx, const ir::Node& n);
+bool lower_layer_norm(Context& cx, const ir::Node& n);
+bool lower_batch_norm(Context& cx, const ir::Node& n);
+bool lower_instance_norm(Context& cx, const ir::Node& n);
+bool portable_softmax(Context& cx, const ir::Node& n);
+bool portable_layer_norm(Context& cx, const ir::Node& n);
+
+// recurrent.cpp
+bool lower_recurrent(Context& cx, const ir::Node& n);
+bool portable_recurrent(Context& cx, const ir::Node& n);
+
+// data_movement.cpp
+bool lower_alias(Context& cx, const ir::Node& n);
+bool lower_transpose(Context& cx, const ir::Node& n);
+bool lower_slice(Context& cx, const ir::Node& n);
+bool lower_gather(Context& cx, const ir::Node& n);
+bool lower_concat(Context& cx, const ir::Node& n);
+bool portable_transpose(Context& cx, const ir::Node& n);
+bool portable_slice(Context& cx, const ir::Node& n);
+bool portable_concat(Context& cx, const ir::Node& n);
+bool portable_gather(Context& cx, const ir::Node& n);
+
+// elementwise.cpp: a loop, or a oneDNN binary between blocked operands.
+bool lower_elementwise(Context& cx, const ir::Node& n);
+// A loop only (what the portable kernels take).
+bool lower_loop(Context& cx, const ir::Node& n);
+
+}  // namespace kiln::cpu::lowering

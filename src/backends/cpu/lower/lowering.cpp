@@ -1,0 +1,59 @@
+// The lowering's entry points (lowering.hpp): the context runs it, the op
+// table says what the backend compiles.
+#include "backends/cpu/lowering.hpp"
+
+#include <cstdlib>
+#include <string_view>
+
+#include "backends/cpu/lower/context.hpp"
+#include "backends/cpu/lower/op_table.hpp"
+#include "backends/reference/reference_executor.hpp"
+
+namespace kiln::cpu {
+
+bool winograd_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("KILN_WINOGRAD");
+    if (!e || !*e) return true;
+    if (std::string_view(e) != "0" && std::string_view(e) != "1")
+      throw ir::Error(ir::ErrorKind::InvalidArgument, std::string("KILN_WINOGRAD='") + e + "': expected 0 or 1");
+    return *e == '1';
+  }();
+  return enabled;
+}
+
+int64_t channel_blocks_threshold() {
+  static const int64_t bytes = [] {
+    const char* e = std::getenv("KILN_CHANNEL_BLOCKS_FROM");
+    if (!e || !*e) return int64_t(6) << 20;
+    char* end = nullptr;
+    const long long v = std::strtoll(e, &end, 10);
+    if (*end || v < 0) throw ir::Error(ir::ErrorKind::InvalidArgument, std::string("KILN_CHANNEL_BLOCKS_FROM='") + e + "': expected a number of bytes");
+    return int64_t(v);
+  }();
+  return bytes;
+}
+
+bool lowers_natively(const ir::Node& node) {
+  const lowering::OpLowering* op = lowering::find_op(node);
+  return op && op->claimed;
+}
+
+bool lowers(const ir::Node& node, const ir::Specialization& spec) {
+  for (const auto& name : ir::values_read(node))
+    if (!lowering::is_static(spec, name)) return false;
+  for (const auto& name : node.outputs)
+    if (!name.empty() && !lowering::is_static(spec, name)) return false;
+  return lowers_natively(node) || ref::has_kernel(node.domain, node.op_type);
+}
+
+Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork* deferred,
+              std::vector<ImplementationTrial>* trials) {
+  DeferredWork work;
+  Program p = lowering::Context(graph, spec, family, deferred ? *deferred : work, trials).run();
+  p.graph_nodes = int(graph.nodes.size());
+  for (auto& task : work) task();
+  return p;
+}
+
+}  // namespace kiln::cpu

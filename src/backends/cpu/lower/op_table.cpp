@@ -1,0 +1,115 @@
+#include "backends/cpu/lower/op_table.hpp"
+
+#include <map>
+#include <string>
+
+#include "backends/cpu/lower/context.hpp"
+#include "backends/cpu/lower/families.hpp"
+
+namespace kiln::cpu::lowering {
+
+namespace {
+
+using Op = Loop::Op;
+
+constexpr OpLowering view(LowerFn lower) { return {StepKind::View, lower, lower}; }
+constexpr OpLowering primitive(LowerFn native, LowerFn portable) { return {StepKind::Primitive, native, portable}; }
+// An elementwise operator with `arity` inputs that a loop computes as `op`.
+constexpr OpLowering loop(Op op, int arity) {
+  return {StepKind::Loop, &lower_elementwise, &lower_loop, true, op, arity};
+}
+
+const std::map<std::string, OpLowering, std::less<>>& op_table() {
+  static const std::map<std::string, OpLowering, std::less<>> table = [] {
+    std::map<std::string, OpLowering, std::less<>> t = {
+        // data_movement.cpp
+        {"Identity", view(&lower_alias)},
+        {"Reshape", view(&lower_alias)},
+        {"Flatten", view(&lower_alias)},
+        {"Squeeze", view(&lower_alias)},
+        {"Unsqueeze", view(&lower_alias)},
+        {"Transpose", primitive(&lower_transpose, &portable_transpose)},
+        {"Concat", primitive(&lower_concat, &portable_concat)},
+        {"Slice", primitive(&lower_slice, &portable_slice)},
+        {"Gather", primitive(&lower_gather, &portable_gather)},
+        // conv.cpp
+        {"Conv", primitive(&lower_conv, &portable_conv)},
+        {"ConvTranspose", primitive(&lower_conv_transpose, nullptr)},
+        // matmul.cpp
+        {"Gemm", primitive(&lower_gemm, &portable_gemm)},
+        {"MatMul", primitive(&lower_matmul, &portable_matmul)},
+        // pool_resize.cpp
+        {"MaxPool", primitive(&lower_pool, &portable_pool)},
+        {"AveragePool", primitive(&lower_pool, &portable_pool)},
+        {"GlobalAveragePool", primitive(&lower_pool, &portable_global_pool)},
+        {"GlobalMaxPool", primitive(&lower_pool, &portable_global_pool)},
+        // normalization.cpp
+        {"Softmax", primitive(&lower_softmax, &portable_softmax)},
+        {"LogSoftmax", primitive(&lower_softmax, &portable_softmax)},
+        {"LayerNormalization", primitive(&lower_layer_norm, &portable_layer_norm)},
+        {"BatchNormalization", primitive(&lower_batch_norm, nullptr)},
+        {"InstanceNormalization", primitive(&lower_instance_norm, nullptr)},
+        // recurrent.cpp
+        {"RNN", primitive(&lower_recurrent, &portable_recurrent)},
+        {"GRU", primitive(&lower_recurrent, &portable_recurrent)},
+        {"LSTM", primitive(&lower_recurrent, &portable_recurrent)},
+        // elementwise.cpp
+        {"Add", loop(Op::Add, 2)},
+        {"Sub", loop(Op::Sub, 2)},
+        {"Mul", loop(Op::Mul, 2)},
+        {"Div", loop(Op::Div, 2)},
+        {"Pow", loop(Op::Pow, 2)},
+        {"Max", loop(Op::Max, 2)},
+        {"Min", loop(Op::Min, 2)},
+        {"PRelu", loop(Op::PRelu, 2)},
+        {"Neg", loop(Op::Neg, 1)},
+        {"Abs", loop(Op::Abs, 1)},
+        {"Relu", loop(Op::Relu, 1)},
+        {"LeakyRelu", loop(Op::LeakyRelu, 1)},
+        {"Sigmoid", loop(Op::Sigmoid, 1)},
+        {"Tanh", loop(Op::Tanh, 1)},
+        {"Exp", loop(Op::Exp, 1)},
+        {"Log", loop(Op::Log, 1)},
+        {"Sqrt", loop(Op::Sqrt, 1)},
+        {"Erf", loop(Op::Erf, 1)},
+        {"Reciprocal", loop(Op::Reciprocal, 1)},
+        {"Floor", loop(Op::Floor, 1)},
+        {"Ceil", loop(Op::Ceil, 1)},
+        {"Clip", loop(Op::Clip, 1)},  // its bounds are constants, not loop inputs
+        {"HardSigmoid", loop(Op::HardSigmoid, 1)},
+        {"HardSwish", loop(Op::HardSwish, 1)},
+        {"Softplus", loop(Op::Softplus, 1)},
+        {"Elu", loop(Op::Elu, 1)},
+        {"Selu", loop(Op::Selu, 1)},
+        {"Softsign", loop(Op::Softsign, 1)},
+    };
+    // An inference-mode Dropout reaches the lowering as an Identity (the
+    // passes' no_ops_as_identity); one that trains runs its reference kernel.
+    t["Dropout"] = view(nullptr);
+    // Lowered where oneDNN's resampling computes what the reference kernel
+    // does (pool_resize.cpp), but not claimed (see Backend::supports): the
+    // other modes run their reference kernel in the program.
+    t["Resize"] = t["Upsample"] = {StepKind::Primitive, &lower_resize, nullptr, false};
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+const OpLowering* find_op(const ir::Node& n) {
+  if (!n.domain.empty() && n.domain != "ai.onnx") return nullptr;
+  const auto& table = op_table();
+  auto it = table.find(n.op_type);
+  return it == table.end() ? nullptr : &it->second;
+}
+
+bool lower_node(Context& cx, const ir::Node& n) {
+  const OpLowering* op = find_op(n);
+  if (!op) return false;
+  if (op->kind != StepKind::View && cx.touches_empty(n)) return false;
+  const LowerFn lower = cx.portable ? op->portable : op->native;
+  return lower && lower(cx, n);
+}
+
+}  // namespace kiln::cpu::lowering
