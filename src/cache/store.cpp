@@ -15,6 +15,7 @@
 #include "cache/cache_dir.hpp"
 #include "cache/cache_key.hpp"
 #include "cache/hash_memo.hpp"
+#include "runtime/ir/environment.hpp"
 #include "runtime/ir/error.hpp"
 #include "runtime/ir/huge_pages.hpp"
 
@@ -251,11 +252,7 @@ struct Store::Layout {
   }
 };
 
-std::string default_dir() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg == '/') return std::string(xdg) + "/kiln";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/kiln";
-  return "";
-}
+std::string default_dir() { return env::default_cache_dir(); }
 
 std::string Store::open_layout(Layout& l, bool create) const {
   l.shared = shared();

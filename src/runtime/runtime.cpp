@@ -10,6 +10,7 @@
 #include "plugins/plugin_backend.hpp"
 #include "plugins/plugin_set.hpp"
 #include "runtime/api_errors.hpp"
+#include "runtime/ir/environment.hpp"
 #include "runtime/runtime_impl.hpp"
 
 namespace kiln {
@@ -37,23 +38,16 @@ const char* cache_outcome_name(CacheOutcome o) {
 
 namespace {
 
-bool env_says_off(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v) return false;
-  const std::string s(v);
-  return s == "off" || s == "0" || s == "false" || s == "no";
-}
-
 int64_t cache_max_bytes(const RuntimeOptions& options, const Runtime& runtime) {
   if (options.cache_max_bytes < 0)
     throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::cache_max_bytes must be 0 (default) or positive, got " +
                                                 std::to_string(options.cache_max_bytes));
   if (options.cache_max_bytes > 0) return options.cache_max_bytes;
-  if (const char* v = std::getenv("KILN_CACHE_MAX_BYTES"); v && *v) {
+  if (const std::string v = env::cache_max_bytes(); !v.empty()) {
     char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
+    const long long n = std::strtoll(v.c_str(), &end, 10);
     if (end && *end == '\0' && n > 0) return n;
-    runtime.log(LogLevel::Warning, std::string("KILN_CACHE_MAX_BYTES='") + v + "' is not a positive number of bytes; using 1 GiB");
+    runtime.log(LogLevel::Warning, "KILN_CACHE_MAX_BYTES='" + v + "' is not a positive number of bytes; using 1 GiB");
   }
   return cache::kDefaultMaxBytes;
 }
@@ -71,8 +65,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
     // What a plugin says while it is loaded reaches the Runtime that loads it.
     const plugins::LogSink loading = [&](int level, const std::string& text) { log(LogLevel(std::clamp(level, 0, 3)), text); };
     const plugins::LogScope scope(&loading);
-    const char* env = std::getenv("KILN_PLUGIN_PATH");
-    impl_->plugin_libraries = plugins::find_plugins(options.plugins, env ? env : "",
+    impl_->plugin_libraries = plugins::find_plugins(options.plugins, env::plugin_path(),
                                                     [&](const std::string& w) { log(LogLevel::Warning, w); });
   } catch (const ir::Error& e) {
     throw Error(ErrorCode::InvalidArgument, e.what());
@@ -107,22 +100,22 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
   impl_->order.push_back(impl_->backend.get());
   if (impl_->fallback) impl_->order.push_back(impl_->fallback.get());
   if (options.kernels.empty())
-    if (const char* env = std::getenv("KILN_KERNELS"); env && *env) options.kernels = env;
+    options.kernels = env::kernels();
   if (options.kernels.empty()) options.kernels = "native";
   if (options.kernels != "native" && options.kernels != "portable")
     throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::kernels (or KILN_KERNELS) is '" + options.kernels +
                                                 "'; expected 'native' or 'portable'");
   impl_->options = std::move(options);
   const RuntimeOptions& o = impl_->options;
-  if (o.cache && !env_says_off("KILN_CACHE")) {
+  if (o.cache && !env::cache_off()) {
     std::string dir = o.cache_dir;
     if (dir.empty())
-      if (const char* env = std::getenv("KILN_CACHE_DIR"); env && *env) dir = env;
+      dir = env::cache_dir();
     if (dir.empty()) dir = cache::default_dir();
     const int64_t max_bytes = cache_max_bytes(o, *this);
     std::string key_file = o.cache_key_file;
     if (key_file.empty())
-      if (const char* env = std::getenv("KILN_CACHE_KEY_FILE"); env && *env) key_file = env;
+      key_file = env::cache_key_file();
     std::string& refused = impl_->cache_refused;
     std::string key;
     if (dir.empty()) refused = "no cache directory (HOME is not set)";

@@ -11,6 +11,7 @@
 
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/cpu/thread_budget.hpp"
+#include "runtime/ir/environment.hpp"
 #include "runtime/ir/error.hpp"
 #include "runtime/ir/huge_pages.hpp"
 
@@ -18,13 +19,8 @@ namespace kiln::cpu {
 
 TrialPolicy trial_policy() {
   static const TrialPolicy policy = [] {
-    const char* e = std::getenv("KILN_IMPLEMENTATION_TRIALS");
-    const std::string_view v = e ? e : "";
-    if (v.empty() || v == "timed") return TrialPolicy::Timed;
-    if (v == "off") return TrialPolicy::Off;
-    if (v == "other") return TrialPolicy::Other;
-    throw ir::Error(ir::ErrorKind::InvalidArgument,
-                    "KILN_IMPLEMENTATION_TRIALS='" + std::string(v) + "': expected off, timed or other");
+    const std::string v = env::implementation_trials();
+    return v == "off" ? TrialPolicy::Off : v == "other" ? TrialPolicy::Other : TrialPolicy::Timed;
   }();
   return policy;
 }

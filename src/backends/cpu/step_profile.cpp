@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "runtime/ir/environment.hpp"
+
 namespace kiln::cpu {
 
 namespace {
@@ -19,10 +21,10 @@ double median(std::vector<double> v) {
 }  // namespace
 
 StepProfile::StepProfile(size_t steps) {
-  const char* p = std::getenv("KILN_PROFILE");
-  if (!p || !*p || std::string(p) == "0") return;
+  const std::string p = env::profile();
+  if (p.empty() || p == "0") return;
   ms_.assign(steps, {});
-  all_ = std::string(p) == "all";
+  all_ = p == "all";
 }
 
 void StepProfile::begin_run() {

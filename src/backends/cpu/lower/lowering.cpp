@@ -2,35 +2,20 @@
 // table says what the backend compiles.
 #include "backends/cpu/lowering.hpp"
 
-#include <cstdlib>
-#include <string_view>
-
 #include "backends/cpu/lower/context.hpp"
 #include "backends/cpu/lower/op_table.hpp"
 #include "backends/reference/reference_executor.hpp"
+#include "runtime/ir/environment.hpp"
 
 namespace kiln::cpu {
 
 bool winograd_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("KILN_WINOGRAD");
-    if (!e || !*e) return true;
-    if (std::string_view(e) != "0" && std::string_view(e) != "1")
-      throw ir::Error(ir::ErrorKind::InvalidArgument, std::string("KILN_WINOGRAD='") + e + "': expected 0 or 1");
-    return *e == '1';
-  }();
+  static const bool enabled = env::winograd();
   return enabled;
 }
 
 int64_t channel_blocks_threshold() {
-  static const int64_t bytes = [] {
-    const char* e = std::getenv("KILN_CHANNEL_BLOCKS_FROM");
-    if (!e || !*e) return int64_t(6) << 20;
-    char* end = nullptr;
-    const long long v = std::strtoll(e, &end, 10);
-    if (*end || v < 0) throw ir::Error(ir::ErrorKind::InvalidArgument, std::string("KILN_CHANNEL_BLOCKS_FROM='") + e + "': expected a number of bytes");
-    return int64_t(v);
-  }();
+  static const int64_t bytes = env::channel_blocks_from();
   return bytes;
 }
 
