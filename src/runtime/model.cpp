@@ -2,7 +2,7 @@
 // go and freezing it into a bundle.
 #include "backends/pipeline.hpp"
 #include "backends/reference/reference_executor.hpp"
-#include "cache/freeze.hpp"
+#include "bundle/freeze.hpp"
 #include "runtime/api_errors.hpp"
 #include "runtime/model_impl.hpp"
 #include "runtime/onnx/onnx_importer.hpp"

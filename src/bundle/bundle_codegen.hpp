@@ -1,6 +1,6 @@
 #pragma once
 // The object of a frozen bundle: every specialization's entry, the portable
-// kernels they call, the bundle runtime (src/backends/cpu/bundle/bundle_runtime.c)
+// kernels they call, the bundle runtime (src/bundle/runtime/bundle_runtime.c)
 // and its descriptor, for native bundles the oneDNN tables and their runtime
 // (bundle_native.c), and the exported C API NAME_create, NAME_run, ...
 // (documented by the header the freezer writes). Nothing else is exported,

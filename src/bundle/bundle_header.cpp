@@ -1,9 +1,9 @@
-#include "cache/bundle_header.hpp"
+#include "bundle/bundle_header.hpp"
 
 #include <cctype>
 #include <sstream>
 
-#include "backends/cpu/bundle/bundle_abi.h"
+#include "bundle/runtime/bundle_abi.h"
 
 namespace kiln::cache {
 

@@ -1,4 +1,4 @@
-#include "backends/cpu/bundle_codegen.hpp"
+#include "bundle/bundle_codegen.hpp"
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
@@ -16,10 +16,10 @@
 
 #include "backends/cpu/codegen.hpp"
 #include "backends/cpu/portable_bitcode.hpp"
-#include "backends/cpu/bundle/bundle_abi.h"
-#include "backends/cpu/bundle/bundle_cpu_features.h"
-#include "backends/cpu/bundle/bundle_native.h"
 #include "backends/program_blocks.hpp"
+#include "bundle/runtime/bundle_abi.h"
+#include "bundle/runtime/bundle_cpu_features.h"
+#include "bundle/runtime/bundle_native.h"
 #include "runtime/ir/error.hpp"
 
 namespace kiln::cpu {

@@ -1,4 +1,4 @@
-#include "cache/freeze.hpp"
+#include "bundle/freeze.hpp"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -11,14 +11,14 @@
 #include <set>
 
 #include "backends/artifact_weights.hpp"
-#include "backends/pipeline.hpp"
-#include "backends/program_blocks.hpp"
-#include "backends/cpu/bundle/bundle_abi.h"
-#include "backends/cpu/bundle_codegen.hpp"
 #include "backends/cpu/lowering.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
+#include "backends/pipeline.hpp"
+#include "backends/program_blocks.hpp"
 #include "backends/reference/reference_executor.hpp"
-#include "cache/bundle_header.hpp"
+#include "bundle/bundle_codegen.hpp"
+#include "bundle/bundle_header.hpp"
+#include "bundle/runtime/bundle_abi.h"
 #include "cache/cache_key.hpp"
 #include "cache/store.hpp"
 #include "runtime/ir/error.hpp"
