@@ -5,7 +5,7 @@
 
 #include "bundle/runtime/bundle_abi.h"
 
-namespace kiln::cache {
+namespace kiln::bundle {
 
 namespace {
 
@@ -205,4 +205,4 @@ std::string bundle_readme(const BundleDescription& d) {
   return r.str();
 }
 
-}  // namespace kiln::cache
+}  // namespace kiln::bundle
