@@ -50,7 +50,7 @@ struct BundlePlan {
 std::string compile_bundle(const BundlePlan& plan, const cpu::TargetCompiler& compiler);
 
 // The features of the compiler's target that the bundle's create checks
-// the CPU for ("avx2,fma,..."): those of bundle/bundle_cpu_features.h.
+// the CPU for ("avx2,fma,..."): those of runtime/bundle_cpu_features.h.
 std::string bundle_cpu_features(const cpu::TargetCompiler& compiler);
 
 // A static library (ar archive with a symbol table) holding one object.
