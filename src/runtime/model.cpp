@@ -2,7 +2,7 @@
 // go and freezing it into a bundle.
 #include "backends/pipeline.hpp"
 #include "backends/reference/reference_executor.hpp"
-#include "cache/freeze.hpp"
+#include "bundle/freeze.hpp"
 #include "runtime/api_errors.hpp"
 #include "runtime/model_impl.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
@@ -91,7 +91,7 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
     if (options.format != "object" && options.format != "static")
       ir::fail(ir::ErrorKind::InvalidArgument, "format '" + options.format + "': expected 'object' or 'static'");
     if (options.output_dir.empty()) ir::fail(ir::ErrorKind::InvalidArgument, "no output directory");
-    cache::FreezeRequest req;
+    bundle::FreezeRequest req;
     req.output_dir = options.output_dir;
     req.name = options.name;
     for (const auto& [name, shape] : options.shapes) req.shapes[name] = shape;
@@ -106,7 +106,7 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
     if (impl_->store && rt.store_writable.load()) req.store = impl_->store.get();
     req.warn = [&](const std::string& message) { impl_->runtime.log(LogLevel::Warning, model_label(impl_->model) + ": " + message); };
     impl_->own_weights();
-    const cache::FreezeResult r = cache::freeze(impl_->model, req);
+    const bundle::FreezeResult r = bundle::freeze(impl_->model, req);
     FreezeResult out;
     out.name = r.name;
     out.target = r.triple;
@@ -117,10 +117,10 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
     out.weights_bytes = r.weights_bytes;
     out.seconds = r.seconds;
     switch (r.cache) {
-      case cache::FreezeCache::Off: out.cache = CacheOutcome::Off; break;
-      case cache::FreezeCache::Hit: out.cache = CacheOutcome::Hit; break;
-      case cache::FreezeCache::Miss: out.cache = CacheOutcome::Miss; break;
-      case cache::FreezeCache::Rebuild: out.cache = CacheOutcome::Rebuild; break;
+      case bundle::FreezeCache::Off: out.cache = CacheOutcome::Off; break;
+      case bundle::FreezeCache::Hit: out.cache = CacheOutcome::Hit; break;
+      case bundle::FreezeCache::Miss: out.cache = CacheOutcome::Miss; break;
+      case bundle::FreezeCache::Rebuild: out.cache = CacheOutcome::Rebuild; break;
     }
     out.cache_key = r.cache_key;
     out.cache_note = r.cache_note;

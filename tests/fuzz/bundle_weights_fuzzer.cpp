@@ -1,5 +1,5 @@
 // libFuzzer target for the bundle runtime's weights loader
-// (src/backends/cpu/bundle/bundle_runtime.c, compiled into this program):
+// (src/bundle/runtime/bundle_runtime.c, compiled into this program):
 // any weights file, in memory or on disk, against a bundle expecting any
 // size and checksum, gives a handle or a status, never a crash, a read
 // outside the data, or an allocation the data does not back. Memory and
@@ -15,7 +15,7 @@
 #include <cstring>
 #include <string>
 
-#include "backends/cpu/bundle/bundle_abi.h"
+#include "bundle/runtime/bundle_abi.h"
 
 namespace {
 

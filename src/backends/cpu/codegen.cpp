@@ -13,9 +13,9 @@
 #include <map>
 #include <set>
 
-#include "backends/cpu/bundle/bundle_abi.h"
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/cpu/portable_bitcode.hpp"
+#include "bundle/runtime/bundle_abi.h"
 #include "runtime/ir/error.hpp"
 
 namespace kiln::cpu {

@@ -32,7 +32,7 @@ HostInfo detect_host();
 // A function carrying this attribute keeps its own target-cpu and
 // target-features when compiled, instead of the target's: the bundle
 // runtime, whose CPU check must run on any CPU of the architecture
-// (bundle/bundle_abi.h).
+// (src/bundle/runtime/bundle_abi.h).
 inline constexpr const char* kKeepTargetAttribute = "kiln-keep-target";
 
 // Whether a function of `m` may branch back (a block order with only forward

@@ -14,8 +14,8 @@ namespace kiln::cpu {
 
 enum class BitcodeLibrary {
   Kernels,        // src/backends/cpu/portable
-  BundleRuntime,  // src/backends/cpu/bundle/bundle_runtime.c
-  BundleNative,   // src/backends/cpu/bundle/bundle_native.c: the host's architecture only
+  BundleRuntime,  // src/bundle/runtime/bundle_runtime.c
+  BundleNative,   // src/bundle/runtime/bundle_native.c: the host's architecture only
 };
 
 // What the GEMM micro-kernels are shaped for: the target's widest vector

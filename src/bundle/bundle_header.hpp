@@ -8,7 +8,7 @@
 #include "runtime/ir/dtype.hpp"
 #include "runtime/ir/tensor.hpp"
 
-namespace kiln::cache {
+namespace kiln::bundle {
 
 struct BundleDescription {
   struct Tensor {
@@ -31,4 +31,4 @@ struct BundleDescription {
 std::string bundle_header(const BundleDescription& d);
 std::string bundle_readme(const BundleDescription& d);
 
-}  // namespace kiln::cache
+}  // namespace kiln::bundle

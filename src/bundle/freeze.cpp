@@ -1,4 +1,4 @@
-#include "cache/freeze.hpp"
+#include "bundle/freeze.hpp"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -11,20 +11,20 @@
 #include <set>
 
 #include "backends/artifact_weights.hpp"
-#include "backends/pipeline.hpp"
-#include "backends/program_blocks.hpp"
-#include "backends/cpu/bundle/bundle_abi.h"
-#include "backends/cpu/bundle_codegen.hpp"
 #include "backends/cpu/lowering.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
+#include "backends/pipeline.hpp"
+#include "backends/program_blocks.hpp"
 #include "backends/reference/reference_executor.hpp"
-#include "cache/bundle_header.hpp"
+#include "bundle/bundle_codegen.hpp"
+#include "bundle/bundle_header.hpp"
+#include "bundle/runtime/bundle_abi.h"
 #include "cache/cache_key.hpp"
 #include "cache/store.hpp"
 #include "runtime/ir/error.hpp"
 #include "runtime/ir/shape_inference.hpp"
 
-namespace kiln::cache {
+namespace kiln::bundle {
 
 namespace fs = std::filesystem;
 
@@ -92,7 +92,7 @@ class Freezer {
     r.triple = compiler.target().triple;
     r.cpu = target.cpu.empty() ? "generic" : target.cpu;
 
-    cpu::BundlePlan plan = make_plan(r.name);
+    BundlePlan plan = make_plan(r.name);
     const std::string object = compiled_object(plan, compiler, r);
 
     const fs::path dir(req_.output_dir);
@@ -100,7 +100,7 @@ class Freezer {
     fs::create_directories(dir, ec);
     if (ec) ir::fail(ir::ErrorKind::Io, "cannot create '" + dir.string() + "': " + ec.message());
     const std::string object_file = req_.static_library ? "lib" + r.name + ".a" : r.name + ".o";
-    const std::string bytes = req_.static_library ? cpu::static_archive(object, r.name + ".o") : object;
+    const std::string bytes = req_.static_library ? static_archive(object, r.name + ".o") : object;
     write_file(dir / object_file, bytes);
     r.files.push_back((dir / object_file).string());
     r.object_bytes = int64_t(bytes.size());
@@ -116,7 +116,7 @@ class Freezer {
     d.model_hash = model_.content_hash;
     d.triple = r.triple;
     d.cpu = r.cpu;
-    d.cpu_features = cpu::bundle_cpu_features(compiler);
+    d.cpu_features = bundle_cpu_features(compiler);
     d.object_file = object_file;
     d.embedded_weights = req_.embed_weights;
     if (req_.native_kernels) d.native = onednn_version();
@@ -143,7 +143,7 @@ class Freezer {
   // module together with the kernel library, which is most of the time
   // (about 2.5 s of 2.8 for resnet50, whatever the number of batch sizes),
   // so an entry per specialization would save nothing when one is missing.
-  std::string compiled_object(const cpu::BundlePlan& plan, const cpu::TargetCompiler& compiler, FreezeResult& r) const {
+  std::string compiled_object(const BundlePlan& plan, const cpu::TargetCompiler& compiler, FreezeResult& r) const {
     const cpu::Target& target = compiler.target();
     std::string shapes;
     for (const Frozen& f : frozen_)
@@ -156,7 +156,7 @@ class Freezer {
                                  ", target " + target.triple + ", cpu " + r.cpu + ", features " + target.features +
                                  ", weights " + (req_.embed_weights ? "embedded" : "file") + " xxh3-64 " +
                                  std::to_string(plan.weights_checksum) + " " + std::to_string(plan.weights_bytes);
-    const Key key = make_key({model_.content_hash, model_.source_path, shapes, identity});
+    const cache::Key key = cache::make_key({model_.content_hash, model_.source_path, shapes, identity});
     if (req_.store) {
       r.cache_key = key.hex;
       std::string problem;
@@ -172,7 +172,7 @@ class Freezer {
     }
     progress("compiling " + std::to_string(frozen_.size()) + " specialization(s) for " + r.triple + " (" + r.cpu + ")");
     const auto start = std::chrono::steady_clock::now();
-    std::string object = cpu::compile_bundle(plan, compiler);
+    std::string object = compile_bundle(plan, compiler);
     if (req_.store) {
       backends::Artifact artifact;
       artifact.object = object;
@@ -291,8 +291,8 @@ class Freezer {
     return batched;
   }
 
-  cpu::BundlePlan make_plan(const std::string& name) {
-    cpu::BundlePlan plan;
+  BundlePlan make_plan(const std::string& name) {
+    BundlePlan plan;
     plan.name = name;
     const cpu::Program& first = frozen_[0].program;
     const int64_t b0 = frozen_[0].batch;
@@ -315,7 +315,7 @@ class Freezer {
     for (const Frozen& f : frozen_) {
       if (f.program.inputs != first.inputs || f.program.outputs != first.outputs)
         ir::fail(ir::ErrorKind::Internal, "specializations of one model disagree on inputs or outputs");
-      cpu::BundleSpecialization s;
+      BundleSpecialization s;
       s.program = &f.program;
       s.batch = f.batch;
       for (const ir::Tensor& c : f.program.constants) {
@@ -391,7 +391,7 @@ class Freezer {
     return file + weights_;
   }
 
-  std::vector<BundleDescription::Tensor> describe(const std::vector<cpu::BundleTensor>& list, bool inputs) const {
+  std::vector<BundleDescription::Tensor> describe(const std::vector<BundleTensor>& list, bool inputs) const {
     std::vector<BundleDescription::Tensor> out;
     for (size_t i = 0; i < list.size(); ++i) {
       BundleDescription::Tensor t;
@@ -421,4 +421,4 @@ class Freezer {
 
 FreezeResult freeze(const ir::Model& model, const FreezeRequest& request) { return Freezer(model, request).run(); }
 
-}  // namespace kiln::cache
+}  // namespace kiln::bundle

@@ -26,8 +26,8 @@
 #define XXH_NO_STREAM
 #include <xxhash.h>
 
-#include "backends/cpu/bundle/bundle_abi.h"
-#include "backends/cpu/bundle/bundle_cpu_features.h"
+#include "bundle/runtime/bundle_abi.h"
+#include "bundle/runtime/bundle_cpu_features.h"
 
 #define MAX_RULES 16
 

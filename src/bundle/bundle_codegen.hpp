@@ -1,6 +1,6 @@
 #pragma once
 // The object of a frozen bundle: every specialization's entry, the portable
-// kernels they call, the bundle runtime (src/backends/cpu/bundle/bundle_runtime.c)
+// kernels they call, the bundle runtime (src/bundle/runtime/bundle_runtime.c)
 // and its descriptor, for native bundles the oneDNN tables and their runtime
 // (bundle_native.c), and the exported C API NAME_create, NAME_run, ...
 // (documented by the header the freezer writes). Nothing else is exported,
@@ -14,7 +14,7 @@
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/program.hpp"
 
-namespace kiln::cpu {
+namespace kiln::bundle {
 
 struct BundleTensor {
   std::string name;
@@ -24,7 +24,7 @@ struct BundleTensor {
 };
 
 struct BundleSpecialization {
-  const Program* program = nullptr;
+  const cpu::Program* program = nullptr;
   int64_t batch = 1;
   std::vector<int64_t> constant_offsets;  // of each program constant in the weights data
   // Native bundles: a document and blocks (backends/program_blocks.hpp)
@@ -47,13 +47,13 @@ struct BundlePlan {
 // Throws ir::Error: Unsupported naming a step that needs a host kernel
 // (other than a oneDNN primitive, in a native bundle), InvalidArgument for a
 // plan the bundle runtime cannot hold.
-std::string compile_bundle(const BundlePlan& plan, const TargetCompiler& compiler);
+std::string compile_bundle(const BundlePlan& plan, const cpu::TargetCompiler& compiler);
 
 // The features of the compiler's target that the bundle's create checks
-// the CPU for ("avx2,fma,..."): those of bundle/bundle_cpu_features.h.
-std::string bundle_cpu_features(const TargetCompiler& compiler);
+// the CPU for ("avx2,fma,..."): those of runtime/bundle_cpu_features.h.
+std::string bundle_cpu_features(const cpu::TargetCompiler& compiler);
 
 // A static library (ar archive with a symbol table) holding one object.
 std::string static_archive(const std::string& object, const std::string& member_name);
 
-}  // namespace kiln::cpu
+}  // namespace kiln::bundle

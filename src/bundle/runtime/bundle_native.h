@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backends/cpu/bundle/bundle_abi.h"
+#include "bundle/runtime/bundle_abi.h"
 
 #ifdef __cplusplus
 extern "C" {

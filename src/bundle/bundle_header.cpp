@@ -1,11 +1,11 @@
-#include "cache/bundle_header.hpp"
+#include "bundle/bundle_header.hpp"
 
 #include <cctype>
 #include <sstream>
 
-#include "backends/cpu/bundle/bundle_abi.h"
+#include "bundle/runtime/bundle_abi.h"
 
-namespace kiln::cache {
+namespace kiln::bundle {
 
 namespace {
 
@@ -205,4 +205,4 @@ std::string bundle_readme(const BundleDescription& d) {
   return r.str();
 }
 
-}  // namespace kiln::cache
+}  // namespace kiln::bundle

@@ -14,8 +14,10 @@
 #include "runtime/ir/graph.hpp"
 
 namespace kiln::cache {
-
 class Store;
+}  // namespace kiln::cache
+
+namespace kiln::bundle {
 
 struct FreezeRequest {
   std::string output_dir;
@@ -34,7 +36,7 @@ struct FreezeRequest {
   // The compiled object is looked up in, and stored into, this cache (none
   // if null). A cache that cannot be written is reported through `warn`
   // and the freeze goes on.
-  const Store* store = nullptr;
+  const cache::Store* store = nullptr;
   std::function<void(const std::string&)> warn;
 };
 
@@ -58,4 +60,4 @@ struct FreezeResult {
 // when the files cannot be written.
 FreezeResult freeze(const ir::Model& model, const FreezeRequest& request);
 
-}  // namespace kiln::cache
+}  // namespace kiln::bundle

@@ -10,7 +10,7 @@
 
 #include <dnnl.h>
 
-#include "backends/cpu/bundle/bundle_native.h"
+#include "bundle/runtime/bundle_native.h"
 
 typedef struct primitive_state {
   dnnl_primitive_t primitive;

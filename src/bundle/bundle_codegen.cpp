@@ -1,4 +1,4 @@
-#include "backends/cpu/bundle_codegen.hpp"
+#include "bundle/bundle_codegen.hpp"
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
@@ -16,19 +16,19 @@
 
 #include "backends/cpu/codegen.hpp"
 #include "backends/cpu/portable_bitcode.hpp"
-#include "backends/cpu/bundle/bundle_abi.h"
-#include "backends/cpu/bundle/bundle_cpu_features.h"
-#include "backends/cpu/bundle/bundle_native.h"
 #include "backends/program_blocks.hpp"
+#include "bundle/runtime/bundle_abi.h"
+#include "bundle/runtime/bundle_cpu_features.h"
+#include "bundle/runtime/bundle_native.h"
 #include "runtime/ir/error.hpp"
 
-namespace kiln::cpu {
+namespace kiln::bundle {
 
 namespace {
 
 class BundleEmitter {
  public:
-  BundleEmitter(llvm::Module& m, const BundlePlan& plan, const TargetCompiler& compiler)
+  BundleEmitter(llvm::Module& m, const BundlePlan& plan, const cpu::TargetCompiler& compiler)
       : m_(m), ctx_(m.getContext()), b_(ctx_), plan_(plan), compiler_(compiler) {
     ptr_ = llvm::PointerType::getUnqual(ctx_);
     i64_ = llvm::Type::getInt64Ty(ctx_);
@@ -41,7 +41,7 @@ class BundleEmitter {
     for (size_t s = 0; s < plan_.specs.size(); ++s) {
       const BundleSpecialization& spec = plan_.specs[s];
       const std::string entry = plan_.name + "_b" + std::to_string(spec.batch) + "_entry";
-      emit_bundle_entry(m_, *spec.program, entry, spec.constant_offsets);
+      cpu::emit_bundle_entry(m_, *spec.program, entry, spec.constant_offsets);
       specs.push_back(llvm::ConstantStruct::get(spec_type, {i(spec.batch), i(spec.program->arena_bytes), m_.getFunction(entry),
                                                             plan_.native ? native_table(spec) : null()}));
     }
@@ -199,7 +199,7 @@ class BundleEmitter {
     // Called before create's CPU check: the runtime's baseline target, not the bundle's.
     for (const char* a : {"target-cpu", "target-features", "tune-cpu"})
       if (fn->hasFnAttribute(a)) f->addFnAttr(fn->getFnAttribute(a));
-    f->addFnAttr(kKeepTargetAttribute);
+    f->addFnAttr(cpu::kKeepTargetAttribute);
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", f));
     auto* result = b_.CreateCall(fn, args(f));
     if (type->getReturnType()->isVoidTy()) b_.CreateRetVoid();
@@ -220,7 +220,7 @@ class BundleEmitter {
   llvm::LLVMContext& ctx_;
   llvm::IRBuilder<> b_;
   const BundlePlan& plan_;
-  const TargetCompiler& compiler_;
+  const cpu::TargetCompiler& compiler_;
   llvm::PointerType* ptr_;
   llvm::Type *i64_, *i32_;
   llvm::Constant* desc_ = nullptr;
@@ -229,25 +229,25 @@ class BundleEmitter {
 
 }  // namespace
 
-std::string compile_bundle(const BundlePlan& plan, const TargetCompiler& compiler) {
+std::string compile_bundle(const BundlePlan& plan, const cpu::TargetCompiler& compiler) {
   if (plan.specs.empty() || plan.specs.size() > KILN_BUNDLE_MAX_SPECS)
     ir::fail(ir::ErrorKind::InvalidArgument, "a bundle holds 1 to " + std::to_string(KILN_BUNDLE_MAX_SPECS) + " batch sizes, not " +
                                                  std::to_string(plan.specs.size()));
   if (plan.inputs.size() + plan.outputs.size() > KILN_BUNDLE_MAX_IO)
     ir::fail(ir::ErrorKind::InvalidArgument, "a bundle has at most " + std::to_string(KILN_BUNDLE_MAX_IO) + " inputs and outputs");
   auto unit = compiler.new_module(plan.name);
-  link_bitcode(*unit.module, BitcodeLibrary::Kernels, compiler.vector_config());
-  link_bitcode(*unit.module, BitcodeLibrary::BundleRuntime);
-  if (plan.native) link_bitcode(*unit.module, BitcodeLibrary::BundleNative);
+  cpu::link_bitcode(*unit.module, cpu::BitcodeLibrary::Kernels, compiler.vector_config());
+  cpu::link_bitcode(*unit.module, cpu::BitcodeLibrary::BundleRuntime);
+  if (plan.native) cpu::link_bitcode(*unit.module, cpu::BitcodeLibrary::BundleNative);
   try {
     BundleEmitter(*unit.module, plan, compiler).emit();
   } catch (const nlohmann::json::exception& e) {
     ir::fail(ir::ErrorKind::Internal, std::string("native bundle: a saved oneDNN kernel is malformed: ") + e.what());
   }
-  return compiler.compile(std::move(unit), Jit::Optimise::Full);
+  return compiler.compile(std::move(unit), cpu::Jit::Optimise::Full);
 }
 
-std::string bundle_cpu_features(const TargetCompiler& compiler) {
+std::string bundle_cpu_features(const cpu::TargetCompiler& compiler) {
 #define KILN_FEATURE_NAME(name, word, mask, os_state) name,
   static const std::vector<std::string> x86 = {KILN_BUNDLE_X86_FEATURES(KILN_FEATURE_NAME)};
   static const std::vector<std::string> aarch64 = {KILN_BUNDLE_AARCH64_FEATURES(KILN_FEATURE_NAME)};
@@ -275,4 +275,4 @@ std::string static_archive(const std::string& object, const std::string& member_
   return std::string((*archive)->getBufferStart(), (*archive)->getBufferSize());
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::bundle
