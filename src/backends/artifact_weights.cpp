@@ -1,5 +1,7 @@
 #include "backends/artifact_weights.hpp"
 
+#include <cstdint>
+
 #include <nlohmann/json.hpp>
 
 #include "runtime/ir/error.hpp"
@@ -49,8 +51,11 @@ ir::Tensor load_constant(const nlohmann::json& j, const WeightsReader& weights, 
   const auto dtype = ir::DType(ir::json_field<int>(j, "dtype", what));
   if (!ir::dtype_supported(dtype)) ir::fail(ir::ErrorKind::InvalidModel, what + ": constant of unsupported dtype");
   const auto dims = ir::json_field<ir::Dims>(j, "dims", what);
-  const void* data =
-      weights.at(ir::json_field<int64_t>(j, "offset", what), ir::checked_numel(dims) * int64_t(ir::dtype_size(dtype)), what);
+  const int64_t numel = ir::checked_numel(dims), element = int64_t(ir::dtype_size(dtype));
+  // A count that fits in int64 may still not in bytes: no file holds such a constant.
+  if (numel > INT64_MAX / element)
+    ir::fail(ir::ErrorKind::InvalidModel, what + ": a constant of shape " + ir::dims_to_string(dims) + " has more bytes than a file can hold");
+  const void* data = weights.at(ir::json_field<int64_t>(j, "offset", what), numel * element, what);
   return ir::Tensor::view(dtype, dims, const_cast<void*>(data), std::move(keep_alive));
 }
 

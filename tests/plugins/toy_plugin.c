@@ -136,12 +136,14 @@ static int parse(const void* bytes, size_t size, toy_program* p) {
   p->output = q, q += p->outputs;
   p->constants = (float*)q;
   for (int64_t v = 0; v < p->values; ++v)
-    if (p->numel[v] < 0 || p->where[v] < -2 || (p->where[v] >= 0 && p->where[v] + p->numel[v] > p->floats)) return 0;
+    if (p->numel[v] < 0 || p->where[v] < -2 || (p->where[v] >= 0 && p->numel[v] > p->floats - p->where[v])) return 0;
   for (int64_t s = 0; s < p->steps; ++s) {
     const int64_t* st = p->step + 4 * s;
     if (st[0] < OP_RELU || st[0] > OP_MUL) return 0;
     for (int k = 1; k < 4; ++k)
-      if (st[k] < 0 || st[k] >= p->values || p->numel[st[k]] != p->numel[st[3]]) return 0;
+      if (st[k] < 0 || st[k] >= p->values) return 0;
+    for (int k = 1; k < 3; ++k)  /* the output's count once every index is known to be a value */
+      if (p->numel[st[k]] != p->numel[st[3]]) return 0;
   }
   for (int64_t i = 0; i < p->inputs + p->outputs; ++i)
     if (p->input[i] < 0 || p->input[i] >= p->values) return 0;  /* input and output are contiguous */
