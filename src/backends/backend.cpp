@@ -28,7 +28,7 @@ void Executable::run_into(const std::map<std::string, ir::Tensor>& inputs, std::
   for (size_t i = 0; i < produced.size(); ++i) {
     dtypes.push_back(produced[i].dtype());
     dims.push_back(produced[i].dims());
-    names.push_back("#" + std::to_string(i));
+    names.push_back(std::string("#").append(std::to_string(i)));  // not "#" + ...: GCC 12 warns falsely (-Wrestrict)
   }
   if (outputs.size() != produced.size())
     ir::fail(ir::ErrorKind::InvalidArgument, std::to_string(outputs.size()) + " output buffers for " +
