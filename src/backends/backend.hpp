@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -108,6 +109,13 @@ struct CompileOptions {
   // The cpu backend's kernel family: "native" (oneDNN) or "portable" (the
   // kernel library compiled into the object itself).
   std::string kernels = "native";
+  // The cpu backend's tuning, for tests and experiments; each enters its
+  // identity (so the cache key). Unset: KILN_WINOGRAD,
+  // KILN_CHANNEL_BLOCKS_FROM and KILN_IMPLEMENTATION_TRIALS, else the
+  // defaults (the README's table).
+  std::optional<bool> winograd;
+  std::optional<int64_t> channel_blocks_from;
+  std::optional<std::string> implementation_trials;  // off, timed or other
 };
 
 class Backend {

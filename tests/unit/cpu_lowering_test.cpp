@@ -1,6 +1,8 @@
 // What the cpu backend's lowering decides, read off the program it makes.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -8,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/backend.hpp"
 #include "backends/cpu/lowering.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/cpu/portable/kernels.h"
@@ -229,9 +232,29 @@ TEST(CpuLowering, LargeConvolutionsComputeInChannelBlocks) {
   };
   for (int64_t side : {32, 256}) {  // the output: 96 KiB, 6 MiB
     const int64_t pixels = side * side, plain = 24 * pixels * 4;
-    const bool blocks = plain >= kiln::cpu::channel_blocks_threshold();
+    const bool blocks = plain >= kiln::cpu::Tuning::of({}).channel_blocks_from;
     EXPECT_EQ(conv_destination(side), blocks ? 32 * pixels * 4 : plain) << side << "x" << side;
   }
+}
+
+// The cpu backend's tuning comes from CompileOptions where set (the operator
+// suite's configurations use that), else from the environment, and enters
+// the backend's identity, so the cache keys.
+TEST(CpuLowering, TuningComesFromTheOptionsBeforeTheEnvironment) {
+  ::setenv("KILN_CHANNEL_BLOCKS_FROM", "123", 1);
+  ::setenv("KILN_WINOGRAD", "2", 1);
+  kiln::backends::CompileOptions o;
+  EXPECT_THROW(kiln::cpu::Tuning::of(o), kiln::ir::Error);  // KILN_WINOGRAD=2 is neither 0 nor 1
+  o.winograd = false;
+  EXPECT_EQ(kiln::cpu::Tuning::of(o).channel_blocks_from, 123);
+  EXPECT_FALSE(kiln::cpu::Tuning::of(o).winograd);
+  o.channel_blocks_from = 0;
+  EXPECT_EQ(kiln::cpu::Tuning::of(o).channel_blocks_from, 0);
+  const auto cpu = kiln::backends::make_backend("cpu", 1);
+  EXPECT_NE(cpu->identity(o).find("channel_blocks_from=0 winograd=0"), std::string::npos) << cpu->identity(o);
+  ::unsetenv("KILN_CHANNEL_BLOCKS_FROM");
+  ::unsetenv("KILN_WINOGRAD");
+  EXPECT_NE(cpu->identity({}).find("channel_blocks_from=6291456 winograd=1"), std::string::npos) << cpu->identity({});
 }
 
 // oneDNN 2.6 has only its reference kernel for a per-channel binary op on
@@ -350,7 +373,7 @@ TEST(CpuLowering, ThreeByThreeConvolutionsInChannelBlocksUseWinograd) {
                                    {{"x", {kiln::ir::DType::Float32, {1, 16, 12, 12}}}, {"z", {kiln::ir::DType::Float32, {1, 3, 12, 12}}}},
                                    kiln::ref::constant_evaluator());
   const auto p = kiln::cpu::lower(*m.graph, spec);
-  if (!kiln::cpu::winograd_enabled()) GTEST_SKIP() << "KILN_WINOGRAD=0";
+  if (!kiln::cpu::Tuning::of({}).winograd) GTEST_SKIP() << "KILN_WINOGRAD=0";
   for (const Conv& c : convs) {
     const auto& kernel = static_cast<const kiln::cpu::OneDnnKernel&>(*step_of(p, c.name).kernel);
     const bool winograd = kernel.implementation().find("wino") != std::string::npos;

@@ -169,15 +169,50 @@ kiln::ir::Model import(const Case& c) {
   return kiln::onnx_import::import_model_bytes(bytes.data(), bytes.size(), "operator_test.onnx");
 }
 
-// A configuration under test: a backend name, and for cpu a kernel family
-// after a colon ("cpu:portable"); or "plugin-NAME", the plugin NAME.so of
-// the tests' plugin folder, with the reference for what it does not take.
-std::string config_backend(const std::string& config) { return config.substr(0, config.find(':')); }
-kiln::backends::CompileOptions compile_options(const std::string& config) {
-  kiln::backends::CompileOptions o;
-  if (const size_t colon = config.find(':'); colon != std::string::npos) o.kernels = config.substr(colon + 1);
-  return o;
+// A configuration under test, named by the test parameter so that a failing
+// test says which one broke: a backend (or "plugin-NAME", the plugin NAME.so
+// of the tests' plugin folder), its compile options, and whether the
+// executable goes through a save and load first, as a warm start does.
+struct Config {
+  std::string backend;
+  kiln::backends::CompileOptions options;
+  bool through_cache = false;
+};
+
+const std::map<std::string, Config>& configs() {
+  static const std::map<std::string, Config> all = [] {
+    std::map<std::string, Config> m;
+    for (const auto& n : kiln::backends::backend_names())
+      if (n != "reference") m[n] = {n, {}, false};
+    if (m.count("cpu")) {
+      Config c{"cpu", {}, false};
+      c.options.kernels = "portable";
+      m["cpu_portable"] = c;
+      // Every convolution in 16-channel blocks, which the defaults give only
+      // to large activations (larger than any operator test's).
+      c = {"cpu", {}, false};
+      c.options.channel_blocks_from = 0;
+      m["cpu_channel_blocks"] = c;
+      m["cpu_through_cache"] = {"cpu", {}, true};
+      // Every convolution on the next of oneDNN's jit implementations that
+      // fits (implementation_choice.hpp), through the cache: the compile
+      // picks one only where making the preferred one is slow, rare here.
+      c = {"cpu", {}, true};
+      c.options.implementation_trials = "other";
+      m["cpu_other_implementations"] = c;
+    }
+    for (const char* plugin : {"plugin-kiln-reference", "plugin-toy"}) m[plugin] = {plugin, {}, false};
+#ifdef KILN_TEST_XNNPACK_PLUGIN
+    m["plugin-xnnpack"] = {"plugin-xnnpack", {}, false};  // built where libxnnpack-dev is installed
+#endif
+    return m;
+  }();
+  return all;
 }
+
+const Config& config_of(const std::string& name) { return configs().at(name); }
+std::string config_backend(const std::string& config) { return config_of(config).backend; }
+const kiln::backends::CompileOptions& compile_options(const std::string& config) { return config_of(config).options; }
 
 // One backend object per name for the whole run: JIT setup is not what is tested.
 const kiln::backends::Backend& backend(const std::string& config) {
@@ -199,21 +234,9 @@ const kiln::backends::Backend& backend(const std::string& config) {
   return *b;
 }
 
-// KILN_TEST_KERNELS=portable runs the cpu backend with its portable kernels
-// instead (ctest does: operator_tests_cpu_portable).
 std::vector<std::string> backends_under_test() {
-  const char* kernels = std::getenv("KILN_TEST_KERNELS");
   std::vector<std::string> names;
-  for (const auto& n : kiln::backends::backend_names()) {
-    if (n == "reference") continue;
-    names.push_back(n == "cpu" && kernels && *kernels ? "cpu:" + std::string(kernels) : n);
-  }
-  // The plugins run once, in the default configuration.
-  if (!kernels || !*kernels)
-    for (const char* plugin : {"plugin-kiln-reference", "plugin-toy"}) names.push_back(plugin);
-#ifdef KILN_TEST_XNNPACK_PLUGIN
-  if (!kernels || !*kernels) names.push_back("plugin-xnnpack");  // built where libxnnpack-dev is installed
-#endif
+  for (const auto& [name, config] : configs()) names.push_back(name);
   return names;
 }
 
@@ -240,9 +263,7 @@ Compiled compile(const std::string& config, const kiln::ir::Model& model, const 
   const std::vector<const kiln::backends::Backend*> order = backend_order(config);
   auto [graph, spec] = kiln::backends::specialize_and_optimize(*model.graph, kiln::backends::shapes_of(inputs));
   Compiled c{graph, kiln::backends::compile_partitioned(graph, spec, order, compile_options(config)).executable};
-  // KILN_TEST_THROUGH_CACHE=1 runs what a warm start would: the executable
-  // saved for the cache and loaded again (ctest: operator_tests_cpu_through_cache).
-  if (const char* through = std::getenv("KILN_TEST_THROUGH_CACHE"); through && std::string(through) == "1")
+  if (config_of(config).through_cache)
     c.exe = kiln::backends::reload(*c.exe, model.graph, order, compile_options(config)).executable;
   return c;
 }

@@ -286,7 +286,7 @@ class CpuBackend : public Backend {
     std::vector<cpu::ImplementationTrial> trials;
     try {
       program = cpu::lower(*graph, spec, options.kernels == "portable" ? cpu::KernelFamily::Portable : cpu::KernelFamily::Native,
-                           &deferred, &trials);
+                           &deferred, &trials, cpu::Tuning::of(options));
     } catch (const ir::Error& e) {
       if (e.kind() != ir::ErrorKind::Unsupported) throw;
       // Shapes that depend on data cannot be planned statically. The
@@ -299,7 +299,7 @@ class CpuBackend : public Backend {
     std::vector<std::string> step_symbols;
     cpu::ProgramObjects objects;
     generate_code(program, deferred, objects, step_symbols);
-    cpu::choose_implementations(program, trials, *budget_, cpu::trial_policy());
+    cpu::choose_implementations(program, trials, *budget_, cpu::trial_policy(options));
     return std::make_unique<CpuExecutable>(std::move(program), std::move(objects), std::move(step_symbols), jit_shared(), budget_);
   }
 
@@ -326,11 +326,12 @@ class CpuBackend : public Backend {
   std::string identity(const CompileOptions& options) const override {
     const cpu::HostInfo& host = jit().host();
     const dnnl_version_t* v = dnnl_version();
+    const cpu::Tuning tuning = cpu::Tuning::of(options);
     std::string id = Backend::identity(options) + " target=" + host.triple + " cpu=" + host.cpu + " features=";
     for (const auto& f : host.features) id += f;
     id += " onednn=" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + "-" +
           v->hash + " dnnl_md=" + std::to_string(sizeof(dnnl_memory_desc_t)) + " llvm=" + LLVM_VERSION_STRING +
-          " channel_blocks_from=" + std::to_string(cpu::channel_blocks_threshold()) + " winograd=" + (cpu::winograd_enabled() ? "1" : "0");
+          " channel_blocks_from=" + std::to_string(tuning.channel_blocks_from) + " winograd=" + (tuning.winograd ? "1" : "0");
     return id;
   }
 

@@ -17,12 +17,12 @@
 
 namespace kiln::cpu {
 
-TrialPolicy trial_policy() {
-  static const TrialPolicy policy = [] {
-    const std::string v = env::implementation_trials();
-    return v == "off" ? TrialPolicy::Off : v == "other" ? TrialPolicy::Other : TrialPolicy::Timed;
-  }();
-  return policy;
+TrialPolicy trial_policy(const backends::CompileOptions& options) {
+  const std::string v = options.implementation_trials ? *options.implementation_trials : env::implementation_trials();
+  if (v == "off") return TrialPolicy::Off;
+  if (v == "timed") return TrialPolicy::Timed;
+  if (v == "other") return TrialPolicy::Other;
+  ir::fail(ir::ErrorKind::InvalidArgument, "implementation_trials '" + v + "': expected off, timed or other");
 }
 
 namespace {

@@ -13,6 +13,7 @@
 
 #include <dnnl.hpp>
 
+#include "backends/backend.hpp"
 #include "backends/cpu/program.hpp"
 
 namespace kiln::cpu {
@@ -34,9 +35,10 @@ enum class TrialPolicy {
   Other,  // take another wherever one fits (for the tests: every such path runs)
 };
 
-// KILN_IMPLEMENTATION_TRIALS: off, timed (the default) or other. Read once.
-// Throws ir::Error(InvalidArgument) for any other value.
-TrialPolicy trial_policy();
+// CompileOptions::implementation_trials, else KILN_IMPLEMENTATION_TRIALS:
+// off, timed (the default) or other. Throws ir::Error(InvalidArgument) for
+// any other value.
+TrialPolicy trial_policy(const backends::CompileOptions& options);
 
 // Decides each trial of `program` (whose primitives are made) by `policy`,
 // timing on `budget`'s threads as a run does. Returns the steps that changed

@@ -21,20 +21,22 @@ namespace kiln::cpu {
 // first runs (see DeferredWork) is appended there instead of done. With
 // `trials`, the steps that could take another oneDNN implementation are
 // listed there (see implementation_choice.hpp).
+struct Tuning {
+  // Convolutions whose input or output has at least this many bytes compute
+  // in oneDNN's 16-channel blocks; smaller ones in the layout oneDNN picks
+  // (channels-last on AVX-512). 0 puts every convolution in blocks, which
+  // the tests use.
+  int64_t channel_blocks_from = int64_t(6) << 20;
+  // Whether 3x3 convolutions may use oneDNN's Winograd kernels where the CPU has them.
+  bool winograd = true;
+  // The options' values where set, else the environment's (CompileOptions).
+  // Throws ir::Error(InvalidArgument) for a variable with a bad value.
+  static Tuning of(const backends::CompileOptions& options);
+};
+
 Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family = KernelFamily::Native,
-              DeferredWork* deferred = nullptr, std::vector<ImplementationTrial>* trials = nullptr);
-
-// Convolutions whose input or output has at least this many bytes compute in
-// oneDNN's 16-channel blocks; smaller ones in the layout oneDNN picks
-// (channels-last on AVX-512). 6 MiB, or KILN_CHANNEL_BLOCKS_FROM (read once;
-// 0 puts every convolution in blocks, which the tests use). Throws
-// ir::Error(InvalidArgument) when that variable is not a number of bytes.
-int64_t channel_blocks_threshold();
-
-// Whether 3x3 convolutions may use oneDNN's Winograd kernels where the CPU
-// has them: yes, unless KILN_WINOGRAD=0 (read once). Throws
-// ir::Error(InvalidArgument) when that variable is neither 0 nor 1.
-bool winograd_enabled();
+              DeferredWork* deferred = nullptr, std::vector<ImplementationTrial>* trials = nullptr,
+              const Tuning& tuning = Tuning::of({}));
 
 // Whether the cpu backend compiles a node of this kind itself (for the other
 // kinds, it calls the reference kernel). Shapes and dtypes can still send a

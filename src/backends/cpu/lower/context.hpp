@@ -13,6 +13,7 @@
 
 #include "backends/cpu/implementation_choice.hpp"
 #include "backends/cpu/lower/layouts.hpp"
+#include "backends/cpu/lowering.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/cpu/program.hpp"
 #include "runtime/ir/graph.hpp"
@@ -34,7 +35,7 @@ bool is_static(const ir::Specialization& spec, const std::string& name);
 class Context {
  public:
   Context(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork& deferred,
-          std::vector<ImplementationTrial>* trials);
+          std::vector<ImplementationTrial>* trials, const Tuning& tuning);
 
   // Lowers every node (those no family takes run their reference kernel),
   // copies the outputs into the caller's buffers and plans the arena.
@@ -121,6 +122,7 @@ class Context {
   const bool portable;
   const bool host_kernels;  // false: a portable call wherever Native would run a host kernel
   std::vector<ImplementationTrial>* const trials;
+  const Tuning tuning;
   Program program;
   std::map<std::string, Val> vals;
   std::multimap<std::string, int> output_of;  // graph outputs, by value

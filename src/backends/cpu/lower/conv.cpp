@@ -87,8 +87,8 @@ std::optional<std::pair<md, md>> tap_views(const md& taps, const md& out, const 
 // 1x1 at 56x56, batch 8: 2.6 against 4.0 ms with the sum), while its 3x3
 // kernels lose less there than on small ones. So a convolution whose input
 // or output is large computes in blocks of 16 channels.
-bool prefers_channel_blocks(const Dims& in, const Dims& out) {
-  return 4 * std::max(ir::checked_numel(in), ir::checked_numel(out)) >= channel_blocks_threshold();
+bool prefers_channel_blocks(const Tuning& tuning, const Dims& in, const Dims& out) {
+  return 4 * std::max(ir::checked_numel(in), ir::checked_numel(out)) >= tuning.channel_blocks_from;
 }
 
 // x * sigmoid(x) over every value of `from`'s buffer, whatever its layout
@@ -144,7 +144,7 @@ bool lower_conv_transpose_by_taps(Context& cx, const ir::Node& n, const ir::Tens
   const int64_t taps = ir::checked_numel(kernel), channels = out[1], in_channels = in[1], wide = taps * channels;
   // In channel blocks where a convolution would compute so, or where the input already is.
   const bool blocked =
-      channels % 16 == 0 && (prefers_channel_blocks(in, out) || channel_block(cx.val(n.inputs[0]).layout) == 16);
+      channels % 16 == 0 && (prefers_channel_blocks(cx.tuning, in, out) || channel_block(cx.val(n.inputs[0]).layout) == 16);
   auto layout = [&](const Dims& d) { return blocked ? md(to_dnnl(d), dt::f32, channel_blocked_tag(d.size())) : channels_last(d); };
   Dims taps_dims = in;
   taps_dims[1] = wide;
@@ -270,13 +270,13 @@ bool lower_conv(Context& cx, const ir::Node& n) {
     // blocks: winograd_weights.hpp transforms only unpadded weights.
     const bool square3 = kernel == Dims{3, 3} && std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s == 1; }) &&
                          std::all_of(geo.dilations.begin(), geo.dilations.end(), [](int64_t d) { return d == 1; });
-    if (square3 && group == 1 && in[1] % 16 == 0 && out[1] % 16 == 0 && winograd_enabled()) {
+    if (square3 && group == 1 && in[1] % 16 == 0 && out[1] % 16 == 0 && cx.tuning.winograd) {
       try {
         return with(true, dnnl::algorithm::convolution_winograd);
       } catch (const dnnl::error&) {  // not on this CPU, or not for these pads
       }
     }
-    if (prefers_channel_blocks(in, out)) {
+    if (prefers_channel_blocks(cx.tuning, in, out)) {
       // Only where oneDNN has a fast kernel for the blocks (not for some
       // grouped shapes, for one): its reference kernel is never worth it.
       auto pd = with(true);

@@ -9,14 +9,13 @@
 
 namespace kiln::cpu {
 
-bool winograd_enabled() {
-  static const bool enabled = env::winograd();
-  return enabled;
-}
-
-int64_t channel_blocks_threshold() {
-  static const int64_t bytes = env::channel_blocks_from();
-  return bytes;
+Tuning Tuning::of(const backends::CompileOptions& options) {
+  Tuning t;
+  t.channel_blocks_from = options.channel_blocks_from ? *options.channel_blocks_from : env::channel_blocks_from();
+  if (t.channel_blocks_from < 0)
+    ir::fail(ir::ErrorKind::InvalidArgument, "channel_blocks_from " + std::to_string(t.channel_blocks_from) + ": expected bytes");
+  t.winograd = options.winograd ? *options.winograd : env::winograd();
+  return t;
 }
 
 bool lowers_natively(const ir::Node& node) {
@@ -33,9 +32,9 @@ bool lowers(const ir::Node& node, const ir::Specialization& spec) {
 }
 
 Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork* deferred,
-              std::vector<ImplementationTrial>* trials) {
+              std::vector<ImplementationTrial>* trials, const Tuning& tuning) {
   DeferredWork work;
-  Program p = lowering::Context(graph, spec, family, deferred ? *deferred : work, trials).run();
+  Program p = lowering::Context(graph, spec, family, deferred ? *deferred : work, trials, tuning).run();
   p.graph_nodes = int(graph.nodes.size());
   for (auto& task : work) task();
   return p;
