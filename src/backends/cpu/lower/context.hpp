@@ -32,6 +32,13 @@ using ir::DType;
 // padded size could wrap) are the interpreter's, which refuses the latter.
 bool is_static(const ir::Specialization& spec, const std::string& name);
 
+// An axis attribute made non-negative against `rank`; false when it is out of
+// range (the node's reference kernel then runs it and says why).
+inline bool normalize_axis(int64_t& axis, size_t rank) {
+  if (axis < 0) axis += int64_t(rank);
+  return axis >= 0 && axis < int64_t(rank);
+}
+
 class Context {
  public:
   Context(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork& deferred,

@@ -1,6 +1,8 @@
 // Data movement: views (Identity, Reshape, Flatten, Squeeze, Unsqueeze),
 // Transpose, Slice, Gather and Concat, as oneDNN reorders and concats,
 // host copy kernels, or the portable copy kernels.
+#include <optional>
+
 #include "backends/cpu/host_kernels.hpp"
 #include "backends/cpu/lower/context.hpp"
 #include "backends/cpu/lower/families.hpp"
@@ -120,16 +122,31 @@ bool lower_slice(Context& cx, const ir::Node& n) {
   return true;
 }
 
+namespace {
+
+// What both of Gather's kernels take: one output, int32 or int64 indices,
+// an axis inside non-empty data.
+struct GatherOperands {
+  Dims data;
+  DType index_type;
+  int64_t axis;
+};
+std::optional<GatherOperands> gather_operands(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() != 2 || n.outputs.size() != 1) return std::nullopt;
+  GatherOperands g{cx.dims(n.inputs[0]), cx.dtype(n.inputs[1]), 0};
+  if (g.data.empty() || (g.index_type != DType::Int64 && g.index_type != DType::Int32)) return std::nullopt;
+  g.axis = ref::KernelContext(n, {}, nullptr).attr_int("axis", 0);
+  if (!normalize_axis(g.axis, g.data.size())) return std::nullopt;
+  return g;
+}
+
+}  // namespace
+
 bool lower_gather(Context& cx, const ir::Node& n) {
   if (!cx.host_kernels) return portable_gather(cx, n);
-  if (n.inputs.size() != 2 || n.outputs.size() != 1) return false;
-  const Dims data = cx.dims(n.inputs[0]);
-  const DType index_type = cx.dtype(n.inputs[1]);
-  if (data.empty() || (index_type != DType::Int64 && index_type != DType::Int32)) return false;
-  ref::KernelContext ctx(n, {}, nullptr);
-  int64_t axis = ctx.attr_int("axis", 0);
-  if (axis < 0) axis += int64_t(data.size());
-  if (axis < 0 || axis >= int64_t(data.size())) return false;
+  const auto operands = gather_operands(cx, n);
+  if (!operands) return false;
+  const auto& [data, index_type, axis] = *operands;
   const int src = cx.plain(n.inputs[0]), indices = cx.plain(n.inputs[1]);
   cx.add_kernel(n.describe(), {src, indices, cx.define_plain(n.outputs[0])}, {0, 0, 1},
                 std::make_unique<GatherKernel>(n.describe(), data, int(axis), ir::checked_numel(cx.dims(n.inputs[1])), index_type,
@@ -143,8 +160,7 @@ bool lower_concat(Context& cx, const ir::Node& n) {
   if (out.empty()) return false;
   ref::KernelContext ctx(n, {}, nullptr);
   int64_t axis = n.opset < 4 ? ctx.attr_int("axis", 1) : ctx.attr_int("axis");  // optional before opset 4
-  if (axis < 0) axis += int64_t(out.size());
-  if (axis < 0 || axis >= int64_t(out.size())) return false;
+  if (!normalize_axis(axis, out.size())) return false;
   bool any_blocked = false;
   std::vector<std::string> ins;
   for (const auto& in : n.inputs) {
@@ -213,8 +229,7 @@ bool portable_concat(Context& cx, const ir::Node& n) {
   if (out.empty()) return false;
   ref::KernelContext ctx(n, {}, nullptr);
   int64_t axis = n.opset < 4 ? ctx.attr_int("axis", 1) : ctx.attr_int("axis");  // optional before opset 4
-  if (axis < 0) axis += int64_t(out.size());
-  if (axis < 0 || axis >= int64_t(out.size())) return false;
+  if (!normalize_axis(axis, out.size())) return false;
   const int64_t esize = int64_t(ir::dtype_size(cx.dtype(n.outputs[0])));
   int64_t outer = 1;
   for (int64_t i = 0; i < axis; ++i) outer *= out[size_t(i)];
@@ -243,14 +258,9 @@ bool portable_concat(Context& cx, const ir::Node& n) {
 }
 
 bool portable_gather(Context& cx, const ir::Node& n) {
-  if (n.inputs.size() != 2 || n.outputs.size() != 1) return false;
-  const Dims data = cx.dims(n.inputs[0]);
-  const DType index_type = cx.dtype(n.inputs[1]);
-  if (data.empty() || (index_type != DType::Int64 && index_type != DType::Int32)) return false;
-  ref::KernelContext ctx(n, {}, nullptr);
-  int64_t axis = ctx.attr_int("axis", 0);
-  if (axis < 0) axis += int64_t(data.size());
-  if (axis < 0 || axis >= int64_t(data.size())) return false;
+  const auto operands = gather_operands(cx, n);
+  if (!operands) return false;
+  const auto& [data, index_type, axis] = *operands;
   int64_t outer = 1, inner = int64_t(ir::dtype_size(cx.dtype(n.inputs[0])));
   for (size_t i = 0; i < data.size(); ++i) {
     if (int64_t(i) < axis) outer *= data[i];

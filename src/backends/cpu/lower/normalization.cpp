@@ -16,8 +16,7 @@ bool lower_softmax(Context& cx, const ir::Node& n) {
   if (d.empty()) return false;
   ref::KernelContext ctx(n, {}, nullptr);
   int64_t axis = ctx.attr_int("axis", n.opset >= 13 ? -1 : 1);
-  if (axis < 0) axis += int64_t(d.size());
-  if (axis < 0 || axis >= int64_t(d.size())) return false;
+  if (!normalize_axis(axis, d.size())) return false;
   if (n.opset < 13) {  // the input is coerced to 2-D around the axis
     int64_t outer = 1, inner = 1;
     for (size_t i = 0; i < d.size(); ++i) (int64_t(i) < axis ? outer : inner) *= d[i];
@@ -43,8 +42,7 @@ bool lower_layer_norm(Context& cx, const ir::Node& n) {
   const Dims d = cx.dims(n.inputs[0]);
   ref::KernelContext ctx(n, {}, nullptr);
   int64_t axis = ctx.attr_int("axis", -1);
-  if (axis < 0) axis += int64_t(d.size());
-  if (axis < 0 || axis >= int64_t(d.size())) return false;
+  if (!normalize_axis(axis, d.size())) return false;
   int64_t outer = 1, inner = 1;
   for (size_t i = 0; i < d.size(); ++i) (int64_t(i) < axis ? outer : inner) *= d[i];
   const ir::Tensor* scale = cx.constant(n.inputs[1]);
@@ -133,8 +131,7 @@ bool portable_softmax(Context& cx, const ir::Node& n) {
   if (d.empty()) return false;
   ref::KernelContext ctx(n, {}, nullptr);
   int64_t axis = ctx.attr_int("axis", n.opset >= 13 ? -1 : 1);
-  if (axis < 0) axis += int64_t(d.size());
-  if (axis < 0 || axis >= int64_t(d.size())) return false;
+  if (!normalize_axis(axis, d.size())) return false;
   int64_t outer = 1, len = 1, inner = 1;
   for (size_t i = 0; i < d.size(); ++i) {
     const int64_t at = int64_t(i);
@@ -157,8 +154,7 @@ bool portable_layer_norm(Context& cx, const ir::Node& n) {
   const Dims d = cx.dims(n.inputs[0]);
   ref::KernelContext ctx(n, {}, nullptr);
   int64_t axis = ctx.attr_int("axis", -1);
-  if (axis < 0) axis += int64_t(d.size());
-  if (axis < 0 || axis >= int64_t(d.size())) return false;
+  if (!normalize_axis(axis, d.size())) return false;
   int64_t rows = 1, cols = 1;
   for (size_t i = 0; i < d.size(); ++i) (int64_t(i) < axis ? rows : cols) *= d[i];
   const bool has_bias = n.inputs.size() > 2 && !n.inputs[2].empty();
