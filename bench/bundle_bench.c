@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
   const int threads = atoi(argv[3]), runs = atoi(argv[4]);
   if (threads < 1 || threads > MAX_THREADS) return 2;
   const double start = now_ms();
-  FN() * model = NULL;
+  FN()* model = NULL;
   if (FN(_create)(argv[1], &model) != K(_OK)) {
     fprintf(stderr, "create: %s\n", FN(_last_error)(model));
     return 1;
@@ -150,8 +150,10 @@ int main(int argc, char** argv) {
   for (int r = -1; r < runs; ++r) {
     const double s = now_ms();
     if (FN(_run)(model, batch, inputs, outputs) != K(_OK)) return 1;
-    if (r < 0) first = now_ms() - s;
-    else t[r] = now_ms() - s;
+    if (r < 0)
+      first = now_ms() - s;
+    else
+      t[r] = now_ms() - s;
   }
   qsort(t, (size_t)runs, sizeof(double), cmp);
   printf("{\"create_ms\": %.3f, \"first_run_ms\": %.3f, \"median_ms\": %.4f, \"min_ms\": %.4f}\n", created - start, first,

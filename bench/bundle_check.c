@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   }
   const long batch = atol(argv[2]);
   static const long out_bytes[] = OUTPUT_ITEM_BYTES; /* from the header, by the script */
-  FN() * model = NULL;
+  FN()* model = NULL;
   if (FN(_create)(argv[1], &model) != K(_OK)) {
     fprintf(stderr, "create: %s\n", FN(_last_error)(model));
     return 1;

@@ -65,8 +65,7 @@ class GraphBuilder {
     for (int64_t i = 0; i < n; ++i) t->add_float_data(u(rng));
   }
 
-  onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& inputs,
-                        const std::vector<std::string>& outputs) {
+  onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& inputs, const std::vector<std::string>& outputs) {
     auto* n = graph_->add_node();
     n->set_op_type(op);
     n->set_name(op + "_" + std::to_string(graph_->node_size()));
@@ -108,7 +107,7 @@ class GraphBuilder {
 struct Case {
   std::string model;
   std::vector<std::pair<std::string, kiln::Shape>> inputs;
-  double flops = 0;  // for GFLOP/s; 0 when the case is memory-bound
+  double flops = 0;        // for GFLOP/s; 0 when the case is memory-bound
   bool bandwidth = false;  // report GB/s over the runtime inputs and outputs
 };
 
@@ -231,8 +230,7 @@ void run_case(benchmark::State& state, const std::function<Case()>& make) {
     }
 
     const double iterations = double(state.iterations());
-    if (c.flops > 0)
-      state.counters["GFLOP"] = benchmark::Counter(c.flops * iterations / 1e9, benchmark::Counter::kIsRate);
+    if (c.flops > 0) state.counters["GFLOP"] = benchmark::Counter(c.flops * iterations / 1e9, benchmark::Counter::kIsRate);
     if (c.bandwidth) {
       state.counters["GB"] = benchmark::Counter(io_bytes * iterations / 1e9, benchmark::Counter::kIsRate);
       state.SetItemsProcessed(state.iterations() * outputs[0].numel());
@@ -262,9 +260,12 @@ int main(int argc, char** argv) {
     auto value = [&](const char* flag) -> const char* {
       return std::strcmp(argv[i], flag) == 0 && i + 1 < argc ? argv[++i] : nullptr;
     };
-    if (const char* v = value("--backend")) config.backend = v;
-    else if (const char* v = value("--threads")) config.threads = std::atoi(v);
-    else rest.push_back(argv[i]);
+    if (const char* v = value("--backend"))
+      config.backend = v;
+    else if (const char* v = value("--threads"))
+      config.threads = std::atoi(v);
+    else
+      rest.push_back(argv[i]);
   }
 
   using benchmark::kMicrosecond;

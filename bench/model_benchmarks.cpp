@@ -101,8 +101,8 @@ void compile(benchmark::State& state, std::string path, int64_t batch) {
     auto record = [&] {
       const auto specs = model->specializations();
       if (specs.size() != 1)
-        throw kiln::Error(kiln::ErrorCode::Internal, "expected one specialization after the first run, got " +
-                                                         std::to_string(specs.size()));
+        throw kiln::Error(kiln::ErrorCode::Internal,
+                          "expected one specialization after the first run, got " + std::to_string(specs.size()));
       last = specs[0];
       compile_ms += last.compile_ms;
     };
@@ -143,11 +143,16 @@ int main(int argc, char** argv) {
     auto value = [&](const char* flag) -> const char* {
       return std::strcmp(argv[i], flag) == 0 && i + 1 < argc ? argv[++i] : nullptr;
     };
-    if (const char* v = value("--models")) config.models_dir = v;
-    else if (const char* v = value("--backend")) config.backend = v;
-    else if (const char* v = value("--threads")) config.threads = std::atoi(v);
-    else if (const char* v = value("--dim-default")) config.dim_default = std::atoll(v);
-    else rest.push_back(argv[i]);
+    if (const char* v = value("--models"))
+      config.models_dir = v;
+    else if (const char* v = value("--backend"))
+      config.backend = v;
+    else if (const char* v = value("--threads"))
+      config.threads = std::atoi(v);
+    else if (const char* v = value("--dim-default"))
+      config.dim_default = std::atoll(v);
+    else
+      rest.push_back(argv[i]);
   }
   std::vector<fs::path> models;
   std::error_code ec;

@@ -50,8 +50,8 @@ double bench(int64_t m, int64_t n, int64_t k, bool trans_b, double min_seconds) 
   const size_t bytes = kiln_pk_gemm_scratch_bytes(1, m, n, k);
   void* scratch = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
   auto run = [&] {
-    kiln_pk_gemm(threads, 1, m, n, k, a.data(), k, 0, 0, b.data(), trans_b ? k : n, 0, trans_b, c.data(), n, 0, 1.0f,
-                 nullptr, 0, 0, 0.0f, nullptr, 0, 0.0f, 0.0f, scratch);
+    kiln_pk_gemm(threads, 1, m, n, k, a.data(), k, 0, 0, b.data(), trans_b ? k : n, 0, trans_b, c.data(), n, 0, 1.0f, nullptr, 0,
+                 0, 0.0f, nullptr, 0, 0.0f, 0.0f, scratch);
   };
   run();
   double best = 1e30;
@@ -76,12 +76,11 @@ double bench_conv(int64_t c, int64_t hw, int64_t k, int64_t ks, int64_t stride, 
   std::vector<float> x(size_t(c * hw * hw)), w(size_t(k * c / group * ks * ks)), y(size_t(k * ohw * ohw));
   for (size_t i = 0; i < x.size(); ++i) x[i] = float((i * 7919) % 1000) / 1000.0f - 0.5f;
   for (size_t i = 0; i < w.size(); ++i) w[i] = float((i * 104729) % 1000) / 1000.0f - 0.5f;
-  const size_t bytes =
-      kiln_pk_conv2d_scratch_bytes(1, c, hw, hw, k, ohw, ohw, ks, ks, stride, stride, 1, 1, group);
+  const size_t bytes = kiln_pk_conv2d_scratch_bytes(1, c, hw, hw, k, ohw, ohw, ks, ks, stride, stride, 1, 1, group);
   void* scratch = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
   auto run = [&] {
-    kiln_pk_conv2d(threads, 1, c, hw, hw, k, ohw, ohw, ks, ks, stride, stride, pad, pad, 1, 1, group, x.data(),
-                   w.data(), nullptr, nullptr, y.data(), KILN_PK_ACT_RELU, 0.0f, 0.0f, KILN_PK_SPLIT_ANY, scratch);
+    kiln_pk_conv2d(threads, 1, c, hw, hw, k, ohw, ohw, ks, ks, stride, stride, pad, pad, 1, 1, group, x.data(), w.data(), nullptr,
+                   nullptr, y.data(), KILN_PK_ACT_RELU, 0.0f, 0.0f, KILN_PK_SPLIT_ANY, scratch);
   };
   run();
   double best = 1e30;
@@ -127,29 +126,46 @@ void run_all(double seconds, int nthreads) {
   std::printf("vector bytes %d, registers %d, %d thread(s)\n", kiln_pk_vector_bytes, kiln_pk_vector_registers, nthreads);
   for (const Shape& s : shapes)
     if (std::strstr(s.what, filter))
-      std::printf("%5lld x %5lld x %5lld  %-28s %7.1f GFLOP/s\n", (long long)s.m, (long long)s.n, (long long)s.k,
-                s.what, bench(s.m, s.n, s.k, s.trans_b, seconds));
+      std::printf("%5lld x %5lld x %5lld  %-28s %7.1f GFLOP/s\n", (long long)s.m, (long long)s.n, (long long)s.k, s.what,
+                  bench(s.m, s.n, s.k, s.trans_b, seconds));
   struct Conv {
     int64_t c, hw, k, ks, stride, group;
     const char* what;
   } convs[] = {
-      {64, 56, 64, 3, 1, 1, "resnet50"},       {64, 56, 256, 1, 1, 1, "resnet50"},
-      {128, 28, 512, 1, 1, 1, "resnet50"},     {512, 7, 512, 3, 1, 1, "resnet50 layer4"},
-      {256, 14, 256, 3, 1, 1, "resnet50 layer3"}, {128, 28, 128, 3, 1, 1, "resnet50 layer2"},
-      {576, 14, 96, 1, 1, 1, "mobilenet_v2 14x14"}, {192, 28, 32, 1, 1, 1, "mobilenet_v2 small m"},
-      {384, 14, 64, 1, 1, 1, "mobilenet_v2 projection"}, {192, 56, 64, 1, 1, 1, "projection 56x56"},
-      {256, 56, 64, 1, 1, 1, "resnet50 layer1 conv1"}, {256, 28, 128, 1, 1, 1, "rows 128"}, {384, 14, 128, 1, 1, 1, "rows 128"}, {160, 7, 960, 1, 1, 1, "mobilenet_v2 7x7"}, {1024, 14, 2048, 1, 2, 1, "resnet50 downsample"},
-      {2048, 7, 512, 1, 1, 1, "resnet50 layer4"}, {3, 224, 64, 7, 2, 1, "resnet50 stem"},
-      {3, 224, 32, 3, 2, 1, "mobilenet_v2 stem"},     {16, 112, 96, 1, 1, 1, "mobilenet_v2, small k"},
-      {24, 56, 144, 1, 1, 1, "mobilenet_v2, small k"}, {144, 56, 24, 1, 1, 1, "mobilenet_v2, small m"},
-      {32, 112, 32, 3, 1, 32, "mobilenet_v2 depthwise"}, {96, 112, 96, 3, 2, 96, "mobilenet_v2 depthwise"},
-      {144, 56, 144, 3, 1, 144, "mobilenet_v2 depthwise"}, {192, 28, 192, 3, 1, 192, "mobilenet_v2 depthwise"}, {576, 14, 576, 3, 1, 576, "mobilenet_v2 depthwise 14x14"},
-      {960, 7, 960, 3, 1, 960, "mobilenet_v2 depthwise 7x7"},  {240, 28, 240, 5, 1, 240, "efficientnet_b0 depthwise"},  {1, 28, 6, 5, 1, 1, "lenet"}, {6, 14, 16, 5, 1, 1, "lenet"},
+      {64, 56, 64, 3, 1, 1, "resnet50"},
+      {64, 56, 256, 1, 1, 1, "resnet50"},
+      {128, 28, 512, 1, 1, 1, "resnet50"},
+      {512, 7, 512, 3, 1, 1, "resnet50 layer4"},
+      {256, 14, 256, 3, 1, 1, "resnet50 layer3"},
+      {128, 28, 128, 3, 1, 1, "resnet50 layer2"},
+      {576, 14, 96, 1, 1, 1, "mobilenet_v2 14x14"},
+      {192, 28, 32, 1, 1, 1, "mobilenet_v2 small m"},
+      {384, 14, 64, 1, 1, 1, "mobilenet_v2 projection"},
+      {192, 56, 64, 1, 1, 1, "projection 56x56"},
+      {256, 56, 64, 1, 1, 1, "resnet50 layer1 conv1"},
+      {256, 28, 128, 1, 1, 1, "rows 128"},
+      {384, 14, 128, 1, 1, 1, "rows 128"},
+      {160, 7, 960, 1, 1, 1, "mobilenet_v2 7x7"},
+      {1024, 14, 2048, 1, 2, 1, "resnet50 downsample"},
+      {2048, 7, 512, 1, 1, 1, "resnet50 layer4"},
+      {3, 224, 64, 7, 2, 1, "resnet50 stem"},
+      {3, 224, 32, 3, 2, 1, "mobilenet_v2 stem"},
+      {16, 112, 96, 1, 1, 1, "mobilenet_v2, small k"},
+      {24, 56, 144, 1, 1, 1, "mobilenet_v2, small k"},
+      {144, 56, 24, 1, 1, 1, "mobilenet_v2, small m"},
+      {32, 112, 32, 3, 1, 32, "mobilenet_v2 depthwise"},
+      {96, 112, 96, 3, 2, 96, "mobilenet_v2 depthwise"},
+      {144, 56, 144, 3, 1, 144, "mobilenet_v2 depthwise"},
+      {192, 28, 192, 3, 1, 192, "mobilenet_v2 depthwise"},
+      {576, 14, 576, 3, 1, 576, "mobilenet_v2 depthwise 14x14"},
+      {960, 7, 960, 3, 1, 960, "mobilenet_v2 depthwise 7x7"},
+      {240, 28, 240, 5, 1, 240, "efficientnet_b0 depthwise"},
+      {1, 28, 6, 5, 1, 1, "lenet"},
+      {6, 14, 16, 5, 1, 1, "lenet"},
   };
   for (const Conv& v : convs)
     if (std::strstr(v.what, filter))
       std::printf("conv %4lld -> %4lld, %lldx%lld/%lld on %3lldx%3lld group %4lld %-24s %7.1f GFLOP/s\n", (long long)v.c,
-                (long long)v.k, (long long)v.ks, (long long)v.ks, (long long)v.stride, (long long)v.hw,
-                (long long)v.hw, (long long)v.group, v.what,
-                bench_conv(v.c, v.hw, v.k, v.ks, v.stride, v.group, seconds));
+                  (long long)v.k, (long long)v.ks, (long long)v.ks, (long long)v.stride, (long long)v.hw, (long long)v.hw,
+                  (long long)v.group, v.what, bench_conv(v.c, v.hw, v.k, v.ks, v.stride, v.group, seconds));
 }

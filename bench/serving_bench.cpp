@@ -105,7 +105,9 @@ std::vector<int> parse_ints(const std::string& list) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("Kiln serving benchmark: request threads on one Runtime, and a model served from another thread than the one that warmed it");
+  CLI::App app(
+      "Kiln serving benchmark: request threads on one Runtime, and a model served from another thread than the one that warmed "
+      "it");
   const char* env = std::getenv("KILN_BENCH_MODELS");
   std::string models_dir = env ? env : "bench/models", names = "lenet,mobilenet_v2", requesters_list = "1,2,4";
   double seconds = 2;
@@ -147,7 +149,7 @@ int main(int argc, char** argv) {
     std::printf("  warmed on main: %.0f runs/s served from main, %.0f from another thread (%.2fx)\n", m, w, m / w);
     std::printf("  %10s %10s %9s %9s %9s %12s\n", "requesters", "runs/s", "p50 ms", "p99 ms", "worst ms", "fewest share");
     for (int r : requesters) {
-      auto column = [&](double Latencies::*field) {
+      auto column = [&](double Latencies::* field) {
         std::vector<double> v;
         for (const auto& l : served[r]) v.push_back(l.*field);
         return median(v);

@@ -19,6 +19,8 @@ PACKAGES=(
   # plugins/xnnpack: XNNPACK's header and library, and pthreadpool's header
   # (xnnpack.h includes it).
   libxnnpack-dev libpthreadpool-dev
+  # tests/format_test.sh: the code follows .clang-format.
+  clang-format-19
 )
 
 missing=()

@@ -35,8 +35,10 @@ int main(int argc, char** argv) {
   options.threads = 2;
   int requests = 16;
   for (int i = 2; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--cache-dir")) options.cache_dir = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--requests")) requests = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--cache-dir"))
+      options.cache_dir = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--requests"))
+      requests = std::atoi(argv[i + 1]);
   }
   try {
     kiln::Runtime runtime(options);

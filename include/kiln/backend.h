@@ -58,7 +58,7 @@ typedef enum kiln_backend_status {
   KILN_BACKEND_UNSUPPORTED = 2,      /* the plugin cannot do this (refusing an ABI version, a node, a blob) */
   KILN_BACKEND_INVALID_ARGUMENT = 3, /* a null pointer, an index out of range, a bad buffer */
   KILN_BACKEND_OUT_OF_MEMORY = 4,
-  KILN_BACKEND_NOT_FOUND = 5         /* graph_api.node_attribute: no attribute of that name */
+  KILN_BACKEND_NOT_FOUND = 5 /* graph_api.node_attribute: no attribute of that name */
 } kiln_backend_status;
 
 /* Element types: ONNX's TensorProto.DataType numbers. */
@@ -104,26 +104,26 @@ typedef enum kiln_backend_attribute_type {
   KILN_BACKEND_ATTRIBUTE_INT = 2,
   KILN_BACKEND_ATTRIBUTE_STRING = 3,
   KILN_BACKEND_ATTRIBUTE_TENSOR = 4,
-  KILN_BACKEND_ATTRIBUTE_GRAPH = 5,  /* a subgraph: not readable through this ABI version; do not claim its node */
+  KILN_BACKEND_ATTRIBUTE_GRAPH = 5, /* a subgraph: not readable through this ABI version; do not claim its node */
   KILN_BACKEND_ATTRIBUTE_FLOATS = 6,
   KILN_BACKEND_ATTRIBUTE_INTS = 7,
   KILN_BACKEND_ATTRIBUTE_STRINGS = 8,
-  KILN_BACKEND_ATTRIBUTE_OTHER = 99  /* a kind this ABI version does not describe (lists of tensors or graphs) */
+  KILN_BACKEND_ATTRIBUTE_OTHER = 99 /* a kind this ABI version does not describe (lists of tensors or graphs) */
 } kiln_backend_attribute_type;
 
 typedef struct kiln_backend_attribute {
   uint32_t struct_size;
-  int32_t type;             /* kiln_backend_attribute_type */
-  int64_t i;                /* INT */
-  double f;                 /* FLOAT */
-  const char* s;            /* STRING (s_bytes bytes, also zero-terminated) */
+  int32_t type;  /* kiln_backend_attribute_type */
+  int64_t i;     /* INT */
+  double f;      /* FLOAT */
+  const char* s; /* STRING (s_bytes bytes, also zero-terminated) */
   size_t s_bytes;
-  const int64_t* ints;      /* INTS: count */
-  const float* floats;      /* FLOATS: count */
+  const int64_t* ints;        /* INTS: count */
+  const float* floats;        /* FLOATS: count */
   const char* const* strings; /* STRINGS: count */
   size_t count;
   /* TENSOR: a constant tensor, dense and row-major. */
-  int32_t tensor_dtype;     /* kiln_backend_dtype */
+  int32_t tensor_dtype; /* kiln_backend_dtype */
   int32_t tensor_rank;
   const int64_t* tensor_dims;
   const void* tensor_data;
@@ -138,7 +138,7 @@ typedef struct kiln_backend_graph_api {
   /* The graph's (or a partition's) inputs and outputs, in order: for a
    * partition, the order of run's buffers. */
   int64_t (*input_count)(const kiln_backend_graph* g);
-  int64_t (*input)(const kiln_backend_graph* g, int64_t i);  /* a value */
+  int64_t (*input)(const kiln_backend_graph* g, int64_t i); /* a value */
   int64_t (*output_count)(const kiln_backend_graph* g);
   int64_t (*output)(const kiln_backend_graph* g, int64_t i); /* a value */
 
@@ -146,21 +146,20 @@ typedef struct kiln_backend_graph_api {
   const char* (*node_op_type)(const kiln_backend_graph* g, int64_t node);
   const char* (*node_domain)(const kiln_backend_graph* g, int64_t node); /* "" for the ONNX operators */
   const char* (*node_name)(const kiln_backend_graph* g, int64_t node);
-  int64_t (*node_opset)(const kiln_backend_graph* g, int64_t node);      /* the model's version of the node's domain */
+  int64_t (*node_opset)(const kiln_backend_graph* g, int64_t node); /* the model's version of the node's domain */
   int64_t (*node_input_count)(const kiln_backend_graph* g, int64_t node);
-  int64_t (*node_input)(const kiln_backend_graph* g, int64_t node, int64_t i);   /* a value, or -1 if omitted */
+  int64_t (*node_input)(const kiln_backend_graph* g, int64_t node, int64_t i); /* a value, or -1 if omitted */
   int64_t (*node_output_count)(const kiln_backend_graph* g, int64_t node);
-  int64_t (*node_output)(const kiln_backend_graph* g, int64_t node, int64_t i);  /* a value, or -1 if omitted */
+  int64_t (*node_output)(const kiln_backend_graph* g, int64_t node, int64_t i); /* a value, or -1 if omitted */
   int64_t (*node_attribute_count)(const kiln_backend_graph* g, int64_t node);
   const char* (*node_attribute_name)(const kiln_backend_graph* g, int64_t node, int64_t i);
   /* Fills *out (whose struct_size the caller sets); KILN_BACKEND_NOT_FOUND
    * if the node has no attribute `name`. */
-  kiln_backend_status (*node_attribute)(const kiln_backend_graph* g, int64_t node, const char* name,
-                                        kiln_backend_attribute* out);
+  kiln_backend_status (*node_attribute)(const kiln_backend_graph* g, int64_t node, const char* name, kiln_backend_attribute* out);
 
   /* Values. */
   const char* (*value_name)(const kiln_backend_graph* g, int64_t value);
-  int32_t (*value_dtype)(const kiln_backend_graph* g, int64_t value);    /* kiln_backend_dtype */
+  int32_t (*value_dtype)(const kiln_backend_graph* g, int64_t value); /* kiln_backend_dtype */
   int32_t (*value_rank)(const kiln_backend_graph* g, int64_t value);
   const int64_t* (*value_dims)(const kiln_backend_graph* g, int64_t value);
   /* A value fixed when the model is compiled (an initializer, or folded by
@@ -212,7 +211,7 @@ typedef struct kiln_backend_capability {
 
 typedef struct kiln_backend_api {
   uint32_t struct_size;
-  uint32_t abi_version;   /* KILN_BACKEND_ABI_VERSION the plugin was built with */
+  uint32_t abi_version; /* KILN_BACKEND_ABI_VERSION the plugin was built with */
   /* How Runtimes name it to force or exclude it: letters, digits, '_' and '-',
    * at most 64 bytes. */
   const char* name;
@@ -228,8 +227,7 @@ typedef struct kiln_backend_api {
    * is get_capability's. */
   const char* operators;
 
-  kiln_backend_status (*get_capability)(const kiln_backend_graph* graph, const kiln_backend_capability* answer,
-                                        char* message);
+  kiln_backend_status (*get_capability)(const kiln_backend_graph* graph, const kiln_backend_capability* answer, char* message);
   /* Compiles a partition. Its inputs and outputs are run's buffers, in order. */
   kiln_backend_status (*compile)(const kiln_backend_graph* partition, const kiln_backend_threads* threads,
                                  kiln_backend_compiled** compiled, char* message);
@@ -238,9 +236,8 @@ typedef struct kiln_backend_api {
    * partition's values. May be called from several threads at once.
    * KILN_BACKEND_INVALID_ARGUMENT says the inputs' data is wrong (an index
    * out of range): the caller's mistake, reported to it as such. */
-  kiln_backend_status (*run)(kiln_backend_compiled* compiled, const void* const* inputs, size_t input_count,
-                             void* const* outputs, size_t output_count, const kiln_backend_threads* threads,
-                             char* message);
+  kiln_backend_status (*run)(kiln_backend_compiled* compiled, const void* const* inputs, size_t input_count, void* const* outputs,
+                             size_t output_count, const kiln_backend_threads* threads, char* message);
   /* Bytes from which deserialize can make the same compiled partition in
    * another process, valid until the compiled partition is released.
    * KILN_BACKEND_UNSUPPORTED if it cannot be saved (the host then compiles
@@ -250,8 +247,7 @@ typedef struct kiln_backend_api {
    * bytes are valid for the call only. Must not compile: a warm start is
    * expected to be quick. Must refuse (not crash on) bytes it did not write. */
   kiln_backend_status (*deserialize)(const kiln_backend_graph* partition, const void* bytes, size_t size,
-                                     const kiln_backend_threads* threads, kiln_backend_compiled** compiled,
-                                     char* message);
+                                     const kiln_backend_threads* threads, kiln_backend_compiled** compiled, char* message);
   void (*release_compiled)(kiln_backend_compiled* compiled);
   /* Compiles made so far in this process (a warm start leaves it unchanged). */
   int64_t (*compile_count)(void);

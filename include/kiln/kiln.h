@@ -116,8 +116,8 @@ void kiln_runtime_destroy(kiln_runtime* runtime);
 kiln_status kiln_model_load(kiln_runtime* runtime, const char* path, kiln_model** out);
 /* external_data_dir may be NULL when the model keeps its weights inline.
  * Not cached (see kiln_load_options). */
-kiln_status kiln_model_load_from_memory(kiln_runtime* runtime, const void* data, size_t size,
-                                        const char* external_data_dir, kiln_model** out);
+kiln_status kiln_model_load_from_memory(kiln_runtime* runtime, const void* data, size_t size, const char* external_data_dir,
+                                        kiln_model** out);
 /* options may be NULL (the defaults above). */
 kiln_status kiln_model_load_from_memory_with_options(kiln_runtime* runtime, const void* data, size_t size,
                                                      const kiln_load_options* options, kiln_model** out);
@@ -132,16 +132,15 @@ kiln_status kiln_model_output_info(const kiln_model* model, size_t index, kiln_t
  * left out. On success outputs[0..output_count) receive new tensors in the
  * model's output order (output_count must equal kiln_model_output_count);
  * the caller destroys them. Safe to call from several threads at once. */
-kiln_status kiln_model_run(const kiln_model* model, const char* const* input_names,
-                           const kiln_tensor* const* inputs, size_t input_count, kiln_tensor** outputs,
-                           size_t output_count);
+kiln_status kiln_model_run(const kiln_model* model, const char* const* input_names, const kiln_tensor* const* inputs,
+                           size_t input_count, kiln_tensor** outputs, size_t output_count);
 
 /* An owning, zero-filled tensor. */
 kiln_status kiln_tensor_create(kiln_dtype dtype, const int64_t* dims, size_t rank, kiln_tensor** out);
 /* A view of caller memory (nbytes long, checked against the shape); the
  * memory must outlive the tensor and every run that uses it. */
-kiln_status kiln_tensor_create_view(kiln_dtype dtype, const int64_t* dims, size_t rank, void* data,
-                                    size_t nbytes, kiln_tensor** out);
+kiln_status kiln_tensor_create_view(kiln_dtype dtype, const int64_t* dims, size_t rank, void* data, size_t nbytes,
+                                    kiln_tensor** out);
 void kiln_tensor_destroy(kiln_tensor* tensor);
 kiln_dtype kiln_tensor_dtype(const kiln_tensor* tensor);
 size_t kiln_tensor_rank(const kiln_tensor* tensor);

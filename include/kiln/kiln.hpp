@@ -41,8 +41,8 @@ enum class DType : int32_t {
   UInt64 = 13,
   BFloat16 = 16,
 };
-const char* dtype_name(DType t);   // "float32"
-size_t dtype_size(DType t);        // bytes per element
+const char* dtype_name(DType t);  // "float32"
+size_t dtype_size(DType t);       // bytes per element
 
 enum class ErrorCode : int32_t {
   InvalidArgument = 1,  // wrong input from the caller: name, dtype, shape
@@ -84,8 +84,16 @@ class Tensor {
   void* data() { return data_; }
   const void* data() const { return data_; }
   // Typed access; throws if sizeof(T) does not match the dtype.
-  template <typename T> T* data_as() { check_size(sizeof(T)); return static_cast<T*>(data_); }
-  template <typename T> const T* data_as() const { check_size(sizeof(T)); return static_cast<const T*>(data_); }
+  template <typename T>
+  T* data_as() {
+    check_size(sizeof(T));
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* data_as() const {
+    check_size(sizeof(T));
+    return static_cast<const T*>(data_);
+  }
   const std::shared_ptr<void>& owner() const { return owner_; }
 
  private:
@@ -108,7 +116,7 @@ struct TensorInfo {
   DType dtype = DType::Float32;
   std::vector<Dim> shape;
   bool rank_known = true;
-  bool has_default = false;  // an initializer backs it: the input may be omitted
+  bool has_default = false;          // an initializer backs it: the input may be omitted
   std::string shape_string() const;  // "[batch,3,224,224]"
 };
 
@@ -128,8 +136,8 @@ struct RuntimeOptions {
   std::vector<std::string> plugins;
   // Plugins (by name) that this Runtime loads but never asks.
   std::vector<std::string> excluded_plugins;
-  int threads = 0;        // thread budget, 0: every usable core. The cpu backend never has more
-                          // busy threads than this; the reference backend runs on one.
+  int threads = 0;  // thread budget, 0: every usable core. The cpu backend never has more
+                    // busy threads than this; the reference backend runs on one.
   // The cpu backend's kernels: "native" (oneDNN primitives, the fastest on
   // this machine) or "portable" (Kiln's own kernel library compiled into the
   // generated code: what bundles use). "" = $KILN_KERNELS, else "native".
@@ -174,11 +182,11 @@ struct PluginInfo {
 // the background: a Miss becomes NotCached (or Off) if storing it fails, and
 // is final after Runtime::wait_for_cache().
 enum class CacheOutcome {
-  Off,          // no cache (turned off, or its directory is unusable)
-  Hit,          // loaded from the cache: no compilation at all
-  Miss,         // compiled, then stored
-  Rebuild,      // the cache held an unusable entry (corrupt, truncated, foreign): compiled and replaced
-  NotCached,    // compiled; this specialization cannot be cached (cache_note says why)
+  Off,        // no cache (turned off, or its directory is unusable)
+  Hit,        // loaded from the cache: no compilation at all
+  Miss,       // compiled, then stored
+  Rebuild,    // the cache held an unusable entry (corrupt, truncated, foreign): compiled and replaced
+  NotCached,  // compiled; this specialization cannot be cached (cache_note says why)
 };
 const char* cache_outcome_name(CacheOutcome o);  // "hit", "miss", ...
 
@@ -189,13 +197,13 @@ struct SpecializationStats {
   // What runs it: "cpu", or "cpu+interpreter" when nodes the cpu backend
   // cannot compile (their shapes depend on the data) run on its interpreter.
   std::string backend;
-  int64_t parts = 1;  // pieces of the graph that run one after another, each on one backend
-  int64_t nodes = 0;  // nodes left after the graph passes (constants folded, BatchNormalization fused...)
-  int64_t compiled_nodes = 0;   // of those, nodes the backend compiled (cpu: oneDNN primitives, generated loops)
-  int64_t fallback_nodes = 0;   // nodes run by their reference kernel, in a compiled part or by the interpreter
+  int64_t parts = 1;               // pieces of the graph that run one after another, each on one backend
+  int64_t nodes = 0;               // nodes left after the graph passes (constants folded, BatchNormalization fused...)
+  int64_t compiled_nodes = 0;      // of those, nodes the backend compiled (cpu: oneDNN primitives, generated loops)
+  int64_t fallback_nodes = 0;      // nodes run by their reference kernel, in a compiled part or by the interpreter
   int64_t arena_bytes = 0;         // scratch memory per run in flight
   int64_t intermediate_bytes = 0;  // what the intermediates would take without reuse
-  double compile_ms = 0;  // compiling, or loading from the cache on a hit
+  double compile_ms = 0;           // compiling, or loading from the cache on a hit
   int64_t runs = 0;
   CacheOutcome cache = CacheOutcome::Off;
   std::string cache_key;   // the entry's name in the cache directory
@@ -207,7 +215,7 @@ class Runtime {
  public:
   explicit Runtime(RuntimeOptions options = {});
   const RuntimeOptions& options() const;
-  int threads() const;  // the resolved thread count
+  int threads() const;            // the resolved thread count
   std::string cache_dir() const;  // the resolved cache directory, "" when there is no cache
   // Modules the backend and the plugins have optimised and compiled so far,
   // in this Runtime (a plugin's count is its process-wide compile_count).
@@ -230,14 +238,14 @@ class Runtime {
 
 // One entry of the on-disk cache.
 struct CacheEntry {
-  std::string key;      // the entry's directory name
-  std::string model;    // the model file it was compiled from, when it was
-  std::string shapes;   // the specialization key: "image:float32:1x3x224x224"
-  std::string backend;  // backend, version, options, target and CPU
-  std::string created;  // ISO 8601, UTC
-  int64_t bytes = 0;    // on disk
-  int64_t last_use = 0; // Unix time
-  std::string problem;  // "" if the entry is usable
+  std::string key;          // the entry's directory name
+  std::string model;        // the model file it was compiled from, when it was
+  std::string shapes;       // the specialization key: "image:float32:1x3x224x224"
+  std::string backend;      // backend, version, options, target and CPU
+  std::string created;      // ISO 8601, UTC
+  int64_t bytes = 0;        // on disk
+  int64_t last_use = 0;     // Unix time
+  std::string problem;      // "" if the entry is usable
   std::string not_removed;  // Cache::verify(): why an unusable entry is still there ("" once removed)
 };
 
@@ -278,8 +286,7 @@ class Model {
   static Model load(const Runtime& runtime, const std::string& path);
   // `external_data_dir` is where external weight files live, if the model has any.
   // Not cached (see MemoryLoadOptions::cache).
-  static Model load_from_memory(const Runtime& runtime, const void* data, size_t size,
-                                const std::string& external_data_dir = "");
+  static Model load_from_memory(const Runtime& runtime, const void* data, size_t size, const std::string& external_data_dir = "");
   struct MemoryLoadOptions {
     std::string external_data_dir;
     // A model that an application holds in memory is often one it decrypted:
@@ -289,13 +296,13 @@ class Model {
   };
   static Model load_from_memory(const Runtime& runtime, const void* data, size_t size, const MemoryLoadOptions& options);
 
-  const std::vector<TensorInfo>& inputs() const;   // inputs with defaults come last
+  const std::vector<TensorInfo>& inputs() const;  // inputs with defaults come last
   const std::vector<TensorInfo>& outputs() const;
-  int64_t opset() const;                 // the ai.onnx opset imported
-  std::string producer() const;          // "pytorch 2.1"
-  std::string source() const;            // path, or "<memory>"
-  std::map<std::string, int> op_histogram() const;  // op type -> node count, subgraphs included
-  std::vector<std::string> unsupported_ops() const; // op types no backend can run
+  int64_t opset() const;                             // the ai.onnx opset imported
+  std::string producer() const;                      // "pytorch 2.1"
+  std::string source() const;                        // path, or "<memory>"
+  std::map<std::string, int> op_histogram() const;   // op type -> node count, subgraphs included
+  std::vector<std::string> unsupported_ops() const;  // op types no backend can run
 
   // Runs the model. Inputs by name; inputs with defaults may be omitted.
   // Outputs come in the order of outputs(). The first run with new input
@@ -354,8 +361,8 @@ struct Model::FreezeOptions {
   std::string target;                                 // LLVM triple; "" = this machine
   std::string cpu;                                    // "" = this CPU (host target) or generic; e.g. "x86-64-v3"
   bool embed_weights = false;                         // weights inside the object instead of a file
-  std::string kernels = "portable";                   // "portable" (libc only) or "native" (oneDNN: links libdnnl, this machine only)
-  std::string format = "object";                      // "object" (NAME.o) or "static" (libNAME.a)
+  std::string kernels = "portable";  // "portable" (libc only) or "native" (oneDNN: links libdnnl, this machine only)
+  std::string format = "object";     // "object" (NAME.o) or "static" (libNAME.a)
   std::function<void(const std::string&)> progress;  // one line per stage of a long freeze
 };
 
@@ -377,9 +384,9 @@ template <typename T>
 Tensor Tensor::from_vector(DType dtype, Shape shape, const std::vector<T>& values) {
   Tensor t(dtype, std::move(shape));
   if (sizeof(T) != dtype_size(dtype) || values.size() != size_t(t.numel()))
-    throw Error(ErrorCode::InvalidArgument, "Tensor::from_vector: " + std::to_string(values.size()) +
-                                                " values of " + std::to_string(sizeof(T)) + " bytes do not fill a " +
-                                                dtype_name(dtype) + " tensor of shape " + shape_to_string(t.shape()));
+    throw Error(ErrorCode::InvalidArgument, "Tensor::from_vector: " + std::to_string(values.size()) + " values of " +
+                                                std::to_string(sizeof(T)) + " bytes do not fill a " + dtype_name(dtype) +
+                                                " tensor of shape " + shape_to_string(t.shape()));
   T* out = t.data_as<T>();
   for (size_t i = 0; i < values.size(); ++i) out[i] = values[i];
   return t;

@@ -43,11 +43,26 @@ kiln::ir::Attribute attribute(const kiln_backend_attribute& a) {
   using Kind = kiln::ir::Attribute::Kind;
   kiln::ir::Attribute out;
   switch (a.type) {
-    case KILN_BACKEND_ATTRIBUTE_FLOAT: out.kind = Kind::Float; out.f = float(a.f); break;
-    case KILN_BACKEND_ATTRIBUTE_INT: out.kind = Kind::Int; out.i = a.i; break;
-    case KILN_BACKEND_ATTRIBUTE_STRING: out.kind = Kind::String; out.s.assign(a.s, a.s_bytes); break;
-    case KILN_BACKEND_ATTRIBUTE_INTS: out.kind = Kind::Ints; out.ints.assign(a.ints, a.ints + a.count); break;
-    case KILN_BACKEND_ATTRIBUTE_FLOATS: out.kind = Kind::Floats; out.floats.assign(a.floats, a.floats + a.count); break;
+    case KILN_BACKEND_ATTRIBUTE_FLOAT:
+      out.kind = Kind::Float;
+      out.f = float(a.f);
+      break;
+    case KILN_BACKEND_ATTRIBUTE_INT:
+      out.kind = Kind::Int;
+      out.i = a.i;
+      break;
+    case KILN_BACKEND_ATTRIBUTE_STRING:
+      out.kind = Kind::String;
+      out.s.assign(a.s, a.s_bytes);
+      break;
+    case KILN_BACKEND_ATTRIBUTE_INTS:
+      out.kind = Kind::Ints;
+      out.ints.assign(a.ints, a.ints + a.count);
+      break;
+    case KILN_BACKEND_ATTRIBUTE_FLOATS:
+      out.kind = Kind::Floats;
+      out.floats.assign(a.floats, a.floats + a.count);
+      break;
     case KILN_BACKEND_ATTRIBUTE_STRINGS:
       out.kind = Kind::Strings;
       for (size_t i = 0; i < a.count; ++i) out.strings.emplace_back(a.strings[i]);
@@ -56,12 +71,12 @@ kiln::ir::Attribute attribute(const kiln_backend_attribute& a) {
       out.kind = Kind::Tensor;
       kiln::ir::Dims dims(a.tensor_dims, a.tensor_dims + a.tensor_rank);
       out.t = Tensor(DType(a.tensor_dtype), dims);
-      if (out.t.nbytes() != a.tensor_bytes) throw kiln::ir::Error(kiln::ir::ErrorKind::InvalidModel, "tensor attribute of the wrong size");
+      if (out.t.nbytes() != a.tensor_bytes)
+        throw kiln::ir::Error(kiln::ir::ErrorKind::InvalidModel, "tensor attribute of the wrong size");
       std::memcpy(out.t.raw(), a.tensor_data, a.tensor_bytes);
       break;
     }
-    default:
-      throw kiln::ir::Error(kiln::ir::ErrorKind::Unsupported, "an attribute of a kind this plugin does not read");
+    default: throw kiln::ir::Error(kiln::ir::ErrorKind::Unsupported, "an attribute of a kind this plugin does not read");
   }
   return out;
 }
@@ -100,7 +115,8 @@ std::unique_ptr<kiln::ir::Graph> rebuild(const kiln_backend_graph* g) {
     if (!data) continue;
     kiln::ir::ValueInfo info = value_info(g, v);
     Tensor t(info.dtype, info.shape.concrete());
-    if (t.nbytes() != bytes) throw kiln::ir::Error(kiln::ir::ErrorKind::InvalidModel, "constant '" + info.name + "' has the wrong size");
+    if (t.nbytes() != bytes)
+      throw kiln::ir::Error(kiln::ir::ErrorKind::InvalidModel, "constant '" + info.name + "' has the wrong size");
     std::memcpy(t.raw(), data, bytes);
     graph->initializers[info.name] = t;
   }
@@ -137,9 +153,10 @@ kiln_backend_status guarded(char* message, F&& f) {
     return f();
   } catch (const kiln::ir::Error& e) {
     const kiln::ir::ErrorKind k = e.kind();
-    return fail(message, e.what(), k == kiln::ir::ErrorKind::Unsupported       ? KILN_BACKEND_UNSUPPORTED
-                                   : k == kiln::ir::ErrorKind::InvalidArgument ? KILN_BACKEND_INVALID_ARGUMENT
-                                                                               : KILN_BACKEND_ERROR);
+    return fail(message, e.what(),
+                k == kiln::ir::ErrorKind::Unsupported       ? KILN_BACKEND_UNSUPPORTED
+                : k == kiln::ir::ErrorKind::InvalidArgument ? KILN_BACKEND_INVALID_ARGUMENT
+                                                            : KILN_BACKEND_ERROR);
   } catch (const std::bad_alloc&) {
     return fail(message, "out of memory", KILN_BACKEND_OUT_OF_MEMORY);
   } catch (const std::exception& e) {
@@ -190,13 +207,15 @@ const kiln_backend_api kApi = {
         if (!c || (input_count && !inputs) || (output_count && !outputs))
           return fail(message, "null argument", KILN_BACKEND_INVALID_ARGUMENT);
         if (input_count != c->inputs.size() || output_count != c->outputs.size())
-          return fail(message, "run with " + std::to_string(input_count) + " inputs and " + std::to_string(output_count) +
-                                   " outputs, the partition has " + std::to_string(c->inputs.size()) + " and " +
-                                   std::to_string(c->outputs.size()), KILN_BACKEND_INVALID_ARGUMENT);
+          return fail(message,
+                      "run with " + std::to_string(input_count) + " inputs and " + std::to_string(output_count) +
+                          " outputs, the partition has " + std::to_string(c->inputs.size()) + " and " +
+                          std::to_string(c->outputs.size()),
+                      KILN_BACKEND_INVALID_ARGUMENT);
         std::map<std::string, Tensor> given;
         for (size_t i = 0; i < input_count; ++i)
-          given.emplace(c->inputs[i].name, Tensor::view(c->inputs[i].dtype, c->inputs[i].shape.concrete(),
-                                                        const_cast<void*>(inputs[i])));
+          given.emplace(c->inputs[i].name,
+                        Tensor::view(c->inputs[i].dtype, c->inputs[i].shape.concrete(), const_cast<void*>(inputs[i])));
         const std::vector<Tensor> made = kiln::ref::run_graph(*c->graph, given);
         for (size_t i = 0; i < output_count; ++i) {
           const kiln::ir::Dims want = c->outputs[i].shape.concrete();

@@ -9,7 +9,6 @@
 
 #include <xnnpack.h>
 
-
 namespace kiln_xnnpack {
 
 namespace {
@@ -47,10 +46,11 @@ void define(const Program& p, const std::vector<const float*>& statics, const st
   for (size_t i = 0; i < p.tensors.size(); ++i) {
     const Tensor& t = p.tensors[i];
     const std::vector<size_t> dims(t.dims.begin(), t.dims.end());
-    const uint32_t flags = t.role == Role::Input ? XNN_VALUE_FLAG_EXTERNAL_INPUT
-                           : t.role == Role::Output ? XNN_VALUE_FLAG_EXTERNAL_OUTPUT : 0;
-    check(xnn_define_tensor_value(sg.g, xnn_datatype_fp32, dims.size(), dims.data(), t.role == Role::Static ? statics[i] : nullptr,
-                                  id[i], flags, &id[i]),
+    const uint32_t flags = t.role == Role::Input    ? XNN_VALUE_FLAG_EXTERNAL_INPUT
+                           : t.role == Role::Output ? XNN_VALUE_FLAG_EXTERNAL_OUTPUT
+                                                    : 0;
+    check(xnn_define_tensor_value(sg.g, xnn_datatype_fp32, dims.size(), dims.data(),
+                                  t.role == Role::Static ? statics[i] : nullptr, id[i], flags, &id[i]),
           "xnn_define_tensor_value for tensor " + std::to_string(i));
   }
   for (size_t k = 0; k < p.ops.size(); ++k) {
@@ -63,8 +63,8 @@ void define(const Program& p, const std::vector<const float*>& statics, const st
     xnn_status s = xnn_status_invalid_parameter;
     switch (op.type) {
       case OpType::Conv:
-        s = xnn_define_convolution_2d(g, u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8), u(9), u(10), op.ints[11], op.ints[12],
-                                      -inf, inf, in(0), in(1), in(2), out, 0);
+        s = xnn_define_convolution_2d(g, u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8), u(9), u(10), op.ints[11],
+                                      op.ints[12], -inf, inf, in(0), in(1), in(2), out, 0);
         break;
       case OpType::DepthwiseConv:
         s = xnn_define_depthwise_convolution_2d(g, u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8), u(9), u(10), op.ints[11],
@@ -104,7 +104,8 @@ void define(const Program& p, const std::vector<const float*>& statics, const st
       }
     }
     if (s != xnn_status_success)
-      throw Decline(std::string("XNNPACK refuses operation ") + std::to_string(k) + " (" + op_name(op.type) + "): " + status_text(s));
+      throw Decline(std::string("XNNPACK refuses operation ") + std::to_string(k) + " (" + op_name(op.type) +
+                    "): " + status_text(s));
   }
 }
 

@@ -50,13 +50,13 @@ class Executable {
   // Per tensor, static tensors XNNPACK reads when it runs (filters and
   // biases are packed into the runtime and freed once it is made).
   std::vector<Buffer> statics_;
-  std::vector<uint32_t> externals_;   // tensors the host's buffers feed or receive, in external id order
-  std::vector<Buffer> scratch_;       // per external: NHWC copies, and inputs XNNPACK could read past
-  std::vector<size_t> bytes_;         // per external
-  std::mutex mutex_;                  // one run at a time: everything below
+  std::vector<uint32_t> externals_;  // tensors the host's buffers feed or receive, in external id order
+  std::vector<Buffer> scratch_;      // per external: NHWC copies, and inputs XNNPACK could read past
+  std::vector<size_t> bytes_;        // per external
+  std::mutex mutex_;                 // one run at a time: everything below
   pthreadpool pool_;
   xnn_runtime_t runtime_ = nullptr;
-  std::vector<void*> bound_;          // the buffers of the last xnn_setup_runtime
+  std::vector<void*> bound_;  // the buffers of the last xnn_setup_runtime
 };
 
 }  // namespace kiln_xnnpack

@@ -53,9 +53,7 @@ std::vector<int64_t> Graph::node_outputs(int64_t n) const {
 }
 
 int64_t Graph::input(int64_t n, int64_t i) const { return i < api_.node_input_count(g_, n) ? api_.node_input(g_, n, i) : -1; }
-int64_t Graph::output(int64_t n, int64_t i) const {
-  return i < api_.node_output_count(g_, n) ? api_.node_output(g_, n, i) : -1;
-}
+int64_t Graph::output(int64_t n, int64_t i) const { return i < api_.node_output_count(g_, n) ? api_.node_output(g_, n, i) : -1; }
 
 std::vector<std::string> Graph::attribute_names(int64_t n) const {
   std::vector<std::string> out;
@@ -140,8 +138,10 @@ std::vector<int64_t> Graph::int64s(int64_t v) const {
 std::string Graph::describe(int64_t n) const {
   std::string text = "node ";
   const std::string node_name = name(n);
-  if (node_name.empty()) text.append("#").append(std::to_string(n));
-  else text.append("'").append(node_name).append("'");
+  if (node_name.empty())
+    text.append("#").append(std::to_string(n));
+  else
+    text.append("'").append(node_name).append("'");
   return text.append(" (").append(op(n)).append(")");
 }
 

@@ -31,8 +31,8 @@ class Graph {
   std::string domain(int64_t n) const { return text(api_.node_domain(g_, n)); }
   std::string name(int64_t n) const { return text(api_.node_name(g_, n)); }
   int64_t opset(int64_t n) const { return api_.node_opset(g_, n); }
-  std::vector<int64_t> node_inputs(int64_t n) const;    // -1 for an omitted input
-  std::vector<int64_t> node_outputs(int64_t n) const;   // -1 for an omitted output
+  std::vector<int64_t> node_inputs(int64_t n) const;   // -1 for an omitted input
+  std::vector<int64_t> node_outputs(int64_t n) const;  // -1 for an omitted output
   // The input or output at i, -1 if omitted or beyond the list.
   int64_t input(int64_t n, int64_t i) const;
   int64_t output(int64_t n, int64_t i) const;

@@ -29,7 +29,8 @@ const std::map<std::string, OpInfo>& table() {
   static const std::map<std::string, OpInfo> t = {
       {"Conv", {Kind::Spatial, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}}},
       {"MaxPool", {Kind::Spatial, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}}},
-      {"AveragePool", {Kind::Spatial, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"}}},
+      {"AveragePool",
+       {Kind::Spatial, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"}}},
       {"GlobalAveragePool", {Kind::Spatial, {}}},
       {"GlobalMaxPool", {Kind::Spatial, {}}},
       {"PRelu", {Kind::Spatial, {}}},
@@ -98,7 +99,8 @@ class Lowerer {
   // whose outputs may be either). XNNPACK copies it.
   void pass_through(int64_t v) {
     if (made_.count(v)) return;
-    if (g_.dtype(v) != KILN_BACKEND_FLOAT32) throw Decline("output '" + g_.value_name(v) + "' is made by no node and not float32");
+    if (g_.dtype(v) != KILN_BACKEND_FLOAT32)
+      throw Decline("output '" + g_.value_name(v) + "' is made by no node and not float32");
     y_ = v;
     emit(OpType::Reshape, {g_.is_constant(v) ? constant(v, Transform::Copy, xdims(v)) : read(v)});
   }
@@ -121,14 +123,22 @@ class Lowerer {
       fail("XNNPACK makes its first output only");
     y_ = outs[0];
     if (g_.dtype(y_) != KILN_BACKEND_FLOAT32) fail("its output is not float32");
-    if (op == "Conv") conv();
-    else if (op == "MaxPool" || op == "AveragePool" || op == "GlobalMaxPool") pool(op);
-    else if (op == "GlobalAveragePool") emit(OpType::GlobalAveragePool, {data(0, 4)});
-    else if (op == "PRelu") prelu();
-    else if (op == "Gemm" || op == "MatMul") dense(op);
-    else if (info->second.kind == Kind::Elementwise) elementwise(op);
-    else if (op == "Softmax") softmax();
-    else reshape();
+    if (op == "Conv")
+      conv();
+    else if (op == "MaxPool" || op == "AveragePool" || op == "GlobalMaxPool")
+      pool(op);
+    else if (op == "GlobalAveragePool")
+      emit(OpType::GlobalAveragePool, {data(0, 4)});
+    else if (op == "PRelu")
+      prelu();
+    else if (op == "Gemm" || op == "MatMul")
+      dense(op);
+    else if (info->second.kind == Kind::Elementwise)
+      elementwise(op);
+    else if (op == "Softmax")
+      softmax();
+    else
+      reshape();
   }
 
   // The dims XNNPACK sees: rank 0 as [1], NHWC values permuted.
@@ -298,9 +308,12 @@ class Lowerer {
     if (slope < 0) fail("no slope");
     std::vector<int64_t> sd = g_.dims(slope);
     while (!sd.empty() && sd.front() == 1) sd.erase(sd.begin());
-    if (numel(sd) == 1) emit(OpType::PRelu, {in, constant(slope, Transform::Broadcast, {c})});
-    else if (sd == std::vector<int64_t>{c, 1, 1}) emit(OpType::PRelu, {in, constant(slope, Transform::Copy, {c})});
-    else fail("a slope that is not one per channel");
+    if (numel(sd) == 1)
+      emit(OpType::PRelu, {in, constant(slope, Transform::Broadcast, {c})});
+    else if (sd == std::vector<int64_t>{c, 1, 1})
+      emit(OpType::PRelu, {in, constant(slope, Transform::Copy, {c})});
+    else
+      fail("a slope that is not one per channel");
   }
 
   void dense(const std::string& op) {
@@ -323,9 +336,12 @@ class Lowerer {
     if (c >= 0) {
       if (g_.attr_float(n_, "beta", 1.0f) != 1.0f) fail("beta");
       const std::vector<int64_t> cd = g_.dims(c);
-      if (numel(cd) == 1) bias = constant(c, Transform::Broadcast, {n});
-      else if (cd == std::vector<int64_t>{n} || cd == std::vector<int64_t>{1, n}) bias = constant(c, Transform::Copy, {n});
-      else fail("a C that is not one per column");
+      if (numel(cd) == 1)
+        bias = constant(c, Transform::Broadcast, {n});
+      else if (cd == std::vector<int64_t>{n} || cd == std::vector<int64_t>{1, n})
+        bias = constant(c, Transform::Copy, {n});
+      else
+        fail("a C that is not one per column");
     }
     emit(OpType::FullyConnected, {in, filter, bias});
   }
@@ -355,13 +371,13 @@ class Lowerer {
   }
 
   void elementwise(const std::string& op) {
-    static const std::map<std::string, OpType> binary = {{"Add", OpType::Add}, {"Sum", OpType::Add}, {"Sub", OpType::Subtract},
-                                                         {"Mul", OpType::Multiply}, {"Div", OpType::Divide},
-                                                         {"Max", OpType::Maximum}, {"Min", OpType::Minimum}};
-    static const std::map<std::string, OpType> unary = {
-        {"Sigmoid", OpType::Sigmoid}, {"HardSwish", OpType::HardSwish}, {"Abs", OpType::Abs}, {"Neg", OpType::Negate},
-        {"Floor", OpType::Floor},     {"Ceil", OpType::Ceiling},        {"Sqrt", OpType::SquareRoot},
-        {"Round", OpType::BankersRounding}};
+    static const std::map<std::string, OpType> binary = {
+        {"Add", OpType::Add},    {"Sum", OpType::Add},     {"Sub", OpType::Subtract}, {"Mul", OpType::Multiply},
+        {"Div", OpType::Divide}, {"Max", OpType::Maximum}, {"Min", OpType::Minimum}};
+    static const std::map<std::string, OpType> unary = {{"Sigmoid", OpType::Sigmoid}, {"HardSwish", OpType::HardSwish},
+                                                        {"Abs", OpType::Abs},         {"Neg", OpType::Negate},
+                                                        {"Floor", OpType::Floor},     {"Ceil", OpType::Ceiling},
+                                                        {"Sqrt", OpType::SquareRoot}, {"Round", OpType::BankersRounding}};
     if (auto it = binary.find(op); it != binary.end()) {
       if (g_.node_inputs(n_).size() != 2) fail("not two inputs");
       const int64_t a = g_.input(n_, 0), b = g_.input(n_, 1);
@@ -465,9 +481,12 @@ std::vector<char> plan_layouts(const Graph& g, const std::vector<int64_t>& nodes
         break;
       case Kind::Elementwise:
         for (int64_t v : g.node_inputs(n)) {
-          if (rank(v) == 4 && rank(y) == 4) parent[size_t(find(v))] = find(y);
-          else if (rank(v) == 4) onnx_layout.emplace_back(n, v);
-          else if (rank(y) == 4 && rank(v) >= 0 && reorders(pad4(g.dims(v)))) onnx_layout.emplace_back(n, y);
+          if (rank(v) == 4 && rank(y) == 4)
+            parent[size_t(find(v))] = find(y);
+          else if (rank(v) == 4)
+            onnx_layout.emplace_back(n, v);
+          else if (rank(y) == 4 && rank(v) >= 0 && reorders(pad4(g.dims(v))))
+            onnx_layout.emplace_back(n, y);
         }
         break;
       case Kind::OnnxLayout:
@@ -484,7 +503,8 @@ std::vector<char> plan_layouts(const Graph& g, const std::vector<int64_t>& nodes
   for (int64_t v = 0; v < count; ++v)
     if (nhwc[size_t(v)]) root_nhwc[size_t(find(v))] = 1;
   for (const auto& [n, v] : onnx_layout)
-    if (root_nhwc[size_t(find(v))] && std::find(conflicts->begin(), conflicts->end(), n) == conflicts->end()) conflicts->push_back(n);
+    if (root_nhwc[size_t(find(v))] && std::find(conflicts->begin(), conflicts->end(), n) == conflicts->end())
+      conflicts->push_back(n);
   for (int64_t v = 0; v < count; ++v) nhwc[size_t(v)] = rank(v) == 4 && root_nhwc[size_t(find(v))];
   return nhwc;
 }

@@ -48,7 +48,8 @@ class Reader {
   // A count of items of `item` bytes each, no more than the bytes left could hold.
   uint64_t count(size_t item) {
     const uint64_t n = get<uint64_t>();
-    if (n > left_ / item) throw Decline("the blob counts " + std::to_string(n) + " items where " + std::to_string(left_) + " bytes are left");
+    if (n > left_ / item)
+      throw Decline("the blob counts " + std::to_string(n) + " items where " + std::to_string(left_) + " bytes are left");
     return n;
   }
   template <typename T>
@@ -77,15 +78,27 @@ Arity arity(OpType t) {
     case OpType::FullyConnected: return {3, 1, 0, 0};
     case OpType::MaxPool: return {1, 0, 10, 0};
     case OpType::AveragePool: return {1, 0, 8, 0};
-    case OpType::Add: case OpType::Subtract: case OpType::Multiply: case OpType::Divide:
-    case OpType::Maximum: case OpType::Minimum: case OpType::PRelu:
-      return {2, 0, 0, 0};
+    case OpType::Add:
+    case OpType::Subtract:
+    case OpType::Multiply:
+    case OpType::Divide:
+    case OpType::Maximum:
+    case OpType::Minimum:
+    case OpType::PRelu: return {2, 0, 0, 0};
     case OpType::Clamp: return {1, 0, 0, 2};
-    case OpType::LeakyRelu: case OpType::Elu: return {1, 0, 0, 1};
-    case OpType::GlobalAveragePool: case OpType::Sigmoid: case OpType::HardSwish: case OpType::Abs: case OpType::Negate:
-    case OpType::Floor: case OpType::Ceiling: case OpType::SquareRoot: case OpType::BankersRounding: case OpType::Softmax:
-    case OpType::Reshape:
-      return {1, 0, 0, 0};
+    case OpType::LeakyRelu:
+    case OpType::Elu: return {1, 0, 0, 1};
+    case OpType::GlobalAveragePool:
+    case OpType::Sigmoid:
+    case OpType::HardSwish:
+    case OpType::Abs:
+    case OpType::Negate:
+    case OpType::Floor:
+    case OpType::Ceiling:
+    case OpType::SquareRoot:
+    case OpType::BankersRounding:
+    case OpType::Softmax:
+    case OpType::Reshape: return {1, 0, 0, 0};
   }
   throw Decline("an operation of unknown type " + std::to_string(uint32_t(t)));
 }
@@ -100,7 +113,8 @@ std::string dims_text(const std::vector<int64_t>& d) {
 // `dilation` apart, moved by `stride` over `in` padded by `pad`.
 int64_t window_out(int64_t in, int64_t pad, int64_t kernel, int64_t stride, int64_t dilation) {
   const int64_t padded = in + pad, effective = (kernel - 1) * dilation + 1;
-  if (padded < effective) throw Decline("a window of " + std::to_string(effective) + " over " + std::to_string(padded) + " elements");
+  if (padded < effective)
+    throw Decline("a window of " + std::to_string(effective) + " over " + std::to_string(padded) + " elements");
   return (padded - effective) / stride + 1;
 }
 
@@ -129,15 +143,16 @@ std::vector<int64_t> broadcast(const std::vector<int64_t>& a, const std::vector<
 std::vector<int64_t> output_dims(const Op& op, const std::vector<const std::vector<int64_t>*>& in) {
   const std::vector<int64_t>& x = *in[0];
   auto need_rank = [&](const std::vector<int64_t>& d, size_t rank) {
-    if (d.size() != rank) throw Decline(std::string(op_name(op.type)) + " wants rank " + std::to_string(rank) + ", not " + dims_text(d));
+    if (d.size() != rank)
+      throw Decline(std::string(op_name(op.type)) + " wants rank " + std::to_string(rank) + ", not " + dims_text(d));
   };
   const std::vector<int64_t>& p = op.ints;
   switch (op.type) {
     case OpType::Conv: {
       need_rank(x, 4), need_rank(*in[1], 4), need_rank(*in[2], 1);
       const int64_t groups = p[10], gin = p[11], gout = p[12];
-      if (groups < 1 || gin < 1 || gout < 1 || x[3] != groups * gin || *in[1] != std::vector<int64_t>{groups * gout, p[4], p[5], gin} ||
-          (*in[2])[0] != groups * gout)
+      if (groups < 1 || gin < 1 || gout < 1 || x[3] != groups * gin ||
+          *in[1] != std::vector<int64_t>{groups * gout, p[4], p[5], gin} || (*in[2])[0] != groups * gout)
         throw Decline("a convolution's filter or bias does not fit its groups and channels");
       const auto [h, w] = spatial_out(x, p, true);
       return {x[0], h, w, groups * gout};
@@ -163,16 +178,18 @@ std::vector<int64_t> output_dims(const Op& op, const std::vector<const std::vect
       need_rank(x, 4);
       const bool dilated = op.type == OpType::MaxPool;
       // XNNPACK refuses pooling a single element and strides longer than the window.
-      if (p[4] * p[5] < 2 || p[6] > p[4] || p[7] > p[5]) throw Decline("a pooling window of one element or with a stride beyond it");
+      if (p[4] * p[5] < 2 || p[6] > p[4] || p[7] > p[5])
+        throw Decline("a pooling window of one element or with a stride beyond it");
       const auto [h, w] = spatial_out(x, p, dilated);
       return {x[0], h, w, x[3]};
     }
-    case OpType::GlobalAveragePool:
-      need_rank(x, 4);
-      return {x[0], 1, 1, x[3]};
-    case OpType::Add: case OpType::Subtract: case OpType::Multiply: case OpType::Divide:
-    case OpType::Maximum: case OpType::Minimum:
-      return broadcast(x, *in[1]);
+    case OpType::GlobalAveragePool: need_rank(x, 4); return {x[0], 1, 1, x[3]};
+    case OpType::Add:
+    case OpType::Subtract:
+    case OpType::Multiply:
+    case OpType::Divide:
+    case OpType::Maximum:
+    case OpType::Minimum: return broadcast(x, *in[1]);
     case OpType::PRelu:
       need_rank(x, 4);
       if (*in[1] != std::vector<int64_t>{x[3]}) throw Decline("a PRelu slope that is not one per channel");
@@ -180,10 +197,8 @@ std::vector<int64_t> output_dims(const Op& op, const std::vector<const std::vect
     case OpType::Clamp:
       if (!(op.floats[0] < op.floats[1])) throw Decline("a clamp whose bounds are not in order");
       return x;
-    case OpType::Reshape:
-      return {};  // any dims of the same count: checked by the caller
-    default:
-      return x;
+    case OpType::Reshape: return {};  // any dims of the same count: checked by the caller
+    default: return x;
   }
 }
 
@@ -259,8 +274,8 @@ Program decode(const void* bytes, size_t size) {
   const uint32_t format = r.get<uint32_t>(), reserved = r.get<uint32_t>();
   const uint64_t sum = r.get<uint64_t>();
   if (format != kFormat || reserved != 0)
-    throw Decline("a partition of format " + std::to_string(format) + "." + std::to_string(reserved) + ", this plugin reads format " +
-                  std::to_string(kFormat) + ".0");
+    throw Decline("a partition of format " + std::to_string(format) + "." + std::to_string(reserved) +
+                  ", this plugin reads format " + std::to_string(kFormat) + ".0");
   if (checksum(p + head, size - head) != sum) throw Decline("the partition's bytes do not match their checksum");
   Reader in(p + head, size - head);
   Program prog;
@@ -316,11 +331,13 @@ void validate(const Program& p, const Graph& g, const std::vector<int64_t>& inpu
         have = {have[0], have[3], have[1], have[2]};
       }
       if (g.dtype(v) != KILN_BACKEND_FLOAT32 || have != want)
-        throw Decline(what + " is float32 " + dims_text(have) + ", the partition's '" + g.value_name(v) + "' is " + dims_text(want));
+        throw Decline(what + " is float32 " + dims_text(have) + ", the partition's '" + g.value_name(v) + "' is " +
+                      dims_text(want));
     } else if (t.role == Role::Static) {
       if (t.transform == Transform::Zero) continue;
       size_t bytes = 0;
-      if (t.source < 0 || t.source >= g.value_count() || !g.constant(t.source, &bytes) || g.dtype(t.source) != KILN_BACKEND_FLOAT32)
+      if (t.source < 0 || t.source >= g.value_count() || !g.constant(t.source, &bytes) ||
+          g.dtype(t.source) != KILN_BACKEND_FLOAT32)
         throw Decline(what + " is made from value " + std::to_string(t.source) + ", not a float32 constant of the partition");
       std::vector<int64_t> s = g.dims(t.source);
       if (bytes != size_t(numel(s)) * sizeof(float)) throw Decline(what + "'s constant has the wrong size");
@@ -373,7 +390,8 @@ void validate(const Program& p, const Graph& g, const std::vector<int64_t>& inpu
     // Filters and biases are packed when the runtime is made: XNNPACK wants them static.
     if (op.type == OpType::Conv || op.type == OpType::DepthwiseConv || op.type == OpType::FullyConnected)
       for (size_t i = 1; i < op.inputs.size(); ++i)
-        if (op.inputs[i] != kNone && p.tensors[op.inputs[i]].role != Role::Static) throw Decline(what + " has a filter or bias that is not static");
+        if (op.inputs[i] != kNone && p.tensors[op.inputs[i]].role != Role::Static)
+          throw Decline(what + " has a filter or bias that is not static");
     if (op.output >= p.tensors.size() || made[op.output] ||
         (p.tensors[op.output].role != Role::Internal && p.tensors[op.output].role != Role::Output))
       throw Decline(what + " writes a tensor that is an input, a constant or made twice");
@@ -381,7 +399,8 @@ void validate(const Program& p, const Graph& g, const std::vector<int64_t>& inpu
     const std::vector<int64_t>& out = p.tensors[op.output].dims;
     const std::vector<int64_t> want = output_dims(op, in);
     if (op.type == OpType::Reshape ? numel(out) != numel(*in[0]) : out != want)
-      throw Decline(what + " makes " + dims_text(op.type == OpType::Reshape ? *in[0] : want) + ", its output tensor is " + dims_text(out));
+      throw Decline(what + " makes " + dims_text(op.type == OpType::Reshape ? *in[0] : want) + ", its output tensor is " +
+                    dims_text(out));
   }
   for (size_t i = 0; i < p.tensors.size(); ++i)
     if (p.tensors[i].role == Role::Output && !made[i]) throw Decline("no operation makes output tensor " + std::to_string(i));
@@ -396,12 +415,8 @@ void static_data(const Tensor& t, const Graph& g, float* out) {
   const float* src = static_cast<const float*>(g.constant(t.source, nullptr));
   std::vector<int64_t> s = g.dims(t.source);
   switch (t.transform) {
-    case Transform::Copy:
-      std::copy(src, src + n, out);
-      break;
-    case Transform::Broadcast:
-      std::fill(out, out + n, src[0]);
-      break;
+    case Transform::Copy: std::copy(src, src + n, out); break;
+    case Transform::Broadcast: std::fill(out, out + n, src[0]); break;
     case Transform::Transpose2d:
       for (int64_t k = 0; k < s[0]; ++k)
         for (int64_t j = 0; j < s[1]; ++j) out[j * s[0] + k] = src[k * s[1] + j];
@@ -418,8 +433,7 @@ void static_data(const Tensor& t, const Graph& g, float* out) {
           for (int64_t j = 0; j < hw; ++j) out[(a * hw + j) * c + i] = src[(a * c + i) * hw + j];
       break;
     }
-    default:
-      break;
+    default: break;
   }
 }
 

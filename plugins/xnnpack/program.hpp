@@ -20,8 +20,10 @@ namespace kiln_xnnpack {
 
 // XNNPACK's subgraph nodes this plugin defines. Numbers are part of the blob format.
 enum class OpType : uint32_t {
-  Conv = 1,               // x, filter [O,kh,kw,I/g], bias [O]; ints: pads t r b l, kh kw, strides h w, dilations h w, groups, group in, group out
-  DepthwiseConv = 2,      // x, filter [1,kh,kw,C*m], bias [C*m]; ints: pads t r b l, kh kw, strides h w, dilations h w, multiplier, channels
+  Conv =
+      1,  // x, filter [O,kh,kw,I/g], bias [O]; ints: pads t r b l, kh kw, strides h w, dilations h w, groups, group in, group out
+  DepthwiseConv =
+      2,  // x, filter [1,kh,kw,C*m], bias [C*m]; ints: pads t r b l, kh kw, strides h w, dilations h w, multiplier, channels
   FullyConnected = 3,     // x [...,K], filter [N,K], bias [N] or none
   MaxPool = 4,            // x; ints: pads t r b l, kh kw, strides h w, dilations h w
   AveragePool = 5,        // x; ints: pads t r b l, kh kw, strides h w
@@ -32,20 +34,20 @@ enum class OpType : uint32_t {
   Divide = 10,
   Maximum = 11,
   Minimum = 12,
-  Clamp = 13,             // floats: min, max
+  Clamp = 13,  // floats: min, max
   Sigmoid = 14,
   HardSwish = 15,
-  LeakyRelu = 16,         // floats: slope
-  Elu = 17,               // floats: alpha
+  LeakyRelu = 16,  // floats: slope
+  Elu = 17,        // floats: alpha
   Abs = 18,
   Negate = 19,
   Floor = 20,
   Ceiling = 21,
   SquareRoot = 22,
   BankersRounding = 23,
-  Softmax = 24,           // over the last dimension
-  PRelu = 25,             // x [N,H,W,C], slope [C]
-  Reshape = 26,           // to the output's dims
+  Softmax = 24,  // over the last dimension
+  PRelu = 25,    // x [N,H,W,C], slope [C]
+  Reshape = 26,  // to the output's dims
 };
 
 // How a static tensor is made from the partition's constant `source`.
@@ -69,9 +71,9 @@ enum class Role : uint32_t {
 struct Tensor {
   std::vector<int64_t> dims;  // as XNNPACK sees them (NHWC for NHWC data)
   Role role = Role::Internal;
-  int64_t index = -1;         // Input/Output: position in the partition's inputs/outputs
-  bool nhwc = false;          // Input/Output: the host's NCHW buffer is converted at the boundary
-  int64_t source = -1;        // Static: a value of the partition
+  int64_t index = -1;   // Input/Output: position in the partition's inputs/outputs
+  bool nhwc = false;    // Input/Output: the host's NCHW buffer is converted at the boundary
+  int64_t source = -1;  // Static: a value of the partition
   Transform transform = Transform::Copy;
 };
 
@@ -106,8 +108,7 @@ Program decode(const void* bytes, size_t size);
 // operation's output dims follow from its inputs and parameters as XNNPACK
 // computes them (so that no kernel writes past a buffer). Compile checks
 // what it made, deserialize what it read; Decline names the first problem.
-void validate(const Program& p, const Graph& partition, const std::vector<int64_t>& inputs,
-              const std::vector<int64_t>& outputs);
+void validate(const Program& p, const Graph& partition, const std::vector<int64_t>& inputs, const std::vector<int64_t>& outputs);
 
 // Writes the numel(t.dims) elements of a static tensor, made from the
 // partition's constant (validate() has checked that they fit).

@@ -227,10 +227,9 @@ void pthreadpool_parallelize_3d_tile_2d_with_uarch(pthreadpool_t pool, pthreadpo
           [&](const Index<3>& s, const Index<3>& z) { f(c, uarch, s[0], s[1], s[2], z[1], z[2]); });
 }
 
-void pthreadpool_parallelize_4d(pthreadpool_t pool, pthreadpool_task_4d_t f, void* c, size_t r0, size_t r1, size_t r2,
-                                size_t r3, uint32_t flags) {
-  loop<4>(pool, flags, {r0, r1, r2, r3}, {1, 1, 1, 1},
-          [&](const Index<4>& s, const Index<4>&) { f(c, s[0], s[1], s[2], s[3]); });
+void pthreadpool_parallelize_4d(pthreadpool_t pool, pthreadpool_task_4d_t f, void* c, size_t r0, size_t r1, size_t r2, size_t r3,
+                                uint32_t flags) {
+  loop<4>(pool, flags, {r0, r1, r2, r3}, {1, 1, 1, 1}, [&](const Index<4>& s, const Index<4>&) { f(c, s[0], s[1], s[2], s[3]); });
 }
 
 void pthreadpool_parallelize_4d_tile_1d(pthreadpool_t pool, pthreadpool_task_4d_tile_1d_t f, void* c, size_t r0, size_t r1,
@@ -252,8 +251,8 @@ void pthreadpool_parallelize_4d_tile_2d_with_uarch(pthreadpool_t pool, pthreadpo
           [&](const Index<4>& s, const Index<4>& z) { f(c, uarch, s[0], s[1], s[2], s[3], z[2], z[3]); });
 }
 
-void pthreadpool_parallelize_5d(pthreadpool_t pool, pthreadpool_task_5d_t f, void* c, size_t r0, size_t r1, size_t r2,
-                                size_t r3, size_t r4, uint32_t flags) {
+void pthreadpool_parallelize_5d(pthreadpool_t pool, pthreadpool_task_5d_t f, void* c, size_t r0, size_t r1, size_t r2, size_t r3,
+                                size_t r4, uint32_t flags) {
   loop<5>(pool, flags, {r0, r1, r2, r3, r4}, {1, 1, 1, 1, 1},
           [&](const Index<5>& s, const Index<5>&) { f(c, s[0], s[1], s[2], s[3], s[4]); });
 }
@@ -270,8 +269,8 @@ void pthreadpool_parallelize_5d_tile_2d(pthreadpool_t pool, pthreadpool_task_5d_
           [&](const Index<5>& s, const Index<5>& z) { f(c, s[0], s[1], s[2], s[3], s[4], z[3], z[4]); });
 }
 
-void pthreadpool_parallelize_6d(pthreadpool_t pool, pthreadpool_task_6d_t f, void* c, size_t r0, size_t r1, size_t r2,
-                                size_t r3, size_t r4, size_t r5, uint32_t flags) {
+void pthreadpool_parallelize_6d(pthreadpool_t pool, pthreadpool_task_6d_t f, void* c, size_t r0, size_t r1, size_t r2, size_t r3,
+                                size_t r4, size_t r5, uint32_t flags) {
   loop<6>(pool, flags, {r0, r1, r2, r3, r4, r5}, {1, 1, 1, 1, 1, 1},
           [&](const Index<6>& s, const Index<6>&) { f(c, s[0], s[1], s[2], s[3], s[4], s[5]); });
 }

@@ -126,8 +126,9 @@ std::vector<int64_t> made(const Graph& g, int64_t n) {
 }
 
 void erase(std::vector<int64_t>& list, const std::vector<int64_t>& gone) {
-  list.erase(std::remove_if(list.begin(), list.end(), [&](int64_t n) { return std::find(gone.begin(), gone.end(), n) != gone.end(); }),
-             list.end());
+  list.erase(
+      std::remove_if(list.begin(), list.end(), [&](int64_t n) { return std::find(gone.begin(), gone.end(), n) != gone.end(); }),
+      list.end());
 }
 
 // The nodes this plugin takes: known operators whose layouts agree, each of
@@ -237,7 +238,8 @@ const kiln_backend_api kApi = {
         std::vector<int64_t> nodes(size_t(g.node_count())), conflicts;
         for (size_t i = 0; i < nodes.size(); ++i) nodes[i] = int64_t(i);
         const std::vector<char> nhwc = plan_layouts(g, nodes, &conflicts);
-        if (!conflicts.empty()) throw Decline(g.describe(conflicts[0]) + " needs ONNX's layout of a value the partition keeps NHWC");
+        if (!conflicts.empty())
+          throw Decline(g.describe(conflicts[0]) + " needs ONNX's layout of a value the partition keeps NHWC");
         const kiln_backend_status s = make(partition, lower(g, nodes, g.inputs(), g.outputs(), nhwc), out);
         ++compiles;
         return s;
@@ -283,7 +285,8 @@ extern "C" __attribute__((visibility("default"))) kiln_backend_status kiln_backe
     if (!h || !out) return fail(message, "null argument", KILN_BACKEND_INVALID_ARGUMENT);
     if (host_abi_version < 1 || h->struct_size < sizeof(kiln_backend_host) || !h->graph ||
         h->graph->struct_size < sizeof(kiln_backend_graph_api))
-      return fail(message, "this plugin needs backend ABI version 1 or later with its full graph accessors", KILN_BACKEND_UNSUPPORTED);
+      return fail(message, "this plugin needs backend ABI version 1 or later with its full graph accessors",
+                  KILN_BACKEND_UNSUPPORTED);
     static std::once_flag once;
     static xnn_status initialized = xnn_status_uninitialized;
     static std::string unthreaded;
@@ -294,7 +297,8 @@ extern "C" __attribute__((visibility("default"))) kiln_backend_status kiln_backe
                  (threaded ? "" : "; one thread");
     });
     if (initialized != xnn_status_success)
-      return fail(message, "XNNPACK cannot run on this CPU (xnn_initialize failed with status " + std::to_string(int(initialized)) + ")",
+      return fail(message,
+                  "XNNPACK cannot run on this CPU (xnn_initialize failed with status " + std::to_string(int(initialized)) + ")",
                   KILN_BACKEND_UNSUPPORTED);
     host = h;
     if (!threaded)

@@ -54,7 +54,8 @@ ir::Tensor load_constant(const nlohmann::json& j, const WeightsReader& weights, 
   const int64_t numel = ir::checked_numel(dims), element = int64_t(ir::dtype_size(dtype));
   // A count that fits in int64 may still not in bytes: no file holds such a constant.
   if (numel > INT64_MAX / element)
-    ir::fail(ir::ErrorKind::InvalidModel, what + ": a constant of shape " + ir::dims_to_string(dims) + " has more bytes than a file can hold");
+    ir::fail(ir::ErrorKind::InvalidModel,
+             what + ": a constant of shape " + ir::dims_to_string(dims) + " has more bytes than a file can hold");
   const void* data = weights.at(ir::json_field<int64_t>(j, "offset", what), numel * element, what);
   return ir::Tensor::view(dtype, dims, const_cast<void*>(data), std::move(keep_alive));
 }

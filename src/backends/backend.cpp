@@ -17,7 +17,8 @@ void check_output_buffers(const std::vector<ir::Tensor>& outputs, const std::vec
     if (outputs[i].dtype() != dtypes[i] || outputs[i].dims() != dims[i])
       ir::fail(ir::ErrorKind::InvalidArgument, "output '" + names[i] + "' is " + ir::dtype_name(dtypes[i]) + " " +
                                                    ir::dims_to_string(dims[i]) + ", the buffer given for it is " +
-                                                   ir::dtype_name(outputs[i].dtype()) + " " + ir::dims_to_string(outputs[i].dims()));
+                                                   ir::dtype_name(outputs[i].dtype()) + " " +
+                                                   ir::dims_to_string(outputs[i].dims()));
 }
 
 void Executable::run_into(const std::map<std::string, ir::Tensor>& inputs, std::vector<ir::Tensor>& outputs) const {
@@ -31,8 +32,8 @@ void Executable::run_into(const std::map<std::string, ir::Tensor>& inputs, std::
     names.push_back(std::string("#").append(std::to_string(i)));  // not "#" + ...: GCC 12 warns falsely (-Wrestrict)
   }
   if (outputs.size() != produced.size())
-    ir::fail(ir::ErrorKind::InvalidArgument, std::to_string(outputs.size()) + " output buffers for " +
-                                                 std::to_string(produced.size()) + " outputs");
+    ir::fail(ir::ErrorKind::InvalidArgument,
+             std::to_string(outputs.size()) + " output buffers for " + std::to_string(produced.size()) + " outputs");
   check_output_buffers(outputs, dtypes, dims, names);
   for (size_t i = 0; i < produced.size(); ++i) std::memcpy(outputs[i].raw(), produced[i].raw(), produced[i].nbytes());
 }
@@ -46,7 +47,8 @@ LoadedArtifact copy_to_memory(const Artifact& artifact) {
   std::memcpy(p, artifact.object.data(), artifact.object.size());
   std::memcpy(p + artifact.object.size(), artifact.program.data(), artifact.program.size());
   for (size_t i = 0; i < artifact.weights.size(); ++i)
-    if (artifact.weights[i].second) std::memcpy(p + weights_at + artifact.weight_offsets[i], artifact.weights[i].first, artifact.weights[i].second);
+    if (artifact.weights[i].second)
+      std::memcpy(p + weights_at + artifact.weight_offsets[i], artifact.weights[i].first, artifact.weights[i].second);
   LoadedArtifact loaded;
   loaded.object = std::string_view(p, artifact.object.size());
   loaded.program = std::string_view(p + artifact.object.size(), artifact.program.size());

@@ -6,8 +6,8 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,8 +29,8 @@ struct ExecutableStats {
 // A compiled specialization as the on-disk cache stores it. The cache writes
 // and checks the files; what is inside is the backend's own business.
 struct Artifact {
-  std::string object;   // relocatable object code
-  std::string program;  // everything else the backend needs to load it again
+  std::string object;                                   // relocatable object code
+  std::string program;                                  // everything else the backend needs to load it again
   std::vector<std::pair<const void*, size_t>> weights;  // one file, each chunk at its offset
   std::vector<int64_t> weight_offsets;                  // per chunk, multiples of 64
   int64_t weights_bytes = 0;

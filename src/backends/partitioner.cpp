@@ -104,8 +104,8 @@ std::vector<Part> make_parts(const ir::Graph& graph, const ir::Specialization& s
         if (out.empty()) continue;
         defined.insert(out);
         auto readers = read_by.find(out);
-        const bool read_elsewhere =
-            readers != read_by.end() && std::any_of(readers->second.begin(), readers->second.end(), [&](size_t p) { return p != k; });
+        const bool read_elsewhere = readers != read_by.end() &&
+                                    std::any_of(readers->second.begin(), readers->second.end(), [&](size_t p) { return p != k; });
         if (read_elsewhere || graph_outputs.count(out)) sub->outputs.push_back(info(out));
       }
       sub->nodes.push_back(node);
@@ -136,7 +136,8 @@ class PartitionedExecutable : public Executable {
     std::string name;
     ir::Tensor constant;  // defined if no part computes it (folded at compile time)
   };
-  PartitionedExecutable(std::vector<Step> steps, std::vector<Output> outputs) : steps_(std::move(steps)), outputs_(std::move(outputs)) {}
+  PartitionedExecutable(std::vector<Step> steps, std::vector<Output> outputs)
+      : steps_(std::move(steps)), outputs_(std::move(outputs)) {}
 
   ExecutableStats stats() const override {
     ExecutableStats total;
@@ -172,8 +173,8 @@ class PartitionedExecutable : public Executable {
       }
       std::vector<ir::Tensor> produced = step.executable->run(given);
       if (produced.size() != step.outputs.size())
-        ir::fail(ir::ErrorKind::Internal, "a part on " + step.backend + " made " + std::to_string(produced.size()) + " values, not " +
-                                              std::to_string(step.outputs.size()));
+        ir::fail(ir::ErrorKind::Internal, "a part on " + step.backend + " made " + std::to_string(produced.size()) +
+                                              " values, not " + std::to_string(step.outputs.size()));
       for (size_t i = 0; i < produced.size(); ++i) values[step.outputs[i]] = std::move(produced[i]);
     }
     std::vector<ir::Tensor> out;
@@ -196,7 +197,8 @@ class PartitionedExecutable : public Executable {
     return names;
   }
   int64_t parts() const { return int64_t(steps_.size()); }
-  static std::unique_ptr<PartitionedExecutable> load(const LoadedArtifact& artifact, const std::shared_ptr<const ir::Graph>& graph,
+  static std::unique_ptr<PartitionedExecutable> load(const LoadedArtifact& artifact,
+                                                     const std::shared_ptr<const ir::Graph>& graph,
                                                      const std::vector<const Backend*>& backends, const CompileOptions& options);
 
  private:
@@ -380,7 +382,8 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
     PartitionedExecutable::Step step;
     step.backend = part.backend->name();
     for (const auto& in : part.graph->inputs)
-      step.inputs.push_back({in.name, in.dtype, in.shape.is_concrete() ? std::optional<ir::Dims>(in.shape.concrete()) : std::nullopt});
+      step.inputs.push_back(
+          {in.name, in.dtype, in.shape.is_concrete() ? std::optional<ir::Dims>(in.shape.concrete()) : std::nullopt});
     for (const auto& v : part.graph->outputs) step.outputs.push_back(v.name);
     try {
       step.executable = part.backend->compile(std::move(part.graph), spec, options);
@@ -399,8 +402,10 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
     // value folded at compile time.
     if (!produced.count(o.name)) {
       auto init = graph->initializers.find(o.name);
-      if (init != graph->initializers.end()) out.constant = init->second;
-      else if (!graph->find_input(o.name)) ir::fail(ir::ErrorKind::Internal, "partition: no part produces output '" + o.name + "'");
+      if (init != graph->initializers.end())
+        out.constant = init->second;
+      else if (!graph->find_input(o.name))
+        ir::fail(ir::ErrorKind::Internal, "partition: no part produces output '" + o.name + "'");
     }
     outputs.push_back(std::move(out));
   }

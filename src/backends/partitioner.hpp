@@ -23,8 +23,7 @@ struct Part {
 
 // Parts in an order in which each one's inputs are ready. Throws
 // ir::Error(Unsupported) naming the first node that no backend takes.
-std::vector<Part> partition(const ir::Graph& graph, const ir::Specialization& spec,
-                            const std::vector<const Backend*>& backends);
+std::vector<Part> partition(const ir::Graph& graph, const ir::Specialization& spec, const std::vector<const Backend*>& backends);
 
 struct PartitionedCompile {
   std::unique_ptr<Executable> executable;

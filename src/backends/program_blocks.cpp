@@ -28,7 +28,8 @@ std::string BlockWriter::finish(const nlohmann::json& document) const {
 }
 
 BlockReader::BlockReader(std::string_view bytes, const std::string& what) {
-  if (bytes.size() < kHeader) ir::fail(ir::ErrorKind::InvalidModel, what + " is too short (" + std::to_string(bytes.size()) + " bytes)");
+  if (bytes.size() < kHeader)
+    ir::fail(ir::ErrorKind::InvalidModel, what + " is too short (" + std::to_string(bytes.size()) + " bytes)");
   uint64_t size = 0;
   for (size_t i = 0; i < kHeader; ++i) size |= uint64_t(uint8_t(bytes[i])) << (8 * i);
   if (size > bytes.size() - kHeader)
@@ -50,10 +51,11 @@ std::string_view BlockReader::block(const nlohmann::json& ref, const std::string
   const uint64_t offset = ref[0].get<uint64_t>(), bytes = ref[1].get<uint64_t>();
   if (offset > blocks_.size() || bytes > blocks_.size() - offset)
     ir::fail(ir::ErrorKind::InvalidModel, what + ": " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
-                                              " lie outside the program's " + std::to_string(blocks_.size()) + " bytes of blocks");
+                                              " lie outside the program's " + std::to_string(blocks_.size()) +
+                                              " bytes of blocks");
   if (size >= 0 && bytes != uint64_t(size))
-    ir::fail(ir::ErrorKind::InvalidModel, what + ": a block of " + std::to_string(bytes) + " bytes where " + std::to_string(size) +
-                                              " were expected");
+    ir::fail(ir::ErrorKind::InvalidModel,
+             what + ": a block of " + std::to_string(bytes) + " bytes where " + std::to_string(size) + " were expected");
   return blocks_.substr(size_t(offset), size_t(bytes));
 }
 

@@ -57,34 +57,32 @@ class BundleEmitter {
     if (plan_.embedded_weights) {
       // Typed as bytes: codegen of a large float array is ten times slower (TOOLCHAIN-FACTS.md).
       auto* data = llvm::ConstantDataArray::getString(ctx_, *plan_.embedded_weights, false);
-      auto* g = new llvm::GlobalVariable(m_, data->getType(), true, llvm::GlobalValue::InternalLinkage, data,
-                                         plan_.name + "_weights");
+      auto* g =
+          new llvm::GlobalVariable(m_, data->getType(), true, llvm::GlobalValue::InternalLinkage, data, plan_.name + "_weights");
       g->setAlignment(llvm::Align(KILN_BUNDLE_ALIGNMENT));
       embedded = g;
     }
-    auto* desc_type = llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, i64_, i64_, ptr_, ptr_, ptr_, ptr_, ptr_});
+    auto* desc_type =
+        llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, i64_, i64_, ptr_, ptr_, ptr_, ptr_, ptr_});
     const std::string& cpu = compiler_.target().cpu;
-    desc_ = global(llvm::ConstantStruct::get(
-                       desc_type, {i32(KILN_BUNDLE_ABI_VERSION), i32(int32_t(plan_.inputs.size())),
-                                   i32(int32_t(plan_.outputs.size())), i32(int32_t(plan_.specs.size())),
-                                   tensors(plan_.inputs, "inputs"), tensors(plan_.outputs, "outputs"),
-                                   global(llvm::ConstantArray::get(llvm::ArrayType::get(spec_type, specs.size()), specs), "specs"),
-                                   i(int64_t(plan_.weights_bytes)), i(int64_t(plan_.weights_checksum)), embedded,
-                                   plan_.native ? runtime("kiln_bundle_native_create") : null(),
-                                   plan_.native ? runtime("kiln_bundle_native_destroy") : null(),
-                                   string(cpu.empty() ? "generic" : cpu), string(bundle_cpu_features(compiler_))}),
-                   "desc");
+    desc_ = global(
+        llvm::ConstantStruct::get(
+            desc_type, {i32(KILN_BUNDLE_ABI_VERSION), i32(int32_t(plan_.inputs.size())), i32(int32_t(plan_.outputs.size())),
+                        i32(int32_t(plan_.specs.size())), tensors(plan_.inputs, "inputs"), tensors(plan_.outputs, "outputs"),
+                        global(llvm::ConstantArray::get(llvm::ArrayType::get(spec_type, specs.size()), specs), "specs"),
+                        i(int64_t(plan_.weights_bytes)), i(int64_t(plan_.weights_checksum)), embedded,
+                        plan_.native ? runtime("kiln_bundle_native_create") : null(),
+                        plan_.native ? runtime("kiln_bundle_native_destroy") : null(), string(cpu.empty() ? "generic" : cpu),
+                        string(bundle_cpu_features(compiler_))}),
+        "desc");
 
     // The exported API: thin calls into the runtime with this bundle's descriptor.
-    wrap("create", "kiln_bundle_create", {ptr_, ptr_}, [&](llvm::Function* f) {
-      return std::vector<llvm::Value*>{desc_, f->getArg(0), null(), i(0), f->getArg(1)};
-    });
-    wrap("create_from_memory", "kiln_bundle_create", {ptr_, i64_, ptr_}, [&](llvm::Function* f) {
-      return std::vector<llvm::Value*>{desc_, null(), f->getArg(0), f->getArg(1), f->getArg(2)};
-    });
-    wrap("check_weights", "kiln_bundle_check_weights", {ptr_, i64_}, [&](llvm::Function* f) {
-      return std::vector<llvm::Value*>{desc_, f->getArg(0), f->getArg(1)};
-    });
+    wrap("create", "kiln_bundle_create", {ptr_, ptr_},
+         [&](llvm::Function* f) { return std::vector<llvm::Value*>{desc_, f->getArg(0), null(), i(0), f->getArg(1)}; });
+    wrap("create_from_memory", "kiln_bundle_create", {ptr_, i64_, ptr_},
+         [&](llvm::Function* f) { return std::vector<llvm::Value*>{desc_, null(), f->getArg(0), f->getArg(1), f->getArg(2)}; });
+    wrap("check_weights", "kiln_bundle_check_weights", {ptr_, i64_},
+         [&](llvm::Function* f) { return std::vector<llvm::Value*>{desc_, f->getArg(0), f->getArg(1)}; });
     forward("destroy", "kiln_bundle_destroy");
     forward("last_error", "kiln_bundle_last_error");
     forward("set_parallel_for", "kiln_bundle_set_parallel_for");
@@ -119,7 +117,8 @@ class BundleEmitter {
 
   // Raw bytes (a oneDNN descriptor), aligned for the 64-bit fields they hold.
   llvm::Constant* blob(std::string_view bytes) {
-    auto* data = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+    auto* data =
+        llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
     auto* g = new llvm::GlobalVariable(m_, data->getType(), true, llvm::GlobalValue::PrivateLinkage, data, plan_.name + "_dnnl");
     g->setAlignment(llvm::Align(16));
     g->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);  // identical descriptors are merged
@@ -164,16 +163,18 @@ class BundleEmitter {
                         f(sum ? 0 : op.at("alpha").get<float>()), f(sum ? 0 : op.at("beta").get<float>()), i32(0)}));
       }
       auto arg = [&](const nlohmann::json& a, bool constant) {
-        return llvm::ConstantStruct::get(arg_type, {i32(a.at(0).get<int32_t>()), i32(0), blob(a.at(1), "an argument"),
-                                                    i(constant ? a.at(2).get<int64_t>() : 0), i(constant ? a.at(3).get<int64_t>() : 0)});
+        return llvm::ConstantStruct::get(arg_type,
+                                         {i32(a.at(0).get<int32_t>()), i32(0), blob(a.at(1), "an argument"),
+                                          i(constant ? a.at(2).get<int64_t>() : 0), i(constant ? a.at(3).get<int64_t>() : 0)});
       };
       for (const auto& r : k.at("runtime_args")) runtime_args.push_back(arg(r, false));
       for (const auto& c : k.at("constants")) constants.push_back(arg(c, true));
       prims.push_back(llvm::ConstantStruct::get(
-          prim_type, {i32(kind), i32(k.at("sum_from").get<int32_t>()), i32(prim.value("axis", 0)), i32(int32_t(srcs.size())),
-                      i32(int32_t(posts.size())), i32(int32_t(runtime_args.size())), i32(int32_t(constants.size())), i32(0), desc, dst,
-                      array_of(ptr_, srcs, "srcs"), array_of(post_type, posts, "post_ops"), array_of(arg_type, runtime_args, "args"),
-                      array_of(arg_type, constants, "constants"), string(k.at("label").get<std::string>())}));
+          prim_type,
+          {i32(kind), i32(k.at("sum_from").get<int32_t>()), i32(prim.value("axis", 0)), i32(int32_t(srcs.size())),
+           i32(int32_t(posts.size())), i32(int32_t(runtime_args.size())), i32(int32_t(constants.size())), i32(0), desc, dst,
+           array_of(ptr_, srcs, "srcs"), array_of(post_type, posts, "post_ops"), array_of(arg_type, runtime_args, "args"),
+           array_of(arg_type, constants, "constants"), string(k.at("label").get<std::string>())}));
     }
     const dnnl_version_t* v = dnnl_version();
     auto* table_type = llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, ptr_});
@@ -202,8 +203,10 @@ class BundleEmitter {
     f->addFnAttr(cpu::kKeepTargetAttribute);
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", f));
     auto* result = b_.CreateCall(fn, args(f));
-    if (type->getReturnType()->isVoidTy()) b_.CreateRetVoid();
-    else b_.CreateRet(result);
+    if (type->getReturnType()->isVoidTy())
+      b_.CreateRetVoid();
+    else
+      b_.CreateRet(result);
   }
   // The same parameters (the handle first): NAME_<suffix> = fn.
   void forward(const std::string& suffix, const std::string& fn_name) {
@@ -231,10 +234,11 @@ class BundleEmitter {
 
 std::string compile_bundle(const BundlePlan& plan, const cpu::TargetCompiler& compiler) {
   if (plan.specs.empty() || plan.specs.size() > KILN_BUNDLE_MAX_SPECS)
-    ir::fail(ir::ErrorKind::InvalidArgument, "a bundle holds 1 to " + std::to_string(KILN_BUNDLE_MAX_SPECS) + " batch sizes, not " +
-                                                 std::to_string(plan.specs.size()));
+    ir::fail(ir::ErrorKind::InvalidArgument, "a bundle holds 1 to " + std::to_string(KILN_BUNDLE_MAX_SPECS) +
+                                                 " batch sizes, not " + std::to_string(plan.specs.size()));
   if (plan.inputs.size() + plan.outputs.size() > KILN_BUNDLE_MAX_IO)
-    ir::fail(ir::ErrorKind::InvalidArgument, "a bundle has at most " + std::to_string(KILN_BUNDLE_MAX_IO) + " inputs and outputs");
+    ir::fail(ir::ErrorKind::InvalidArgument,
+             "a bundle has at most " + std::to_string(KILN_BUNDLE_MAX_IO) + " inputs and outputs");
   auto unit = compiler.new_module(plan.name);
   cpu::link_bitcode(*unit.module, cpu::BitcodeLibrary::Kernels, compiler.vector_config());
   cpu::link_bitcode(*unit.module, cpu::BitcodeLibrary::BundleRuntime);

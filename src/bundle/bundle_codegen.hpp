@@ -39,9 +39,9 @@ struct BundlePlan {
   std::vector<BundleTensor> inputs, outputs;
   std::vector<BundleSpecialization> specs;  // ascending batch sizes
   uint64_t weights_bytes = 0;
-  uint64_t weights_checksum = 0;              // XXH3-64 of the weights data
+  uint64_t weights_checksum = 0;                  // XXH3-64 of the weights data
   const std::string* embedded_weights = nullptr;  // the data, to embed; null: a weights file
-  bool native = false;  // oneDNN steps (KernelFamily::NativeBundle): the object needs libdnnl
+  bool native = false;                            // oneDNN steps (KernelFamily::NativeBundle): the object needs libdnnl
 };
 
 // Throws ir::Error: Unsupported naming a step that needs a host kernel

@@ -75,12 +75,14 @@ std::string bundle_header(const BundleDescription& d) {
     h << " *          (" << N << "_create checks them before any of the code runs: on a CPU\n"
       << " *          without them it returns " << U << "_ERROR_CPU naming what is missing)\n";
   h << " * Link:    " << link_line(d, "cc") << "\n"
-    << " * Weights: " << (d.embedded_weights ? "embedded in the object" : N + ".weights.bin (" + std::to_string(d.weights_bytes) + " bytes of data)")
+    << " * Weights: "
+    << (d.embedded_weights ? "embedded in the object"
+                           : N + ".weights.bin (" + std::to_string(d.weights_bytes) + " bytes of data)")
     << "\n *\n"
     << " * Inputs and outputs, in the order run() takes them (B: the batch size):\n";
   for (size_t i = 0; i < d.inputs.size(); ++i)
-    h << " *   input  " << i << " \"" << d.inputs[i].name << "\" " << ir::dtype_name(d.inputs[i].dtype) << " " << shape(d.inputs[i])
-      << "\n";
+    h << " *   input  " << i << " \"" << d.inputs[i].name << "\" " << ir::dtype_name(d.inputs[i].dtype) << " "
+      << shape(d.inputs[i]) << "\n";
   for (size_t i = 0; i < d.outputs.size(); ++i)
     h << " *   output " << i << " \"" << d.outputs[i].name << "\" " << ir::dtype_name(d.outputs[i].dtype) << " "
       << shape(d.outputs[i]) << "\n";
@@ -119,7 +121,8 @@ std::string bundle_header(const BundleDescription& d) {
     << "/* Status codes: every function returning int32_t returns one. */\n"
     << "enum {\n"
     << "  " << U << "_OK = " << KILN_BUNDLE_OK << ",\n"
-    << "  " << U << "_ERROR_ARGUMENT = " << KILN_BUNDLE_ERROR_ARGUMENT << ", /* a null pointer, a bad batch size or batch rule */\n"
+    << "  " << U << "_ERROR_ARGUMENT = " << KILN_BUNDLE_ERROR_ARGUMENT
+    << ", /* a null pointer, a bad batch size or batch rule */\n"
     << "  " << U << "_ERROR_WEIGHTS = " << KILN_BUNDLE_ERROR_WEIGHTS
     << ",  /* weights missing, unreadable, truncated, corrupt or another bundle's */\n"
     << "  " << U << "_ERROR_MEMORY = " << KILN_BUNDLE_ERROR_MEMORY << ",   /* an allocation failed */\n"
@@ -142,8 +145,7 @@ std::string bundle_header(const BundleDescription& d) {
   items("OUTPUT", d.outputs);
   for (size_t s = 0; s < d.batch_sizes.size(); ++s)
     h << "#define " << U << "_ARENA_BYTES_B" << d.batch_sizes[s] << " " << d.arena_bytes[s] << "\n";
-  if (!d.embedded_weights)
-    h << "#define " << U << "_WEIGHTS_FILE_BYTES " << (KILN_BUNDLE_ALIGNMENT + d.weights_bytes) << "\n";
+  if (!d.embedded_weights) h << "#define " << U << "_WEIGHTS_FILE_BYTES " << (KILN_BUNDLE_ALIGNMENT + d.weights_bytes) << "\n";
   h << "\n"
     << "typedef struct " << N << " " << N << ";\n"
     << "/* Runs fn(task, begin, end) over disjoint ranges covering [0, n), possibly on\n"
@@ -152,8 +154,8 @@ std::string bundle_header(const BundleDescription& d) {
     << " * schedule): a step reads what the one before wrote on the same core. */\n"
     << "typedef void (*" << N << "_task_fn)(void* task, int64_t begin, int64_t end);\n"
     << "typedef void (*" << N << "_parallel_for_fn)(void* host, int64_t n, " << N << "_task_fn fn, void* task);\n\n"
-    << "/* Simple API. create: weights_path is " << (d.embedded_weights ? "ignored (pass NULL: the weights are embedded)"
-                                                                      : "the path of " + N + ".weights.bin")
+    << "/* Simple API. create: weights_path is "
+    << (d.embedded_weights ? "ignored (pass NULL: the weights are embedded)" : "the path of " + N + ".weights.bin")
     << ".\n * On failure *out may still be set: read " << N << "_last_error(*out), then destroy it. */\n"
     << "int32_t " << N << "_create(const char* weights_path, " << N << "** out);\n"
     << "/* The same from a weights file already in memory (kept by pointer, not copied). */\n"
@@ -170,11 +172,12 @@ std::string bundle_header(const BundleDescription& d) {
     << "int32_t " << N << "_check_weights(const void* weights_file, uint64_t size);\n";
   if (d.native.empty()) {
     h << "\n/* Static API: one compiled batch size, nothing allocated. weights_file: the\n"
-    << " * whole " << (d.embedded_weights ? "weights file, or NULL for the embedded weights" : N + ".weights.bin in memory")
-    << ", aligned to " << U << "_ALIGNMENT;\n"
-    << " * arena: " << U << "_ARENA_BYTES_B<SIZE> bytes aligned to " << U << "_ALIGNMENT; fn may be NULL. */\n";
+      << " * whole " << (d.embedded_weights ? "weights file, or NULL for the embedded weights" : N + ".weights.bin in memory")
+      << ", aligned to " << U << "_ALIGNMENT;\n"
+      << " * arena: " << U << "_ARENA_BYTES_B<SIZE> bytes aligned to " << U << "_ALIGNMENT; fn may be NULL. */\n";
     for (int64_t b : d.batch_sizes)
-      h << "int32_t " << N << "_run_b" << b << "(const void* weights_file, void* arena, const void* const* inputs, void* const* outputs,\n"
+      h << "int32_t " << N << "_run_b" << b
+        << "(const void* weights_file, void* arena, const void* const* inputs, void* const* outputs,\n"
         << "    " << N << "_parallel_for_fn fn, void* host);\n";
   }
   h << "\n#ifdef __cplusplus\n}\n#endif\n\n#endif /* " << U << "_H */\n";
@@ -184,8 +187,8 @@ std::string bundle_header(const BundleDescription& d) {
 std::string bundle_readme(const BundleDescription& d) {
   std::ostringstream r;
   r << "# " << d.name << ": a frozen model\n\n"
-    << "Made by `kiln aot-freeze` from `" << d.model << "` for " << d.triple << " (cpu " << d.cpu
-    << ") with " << (d.native.empty() ? "portable" : "native (oneDNN)") << " kernels: it needs " << what_it_needs(d) << ".\n\n"
+    << "Made by `kiln aot-freeze` from `" << d.model << "` for " << d.triple << " (cpu " << d.cpu << ") with "
+    << (d.native.empty() ? "portable" : "native (oneDNN)") << " kernels: it needs " << what_it_needs(d) << ".\n\n"
     << "| file | what |\n| --- | --- |\n"
     << "| `" << d.name << ".h` | the API, with every input and output, the batch sizes and the memory sizes |\n"
     << "| `" << d.object_file << "` | the compiled code" << (d.embedded_weights ? " and the weights" : "") << " |\n";
@@ -197,7 +200,8 @@ std::string bundle_readme(const BundleDescription& d) {
                                : "needs " + feature_lines(d.cpu_features, "") + "\n(`" + d.name + "_create` returns `" +
                                      upper(d.name) + "_ERROR_CPU` on a CPU without them)")
     << ".\n";
-  r << "\nLink:\n\n```sh\n" << link_line(d, "cc") << "\n```\n\n"
+  r << "\nLink:\n\n```sh\n"
+    << link_line(d, "cc") << "\n```\n\n"
     << "From C++, include the header as it is (it has `extern \"C\"`). From Rust, declare the functions in an\n"
     << "`extern \"C\"` block and link the object with `cargo:rustc-link-arg`.\n\n"
     << "Compiled batch sizes: " << list(d.batch_sizes) << "; `" << d.name

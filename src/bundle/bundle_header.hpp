@@ -21,7 +21,7 @@ struct BundleDescription {
   std::string name, model, model_hash, triple, cpu, object_file;
   bool embedded_weights = false;
   std::string cpu_features;  // what create checks the CPU for ("avx2,fma,..."), "" for nothing
-  std::string native;  // native bundles: the oneDNN version they link ("2.6"); "" for portable ones
+  std::string native;        // native bundles: the oneDNN version they link ("2.6"); "" for portable ones
   int64_t weights_bytes = 0;
   std::vector<int64_t> batch_sizes;  // ascending
   std::vector<int64_t> arena_bytes;  // per batch size

@@ -72,8 +72,8 @@ class Freezer {
     cpu::Target target = req_.target;
     const cpu::HostInfo host = cpu::detect_host();
     if (req_.native_kernels && !target.triple.empty() && target.triple != host.triple)
-      ir::fail(ir::ErrorKind::InvalidArgument, "--kernels native bundles are for this machine (" + host.triple +
-                                                   "), not '" + target.triple + "': oneDNN chose their layouts here");
+      ir::fail(ir::ErrorKind::InvalidArgument, "--kernels native bundles are for this machine (" + host.triple + "), not '" +
+                                                   target.triple + "': oneDNN chose their layouts here");
     for (size_t i = 0; i < r.batch_sizes.size(); ++i) {
       progress("specializing and lowering batch " + std::to_string(r.batch_sizes[i]) + " (" + std::to_string(i + 1) + "/" +
                std::to_string(r.batch_sizes.size()) + ")");
@@ -152,8 +152,8 @@ class Freezer {
     // The weights' checksum stands for the specialized programs: the object
     // embeds their offsets and checksum.
     const std::string kernels = req_.native_kernels ? "native onednn " + onednn_version(true) : "portable";
-    const std::string identity = "bundle abi " + std::to_string(KILN_BUNDLE_ABI_VERSION) + ", kernels " + kernels + ", name " + plan.name +
-                                 ", target " + target.triple + ", cpu " + r.cpu + ", features " + target.features +
+    const std::string identity = "bundle abi " + std::to_string(KILN_BUNDLE_ABI_VERSION) + ", kernels " + kernels + ", name " +
+                                 plan.name + ", target " + target.triple + ", cpu " + r.cpu + ", features " + target.features +
                                  ", weights " + (req_.embed_weights ? "embedded" : "file") + " xxh3-64 " +
                                  std::to_string(plan.weights_checksum) + " " + std::to_string(plan.weights_bytes);
     const cache::Key key = cache::make_key({model_.content_hash, model_.source_path, shapes, identity});
@@ -176,7 +176,8 @@ class Freezer {
     if (req_.store) {
       backends::Artifact artifact;
       artifact.object = object;
-      artifact.summary = nlohmann::json({{"bundle", plan.name}, {"batch_sizes", r.batch_sizes}, {"target", r.triple}, {"cpu", r.cpu}}).dump();
+      artifact.summary =
+          nlohmann::json({{"bundle", plan.name}, {"batch_sizes", r.batch_sizes}, {"target", r.triple}, {"cpu", r.cpu}}).dump();
       try {
         req_.store->put(key.hex, key.readable, artifact,
                         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
@@ -199,7 +200,8 @@ class Freezer {
       if (!graph_.initializers.count(in.name)) kept.push_back(in);
     graph_.inputs = kept;
     for (const auto& [name, dims] : req_.shapes)
-      if (!graph_.find_input(name)) ir::fail(ir::ErrorKind::InvalidArgument, "--shape names '" + name + "', which is not an input");
+      if (!graph_.find_input(name))
+        ir::fail(ir::ErrorKind::InvalidArgument, "--shape names '" + name + "', which is not an input");
     for (const auto& in : graph_.inputs) {
       const bool symbolic0 = in.shape.rank_known && in.shape.rank() > 0 && !in.shape.dims[0].is_known();
       if (symbolic0) {
@@ -213,10 +215,10 @@ class Freezer {
     std::vector<int64_t> sizes = req_.batch_sizes;
     std::sort(sizes.begin(), sizes.end());
     sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-    if (sizes.empty() || sizes.front() < 1)
-      ir::fail(ir::ErrorKind::InvalidArgument, "batch sizes must be positive");
+    if (sizes.empty() || sizes.front() < 1) ir::fail(ir::ErrorKind::InvalidArgument, "batch sizes must be positive");
     if (sizes.size() > KILN_BUNDLE_MAX_SPECS)
-      ir::fail(ir::ErrorKind::InvalidArgument, "a bundle holds at most " + std::to_string(KILN_BUNDLE_MAX_SPECS) + " batch sizes");
+      ir::fail(ir::ErrorKind::InvalidArgument,
+               "a bundle holds at most " + std::to_string(KILN_BUNDLE_MAX_SPECS) + " batch sizes");
     if (batched_.empty() && (sizes.size() != 1 || sizes[0] != 1))
       ir::fail(ir::ErrorKind::InvalidArgument,
                "no input of the model has a symbolic batch axis (axis 0), so it has one batch size: leave out --batch-sizes");
@@ -230,19 +232,24 @@ class Freezer {
       if (auto it = req_.shapes.find(in.name); it != req_.shapes.end()) {
         d = it->second;
       } else {
-        if (!in.shape.rank_known) ir::fail(ir::ErrorKind::InvalidArgument, "input '" + in.name + "' has no declared shape: give --shape");
+        if (!in.shape.rank_known)
+          ir::fail(ir::ErrorKind::InvalidArgument, "input '" + in.name + "' has no declared shape: give --shape");
         for (size_t i = 0; i < in.shape.dims.size(); ++i) {
           const ir::Dim& dim = in.shape.dims[i];
-          if (dim.is_known()) d.push_back(*dim.value);
-          else if (i == 0 && batched_.count(in.name)) d.push_back(batch);
-          else if (auto v = req_.dims.find(dim.symbol); !dim.symbol.empty() && v != req_.dims.end()) d.push_back(v->second);
+          if (dim.is_known())
+            d.push_back(*dim.value);
+          else if (i == 0 && batched_.count(in.name))
+            d.push_back(batch);
+          else if (auto v = req_.dims.find(dim.symbol); !dim.symbol.empty() && v != req_.dims.end())
+            d.push_back(v->second);
           else
-            ir::fail(ir::ErrorKind::InvalidArgument, "input '" + in.name + "' dim " + std::to_string(i) + " ('" + dim.to_string() +
-                                                         "') has no value: give --dim SYMBOL=V or --shape");
+            ir::fail(ir::ErrorKind::InvalidArgument, "input '" + in.name + "' dim " + std::to_string(i) + " ('" +
+                                                         dim.to_string() + "') has no value: give --dim SYMBOL=V or --shape");
         }
       }
       if (batched_.count(in.name)) {
-        if (d.empty()) ir::fail(ir::ErrorKind::InvalidArgument, "input '" + in.name + "' is batched but --shape gives it no axis 0");
+        if (d.empty())
+          ir::fail(ir::ErrorKind::InvalidArgument, "input '" + in.name + "' is batched but --shape gives it no axis 0");
         d[0] = batch;
       }
       shapes[in.name] = {in.dtype, d};

@@ -91,7 +91,7 @@ std::string read_key_file(const std::string& path) {
     ir::fail(ir::ErrorKind::InvalidArgument, "cache key file '" + path + "' (KILN_CACHE_KEY_FILE) " + why);
   };
   Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
-  struct stat st {};
+  struct stat st{};
   if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0) return bad(std::string("cannot be opened: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return bad("is not a regular file");
   // As ssh treats a private key: whoever could change it could make tags.
@@ -99,8 +99,8 @@ std::string read_key_file(const std::string& path) {
   if (st.st_mode & (S_IWGRP | S_IWOTH)) return bad("is writable by group or others (chmod go-w)");
   if (st.st_mode & S_IROTH) return bad("is readable by everyone (chmod o-r)");
   if (st.st_size < off_t(Authenticator::kMinSecretBytes) || st.st_size > off_t(kMaxKeyFileBytes))
-    return bad("has " + std::to_string(st.st_size) + " bytes; a key has " + std::to_string(Authenticator::kMinSecretBytes) + " to " +
-               std::to_string(kMaxKeyFileBytes) + " (e.g. `head -c 32 /dev/urandom > FILE`)");
+    return bad("has " + std::to_string(st.st_size) + " bytes; a key has " + std::to_string(Authenticator::kMinSecretBytes) +
+               " to " + std::to_string(kMaxKeyFileBytes) + " (e.g. `head -c 32 /dev/urandom > FILE`)");
   std::string secret;
   if (!read_all(fd.get(), secret, kMaxKeyFileBytes) || secret.size() < Authenticator::kMinSecretBytes)
     return bad("could not be read whole");

@@ -39,7 +39,7 @@ Fd open_file_at(int at, const std::string& name, int flags, mode_t mode) {
   // O_NONBLOCK: opening a FIFO for reading would wait for a writer.
   Fd fd(::openat(at, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, mode));
   if (!fd) return fd;
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd.get(), &st) != 0) return Fd();
   if (!S_ISREG(st.st_mode)) {
     errno = EINVAL;

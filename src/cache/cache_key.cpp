@@ -60,7 +60,8 @@ int find_build_id(dl_phdr_info* info, size_t, void* data) {
       const auto* note = reinterpret_cast<const ElfW(Nhdr)*>(p);
       const char* name = p + sizeof(ElfW(Nhdr));
       const char* desc = name + ((note->n_namesz + 3) & ~3u);
-      if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0 && desc + note->n_descsz <= end) {
+      if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0 &&
+          desc + note->n_descsz <= end) {
         search->id = hash_hex(desc, note->n_descsz);
         return 1;
       }

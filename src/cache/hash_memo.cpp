@@ -81,7 +81,9 @@ void remember_hash(int dir, const std::string& name, const struct stat& st, cons
   if (ns(st.st_ctim) >= ns(looked_at) || ns(st.st_mtim) >= ns(looked_at)) return;
   const json file = identity(st);
   const std::string text =
-      json({{"file", file}, {"hash", hash}, {"about", about}, {"tag", auth.tag(kPurpose, signed_part(file, hash, about))}}).dump(1) + "\n";
+      json({{"file", file}, {"hash", hash}, {"about", about}, {"tag", auth.tag(kPurpose, signed_part(file, hash, about))}})
+          .dump(1) +
+      "\n";
   const std::string tmp = name + random_suffix();
   Fd fd = open_file_at(dir, tmp, O_WRONLY | O_CREAT | O_EXCL, mode);
   if (!fd) return;

@@ -141,7 +141,7 @@ std::string read_secret(int root, const std::string& dir, bool create, std::stri
     }
     fd = open_file_at(root, "secret");
   }
-  struct stat st {};
+  struct stat st{};
   if (!fd || ::fstat(fd.get(), &st) != 0) return "cannot read the cache's secret '" + dir + "/secret': " + std::strerror(errno);
   if (std::string bad = not_private(st); !bad.empty()) return "the cache's secret '" + dir + "/secret' " + bad;
   if (st.st_mode & 077) return "the cache's secret '" + dir + "/secret' is readable by others (chmod 600)";
@@ -153,7 +153,7 @@ std::string read_secret(int root, const std::string& dir, bool create, std::stri
 int64_t dir_bytes(int dir) {
   int64_t total = 0;
   for (const auto& name : names_in(dir))
-    if (struct stat st {}; ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) total += st.st_size;
+    if (struct stat st{}; ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) total += st.st_size;
   return total;
 }
 
@@ -169,7 +169,7 @@ struct Store::Layout {
 
   // What stops this cache from trusting a file or directory ("" if nothing).
   std::string untrusted(int fd) const {
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd, &st) != 0) return std::strerror(errno);
     return shared ? "" : not_private(st);
   }
@@ -177,7 +177,8 @@ struct Store::Layout {
   // Reads and checks an entry's manifest and files. Returns the problem
   // ("" if none). With `loaded`, also reads or maps its files into `keep`.
   std::string check_entry(int dir, const std::string& key, bool digests, std::optional<Manifest>& manifest,
-                          const std::shared_ptr<OpenEntry>& keep, backends::LoadedArtifact* loaded, bool defer_weights_check) const {
+                          const std::shared_ptr<OpenEntry>& keep, backends::LoadedArtifact* loaded,
+                          bool defer_weights_check) const {
     if (std::string bad = untrusted(dir); !bad.empty()) return "the entry " + bad;
     std::string text, tag;
     Fd mf = open_file_at(dir, "manifest.json"), tf = open_file_at(dir, "manifest.tag");
@@ -196,11 +197,12 @@ struct Store::Layout {
       const FileRecord& want = m.files.at(name);
       const timespec looked_at = coarse_now();
       Fd fd = open_file_at(dir, name);
-      struct stat st {};
+      struct stat st{};
       if (!fd || ::fstat(fd.get(), &st) != 0) return std::string(name) + " is missing or not a regular file";
       if (std::string bad = untrusted(fd.get()); !bad.empty()) return std::string(name) + " " + bad;
       if (st.st_size != want.bytes)
-        return std::string(name) + " has " + std::to_string(st.st_size) + " bytes, the manifest says " + std::to_string(want.bytes);
+        return std::string(name) + " has " + std::to_string(st.st_size) + " bytes, the manifest says " +
+               std::to_string(want.bytes);
       if (!digests && !loaded) continue;
       const bool weights = std::strcmp(name, "weights.bin") == 0;
       const size_t size = size_t(st.st_size);
@@ -217,9 +219,12 @@ struct Store::Layout {
       } else if (size > 0) {
         // Read into memory that is ours: what is checked is what runs.
         char* to = nullptr;
-        if (std::strcmp(name, "object.o") == 0) to = keep->object.assign(size, '\0').data();
-        else if (std::strcmp(name, "program.bin") == 0) to = keep->program.assign(size, '\0').data();
-        else keep->weights.reset(to = static_cast<char*>(ir::allocate_buffer(size)));  // 64-byte aligned
+        if (std::strcmp(name, "object.o") == 0)
+          to = keep->object.assign(size, '\0').data();
+        else if (std::strcmp(name, "program.bin") == 0)
+          to = keep->program.assign(size, '\0').data();
+        else
+          keep->weights.reset(to = static_cast<char*>(ir::allocate_buffer(size)));  // 64-byte aligned
         if (!to) return std::string("no memory for ") + name;
         if (!read_exactly(fd.get(), to, size)) return std::string("cannot read ") + name;
         data = to;
@@ -232,17 +237,22 @@ struct Store::Layout {
       const bool known = memo && recall_hash(dir, "weights.bin.checked", st, *auth) == want.sha256;
       auto check = [name, keep, data, size, want = want.sha256, memo, st, looked_at, auth = *auth, mode = file_mode] {
         if (sha256_hex(data, size) != want) return std::string(name) + " does not match its digest (corrupted or altered)";
-        if (memo) remember_hash(keep->dir.get(), "weights.bin.checked", st, looked_at, want, "checked against the manifest", auth, mode);
+        if (memo)
+          remember_hash(keep->dir.get(), "weights.bin.checked", st, looked_at, want, "checked against the manifest", auth, mode);
         return std::string();
       };
       if (!known) {
-        if (loaded && defer_weights_check && weights) loaded->check = std::make_shared<backends::LoadCheck>(check);
-        else if (std::string bad = check(); !bad.empty()) return bad;
+        if (loaded && defer_weights_check && weights)
+          loaded->check = std::make_shared<backends::LoadCheck>(check);
+        else if (std::string bad = check(); !bad.empty())
+          return bad;
       }
       if (!loaded) continue;
       const std::string_view view(data, size);
-      if (std::strcmp(name, "object.o") == 0) loaded->object = view;
-      else if (std::strcmp(name, "program.bin") == 0) loaded->program = view;
+      if (std::strcmp(name, "object.o") == 0)
+        loaded->object = view;
+      else if (std::strcmp(name, "program.bin") == 0)
+        loaded->program = view;
       else {
         loaded->weights = data;
         loaded->weights_bytes = size;
@@ -267,12 +277,13 @@ std::string Store::open_layout(Layout& l, bool create) const {
   // The directory itself is reached by the path the user gave, links and all.
   l.root = Fd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!l.root) return errno == ENOENT && !create ? "" : "cannot open '" + dir_ + "': " + std::strerror(errno);
-  struct stat st {};
+  struct stat st{};
   if (::fstat(l.root.get(), &st) != 0) return "cannot open '" + dir_ + "': " + std::strerror(errno);
   if (made && (st.st_mode & 07777) != 0700 && ::fchmod(l.root.get(), 0700) == 0) st.st_mode = (st.st_mode & ~07777) | 0700;
   if (!shared())
     if (std::string bad = not_private(st); !bad.empty())
-      return "'" + dir_ + "' " + bad + "; a cache without a key (KILN_CACHE_KEY_FILE) is used only while it is private (chmod 700)";
+      return "'" + dir_ + "' " + bad +
+             "; a cache without a key (KILN_CACHE_KEY_FILE) is used only while it is private (chmod 700)";
   // A shared cache's entries are as open to its group as the directory is; never to others.
   l.dir_mode = shared() ? 0700 | (st.st_mode & 0070) : 0700;
   l.file_mode = shared() ? 0600 | (st.st_mode & 0040) : 0600;
@@ -284,7 +295,8 @@ std::string Store::open_layout(Layout& l, bool create) const {
     if (!has_marker(l.root.get())) {
       const bool empty = names_in(l.root.get()).empty();
       if (!empty)
-        problem = "'" + dir_ + "' is not a Kiln cache (it is not empty and has no CACHEDIR.TAG of Kiln's; a cache of a Kiln "
+        problem = "'" + dir_ +
+                  "' is not a Kiln cache (it is not empty and has no CACHEDIR.TAG of Kiln's; a cache of a Kiln "
                   "older than its marker can be deleted)";
       else if (create) {
         Fd fd = open_file_at(l.root.get(), kMarker, O_WRONLY | O_CREAT | O_EXCL, l.file_mode);
@@ -325,7 +337,8 @@ std::string Store::check() const {
   return open_layout(l, false);
 }
 
-std::optional<backends::LoadedArtifact> Store::open(const std::string& key, std::string& problem, bool defer_weights_check) const {
+std::optional<backends::LoadedArtifact> Store::open(const std::string& key, std::string& problem,
+                                                    bool defer_weights_check) const {
   problem.clear();
   Layout l;
   if (std::string bad = open_layout(l, false); !bad.empty() || !l.entries) {
@@ -376,7 +389,8 @@ bool Store::put(const std::string& key, const json& key_inputs, const backends::
     put_file("program.bin", {{0, artifact.program}}, int64_t(artifact.program.size()));
     std::vector<std::pair<int64_t, std::string_view>> weights;
     for (size_t i = 0; i < artifact.weights.size(); ++i)
-      weights.push_back({artifact.weight_offsets[i], {static_cast<const char*>(artifact.weights[i].first), artifact.weights[i].second}});
+      weights.push_back(
+          {artifact.weight_offsets[i], {static_cast<const char*>(artifact.weights[i].first), artifact.weights[i].second}});
     put_file("weights.bin", weights, artifact.weights_bytes);
     write_file(dir.get(), "lock", {}, l.file_mode);
     // The weights were hashed as they were written and nobody else writes
@@ -384,9 +398,9 @@ bool Store::put(const std::string& key, const json& key_inputs, const backends::
     // has moved on since it wrote them) and the first warm start need not
     // read them.
     const timespec looked_at = coarse_now();
-    if (struct stat st {}; ::fstatat(dir.get(), "weights.bin", &st, AT_SYMLINK_NOFOLLOW) == 0)
-      remember_hash(dir.get(), "weights.bin.checked", st, looked_at, m.files["weights.bin"].sha256, "written with the entry", *l.auth,
-                    l.file_mode);
+    if (struct stat st{}; ::fstatat(dir.get(), "weights.bin", &st, AT_SYMLINK_NOFOLLOW) == 0)
+      remember_hash(dir.get(), "weights.bin.checked", st, looked_at, m.files["weights.bin"].sha256, "written with the entry",
+                    *l.auth, l.file_mode);
     m.kiln_build = build_id();
     m.key = key;
     m.key_inputs = key_inputs;
@@ -399,7 +413,7 @@ bool Store::put(const std::string& key, const json& key_inputs, const backends::
     write_file(dir.get(), "manifest.json", {{0, text}}, l.file_mode);
     sync_dir(dir.get(), dir_ + "/tmp/" + name);
     // An unusable entry (the caller found it so) makes way.
-    if (struct stat st {}; ::fstatat(l.entries.get(), key.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) remove(key);
+    if (struct stat st{}; ::fstatat(l.entries.get(), key.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) remove(key);
     if (::renameat(l.tmp.get(), name.c_str(), l.entries.get(), key.c_str()) != 0) {
       const int err = errno;
       remove_tree_at(l.tmp.get(), name);
@@ -430,8 +444,9 @@ std::vector<EntryInfo> Store::list(bool check_files) const {
       continue;
     }
     info.bytes = dir_bytes(dir.get());
-    struct stat st {};
-    if (::fstatat(dir.get(), "lock", &st, AT_SYMLINK_NOFOLLOW) == 0) info.last_use = std::chrono::system_clock::from_time_t(st.st_mtime);
+    struct stat st{};
+    if (::fstatat(dir.get(), "lock", &st, AT_SYMLINK_NOFOLLOW) == 0)
+      info.last_use = std::chrono::system_clock::from_time_t(st.st_mtime);
     info.problem = l.check_entry(dir.get(), key, check_files, info.manifest, std::make_shared<OpenEntry>(), nullptr, false);
     out.push_back(std::move(info));
   }
@@ -482,7 +497,7 @@ std::string record_name(const struct stat& st) { return std::to_string(st.st_dev
 void remove_older(int dir, std::chrono::seconds age) {
   const std::time_t now = std::time(nullptr);
   for (const auto& name : names_in(dir))
-    if (struct stat st {}; ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && now - st.st_mtime >= age.count())
+    if (struct stat st{}; ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && now - st.st_mtime >= age.count())
       remove_tree_at(dir, name);
 }
 
@@ -494,7 +509,8 @@ std::string Store::recall_model_hash(const struct stat& st) const {
   return recall_hash(l.hashes.get(), record_name(st), st, *l.auth);
 }
 
-void Store::remember_model_hash(const struct stat& st, const timespec& looked_at, const std::string& hash, const std::string& path) const {
+void Store::remember_model_hash(const struct stat& st, const timespec& looked_at, const std::string& hash,
+                                const std::string& path) const {
   Layout l;
   try {
     if (!open_layout(l, true).empty() || !l.hashes) return;

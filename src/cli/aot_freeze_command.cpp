@@ -73,8 +73,8 @@ void freeze(const FreezeArgs& args) {
   }
   std::string sizes;
   for (int64_t b : r.batch_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
-  std::printf("bundle %s for %s (%s), batch sizes %s, in %.1f s\n", r.name.c_str(), r.target.c_str(), r.cpu.c_str(), sizes.c_str(),
-              r.seconds);
+  std::printf("bundle %s for %s (%s), batch sizes %s, in %.1f s\n", r.name.c_str(), r.target.c_str(), r.cpu.c_str(),
+              sizes.c_str(), r.seconds);
   std::printf("  code %s, weights %s\n", bytes_to_string(r.object_bytes).c_str(), bytes_to_string(r.weights_bytes).c_str());
   std::printf("  cache: %s%s%s\n", cache_outcome_name(r.cache), r.cache_note.empty() ? "" : " - ", r.cache_note.c_str());
   for (const auto& f : r.files) std::printf("  %s\n", f.c_str());
@@ -93,12 +93,16 @@ void add_aot_freeze_command(CLI::App& app) {
   cmd->add_option("--batch-sizes", args->batch_sizes, "compiled batch sizes, e.g. 1,8,32 (any batch runs)")->delimiter(',');
   cmd->add_option("--target", args->target, "LLVM target triple, e.g. aarch64-linux-gnu (default: this machine)");
   cmd->add_option("--cpu", args->cpu, "target CPU, e.g. x86-64-v3 (default: this CPU, or generic for another target)");
-  cmd->add_option("--weights", args->weights, "embed (in the object) or file (NAME.weights.bin)")->check(CLI::IsMember({"embed", "file"}));
-  cmd->add_option("--kernels", args->kernels, "portable (libc only) or native (oneDNN primitives: links libdnnl, this machine only)")->check(CLI::IsMember({"portable", "native"}));
+  cmd->add_option("--weights", args->weights, "embed (in the object) or file (NAME.weights.bin)")
+      ->check(CLI::IsMember({"embed", "file"}));
+  cmd->add_option("--kernels", args->kernels,
+                  "portable (libc only) or native (oneDNN primitives: links libdnnl, this machine only)")
+      ->check(CLI::IsMember({"portable", "native"}));
   cmd->add_option("--format", args->format, "object (NAME.o) or static (libNAME.a)")->check(CLI::IsMember({"object", "static"}));
   cmd->add_option("--cache-dir", args->cache_dir, "cache of compiled code (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
   cmd->add_flag("--no-cache", args->no_cache, "compile without looking into or writing the cache");
-  cmd->add_option("--plugin", args->plugins, "refused: bundles hold the cpu backend's code only (plugins cannot run without Kiln)");
+  cmd->add_option("--plugin", args->plugins,
+                  "refused: bundles hold the cpu backend's code only (plugins cannot run without Kiln)");
   cmd->add_flag("--json", args->json, "print the result as JSON");
   cmd->callback([args] { freeze(*args); });
 }

@@ -57,8 +57,8 @@ void print(const std::vector<CacheEntry>& entries, bool json, const std::string&
     total += e.bytes;
     // The backend identity is long (CPU features): its first word says enough here.
     std::printf("%s  %-10s  %s  %s  %s  %s%s%s\n", e.key.substr(0, 12).c_str(), bytes_to_string(e.bytes).c_str(),
-                local_time(e.last_use).c_str(), e.model.c_str(), e.shapes.c_str(), e.backend.substr(0, e.backend.find(' ')).c_str(),
-                e.problem.empty() ? "" : "  BAD: ", e.problem.c_str());
+                local_time(e.last_use).c_str(), e.model.c_str(), e.shapes.c_str(),
+                e.backend.substr(0, e.backend.find(' ')).c_str(), e.problem.empty() ? "" : "  BAD: ", e.problem.c_str());
   }
   std::printf("%zu entries, %s in %s\n", entries.size(), bytes_to_string(total).c_str(), dir.c_str());
 }
@@ -81,7 +81,8 @@ void add_cache_command(CLI::App& app) {
     print(cache.list(args->check), args->json, cache.dir());
   });
 
-  auto* verify = cmd->add_subcommand("verify", "Check every entry and remembered hash; report and remove the unusable ones (exit 1 if one stays)");
+  auto* verify = cmd->add_subcommand(
+      "verify", "Check every entry and remembered hash; report and remove the unusable ones (exit 1 if one stays)");
   verify->add_flag("--json", args->json, "print JSON");
   verify->callback([args] {
     Cache cache = open_cache(*args);
@@ -118,7 +119,8 @@ void add_cache_command(CLI::App& app) {
     std::printf("%lld entries removed; %s remain\n", static_cast<long long>(removed), bytes_to_string(total).c_str());
   });
 
-  auto* clear = cmd->add_subcommand("clear", "Remove every entry and remembered model hash (entries in use by a running process stay)");
+  auto* clear =
+      cmd->add_subcommand("clear", "Remove every entry and remembered model hash (entries in use by a running process stay)");
   clear->callback([args] {
     Cache cache = open_cache(*args);
     std::printf("%lld entries removed\n", static_cast<long long>(cache.clear()));

@@ -11,7 +11,7 @@
 namespace kiln {
 struct TensorInfo;
 class Model;
-}
+}  // namespace kiln
 
 namespace kiln::cli {
 

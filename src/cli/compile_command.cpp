@@ -47,8 +47,12 @@ void compile(const CompileArgs& args) {
   const bool stored = s.cache == CacheOutcome::Hit || s.cache == CacheOutcome::Miss || s.cache == CacheOutcome::Rebuild;
   if (!stored) exit_code = 1;
   if (args.json) {
-    std::cout << nlohmann::json({{"key", s.key}, {"cache", cache_outcome_name(s.cache)}, {"cache_key", s.cache_key},
-                                 {"cache_note", s.cache_note}, {"compile_ms", s.compile_ms}, {"cache_dir", runtime.cache_dir()},
+    std::cout << nlohmann::json({{"key", s.key},
+                                 {"cache", cache_outcome_name(s.cache)},
+                                 {"cache_key", s.cache_key},
+                                 {"cache_note", s.cache_note},
+                                 {"compile_ms", s.compile_ms},
+                                 {"cache_dir", runtime.cache_dir()},
                                  {"codegen_runs", runtime.codegen_runs()}})
                      .dump(2)
               << "\n";
@@ -56,8 +60,10 @@ void compile(const CompileArgs& args) {
   }
   std::printf("%s: %s in %.1f ms (cache: %s%s%s)\n", s.key.c_str(), s.cache == CacheOutcome::Hit ? "loaded" : "compiled",
               s.compile_ms, cache_outcome_name(s.cache), s.cache_note.empty() ? "" : ", ", s.cache_note.c_str());
-  if (stored) std::printf("cache: %s/entries/%s\n", runtime.cache_dir().c_str(), s.cache_key.c_str());
-  else std::fprintf(stderr, "error: nothing was stored in the cache%s%s\n", s.cache_note.empty() ? "" : ": ", s.cache_note.c_str());
+  if (stored)
+    std::printf("cache: %s/entries/%s\n", runtime.cache_dir().c_str(), s.cache_key.c_str());
+  else
+    std::fprintf(stderr, "error: nothing was stored in the cache%s%s\n", s.cache_note.empty() ? "" : ": ", s.cache_note.c_str());
 }
 
 }  // namespace
@@ -68,10 +74,13 @@ void add_compile_command(CLI::App& app) {
   cmd->add_option("MODEL", args->model, "ONNX model file")->required();
   cmd->add_option("--shape", args->shapes, "NAME=1x3x224x224: an input's shape (default: its declared shape)");
   cmd->add_option("--dim", args->dims, "SYMBOL=VALUE for symbolic dimensions of declared shapes");
-  cmd->add_option("--threads", args->threads, "threads the code is compiled for (0: all usable cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", args->threads, "threads the code is compiled for (0: all usable cores)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", args->backend, "backend: cpu, reference or a plugin's name");
-  cmd->add_option("--plugin", args->plugins, "backend plugin: a shared library or a directory of them (repeatable; also $KILN_PLUGIN_PATH)");
-  cmd->add_option("--kernels", args->kernels, "cpu kernels: native (oneDNN) or portable (self-contained; default: $KILN_KERNELS, else native)")
+  cmd->add_option("--plugin", args->plugins,
+                  "backend plugin: a shared library or a directory of them (repeatable; also $KILN_PLUGIN_PATH)");
+  cmd->add_option("--kernels", args->kernels,
+                  "cpu kernels: native (oneDNN) or portable (self-contained; default: $KILN_KERNELS, else native)")
       ->check(CLI::IsMember({"native", "portable"}));
   cmd->add_option("--cache-dir", args->cache_dir, "cache directory (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
   cmd->add_flag("--json", args->json, "print the result as JSON");

@@ -19,18 +19,24 @@ std::vector<std::pair<std::string, Shape>> input_shapes(const Model& model, cons
       continue;
     }
     if (info.has_default) continue;
-    if (!info.rank_known) throw Error(ErrorCode::InvalidArgument, "input '" + info.name + "' has no declared shape: pass --shape " + info.name + "=DIMS");
+    if (!info.rank_known)
+      throw Error(ErrorCode::InvalidArgument,
+                  "input '" + info.name + "' has no declared shape: pass --shape " + info.name + "=DIMS");
     Shape shape;
     for (const Dim& d : info.shape) {
-      if (d.is_fixed()) shape.push_back(d.value);
-      else if (!d.symbol.empty() && dims.count(d.symbol)) shape.push_back(dims.at(d.symbol));
+      if (d.is_fixed())
+        shape.push_back(d.value);
+      else if (!d.symbol.empty() && dims.count(d.symbol))
+        shape.push_back(dims.at(d.symbol));
       else
-        throw Error(ErrorCode::InvalidArgument, "input '" + info.name + "' " + info.shape_string() + ": pass --shape " + info.name +
-                                                    "=DIMS" + (d.symbol.empty() ? "" : " or --dim " + d.symbol + "=N"));
+        throw Error(ErrorCode::InvalidArgument, "input '" + info.name + "' " + info.shape_string() + ": pass --shape " +
+                                                    info.name + "=DIMS" +
+                                                    (d.symbol.empty() ? "" : " or --dim " + d.symbol + "=N"));
     }
     shapes.push_back({info.name, shape});
   }
-  if (!given.empty()) throw Error(ErrorCode::InvalidArgument, "--shape names '" + given.begin()->first + "', which is not an input of the model");
+  if (!given.empty())
+    throw Error(ErrorCode::InvalidArgument, "--shape names '" + given.begin()->first + "', which is not an input of the model");
   return shapes;
 }
 

@@ -25,10 +25,13 @@ struct InspectArgs {
 nlohmann::json info_json(const TensorInfo& t) {
   nlohmann::json shape = nlohmann::json::array();
   for (const auto& d : t.shape) {
-    if (d.is_fixed()) shape.push_back(d.value);
-    else shape.push_back(d.symbol.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.symbol));
+    if (d.is_fixed())
+      shape.push_back(d.value);
+    else
+      shape.push_back(d.symbol.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.symbol));
   }
-  nlohmann::json j = {{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.rank_known ? shape : nlohmann::json(nullptr)}};
+  nlohmann::json j = {
+      {"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.rank_known ? shape : nlohmann::json(nullptr)}};
   if (t.has_default) j["has_default"] = true;
   return j;
 }
@@ -81,7 +84,8 @@ void inspect(const InspectArgs& args) {
     std::cout << "  " << t.name << "  " << dtype_name(t.dtype) << " " << t.shape_string()
               << (t.has_default ? "  (optional, has a default)" : "") << "\n";
   std::cout << "outputs\n";
-  for (const auto& t : model.outputs()) std::cout << "  " << t.name << "  " << dtype_name(t.dtype) << " " << t.shape_string() << "\n";
+  for (const auto& t : model.outputs())
+    std::cout << "  " << t.name << "  " << dtype_name(t.dtype) << " " << t.shape_string() << "\n";
   std::cout << "operators (" << nodes << " nodes)\n";
   for (const auto& [op, n] : hist) {
     bool ok = std::find(unsupported.begin(), unsupported.end(), op) == unsupported.end();
@@ -120,9 +124,11 @@ void inspect(const InspectArgs& args) {
 
 void add_inspect_command(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
-  auto* cmd = app.add_subcommand("inspect", "Show a model's opset, inputs, outputs and operators, and which operators are unsupported");
+  auto* cmd =
+      app.add_subcommand("inspect", "Show a model's opset, inputs, outputs and operators, and which operators are unsupported");
   cmd->add_option("MODEL", args->model, "ONNX model file")->required();
-  cmd->add_option("--plugin", args->plugins, "backend plugin: a shared library or a directory of them (repeatable; also $KILN_PLUGIN_PATH)");
+  cmd->add_option("--plugin", args->plugins,
+                  "backend plugin: a shared library or a directory of them (repeatable; also $KILN_PLUGIN_PATH)");
   cmd->add_option("--backend", args->backend, "backend: cpu, reference or a plugin's name");
   cmd->add_option("--shape", args->shapes, "NAME=1x3x224x224: an input's shape, for the node x backend table");
   cmd->add_option("--dim", args->dims, "SYMBOL=VALUE for symbolic dimensions, for the node x backend table");

@@ -19,8 +19,10 @@ void save(const std::string& path, const Tensor& tensor) {
   if (!code) throw Error(ErrorCode::Unsupported, std::string("cannot write ") + dtype_name(tensor.dtype()) + " to .npy");
   std::string shape = "(";
   for (size_t i = 0; i < tensor.shape().size(); ++i) shape += std::to_string(tensor.shape()[i]) + ", ";
-  if (tensor.shape().size() > 1) shape.resize(shape.size() - 2);
-  else if (tensor.shape().size() == 1) shape.resize(shape.size() - 1);
+  if (tensor.shape().size() > 1)
+    shape.resize(shape.size() - 2);
+  else if (tensor.shape().size() == 1)
+    shape.resize(shape.size() - 1);
   shape += ")";
   std::string header = std::string("{'descr': '") + code + "', 'fortran_order': False, 'shape': " + shape + ", }";
   // Pad with spaces so that the data starts on a 64-byte boundary, ending in '\n'.

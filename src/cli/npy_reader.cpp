@@ -84,8 +84,10 @@ class HeaderParser {
       if (k == 1) fortran_order = boolean();
       if (k == 2) shape = tuple();
       skip_spaces();
-      if (peek(',')) ++i_;
-      else if (!peek('}')) fail_expected("',' or '}'");
+      if (peek(','))
+        ++i_;
+      else if (!peek('}'))
+        fail_expected("',' or '}'");
     }
     ++i_;
     for (int k = 0; k < 3; ++k)
@@ -103,7 +105,8 @@ class HeaderParser {
   [[noreturn]] void fail(const std::string& why) const { bad(path_, "header: " + why); }
   [[noreturn]] void fail_expected(const std::string& what) const {
     std::string found = "the end of the header";
-    if (i_ < s_.size()) found = s_[i_] >= 0x20 && s_[i_] < 0x7f ? "'" + std::string(1, s_[i_]) + "'" : "byte " + std::to_string(uint8_t(s_[i_]));
+    if (i_ < s_.size())
+      found = s_[i_] >= 0x20 && s_[i_] < 0x7f ? "'" + std::string(1, s_[i_]) + "'" : "byte " + std::to_string(uint8_t(s_[i_]));
     fail("expected " + what + " at byte " + std::to_string(i_) + ", found " + found);
   }
   void expect(char c, const std::string& what) {
@@ -198,7 +201,7 @@ Reader::Reader(const std::string& path) : path_(path) {
   // O_NONBLOCK: opening a FIFO with no writer would block before fstat can refuse it.
   fd_.value = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd_.value < 0) throw Error(ErrorCode::Io, "cannot open '" + path + "': " + std::strerror(errno));
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd_.value, &st) != 0) throw Error(ErrorCode::Io, "cannot stat '" + path + "': " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw Error(ErrorCode::Io, "'" + path + "' is not a regular file (a .npy file was expected)");
   const uint64_t file_size = uint64_t(st.st_size);
@@ -220,7 +223,8 @@ Reader::Reader(const std::string& path) : path_(path) {
     header_start = 12;
   }
   if (header_len > kMaxHeaderBytes)
-    bad(path, "a header of " + std::to_string(header_len) + " bytes, more than the " + std::to_string(kMaxHeaderBytes) + " accepted");
+    bad(path,
+        "a header of " + std::to_string(header_len) + " bytes, more than the " + std::to_string(kMaxHeaderBytes) + " accepted");
   if (header_len > file_size - header_start)
     bad(path, "a header of " + std::to_string(header_len) + " bytes, but the file has only " +
                   std::to_string(file_size - header_start) + " after its prefix");

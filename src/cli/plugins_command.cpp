@@ -81,7 +81,8 @@ void list_plugins(const PluginsArgs& args) {
 
 void add_plugins_command(CLI::App& app) {
   auto args = std::make_shared<PluginsArgs>();
-  auto* cmd = app.add_subcommand("plugins", "List the backend plugins found ($KILN_PLUGIN_PATH and --plugin), in the order they are asked");
+  auto* cmd = app.add_subcommand("plugins",
+                                 "List the backend plugins found ($KILN_PLUGIN_PATH and --plugin), in the order they are asked");
   cmd->add_option("--plugin", args->plugins, "a plugin, or a directory of them (repeatable)");
   cmd->add_flag("--json", args->json, "print JSON");
   cmd->callback([args] { list_plugins(*args); });

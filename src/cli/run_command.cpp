@@ -29,7 +29,8 @@ std::pair<std::string, std::string> split_assignment(const std::string& s, const
 int64_t parse_size(const std::string& text, const std::string& what) {
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end || v < 0) throw Error(ErrorCode::InvalidArgument, what + ": '" + text + "' is not a non-negative integer");
+  if (text.empty() || *end || v < 0)
+    throw Error(ErrorCode::InvalidArgument, what + ": '" + text + "' is not a non-negative integer");
   return v;
 }
 
@@ -65,8 +66,10 @@ std::map<std::string, int64_t> parse_dims(const std::vector<std::string>& option
 
 std::string bytes_to_string(int64_t bytes) {
   char buf[32];
-  if (bytes < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", double(bytes) / 1024);
-  else std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / (1 << 20));
+  if (bytes < (1 << 20))
+    std::snprintf(buf, sizeof buf, "%.1f KiB", double(bytes) / 1024);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / (1 << 20));
   return buf;
 }
 
@@ -99,7 +102,8 @@ std::string file_safe(const std::string& name) {
 Tensor random_tensor(const TensorInfo& info, const std::map<std::string, int64_t>& dims, std::mt19937& rng,
                      std::vector<std::string>& notes) {
   if (!info.rank_known)
-    throw Error(ErrorCode::InvalidArgument, "input '" + info.name + "' has no declared shape; pass it with --input " + info.name + "=FILE.npy");
+    throw Error(ErrorCode::InvalidArgument,
+                "input '" + info.name + "' has no declared shape; pass it with --input " + info.name + "=FILE.npy");
   Shape shape;
   for (size_t d = 0; d < info.shape.size(); ++d) {
     const Dim& dim = info.shape[d];
@@ -119,13 +123,27 @@ Tensor random_tensor(const TensorInfo& info, const std::map<std::string, int64_t
   std::uniform_int_distribution<int> ui(0, 9);
   const int64_t n = t.numel();
   switch (info.dtype) {
-    case DType::Float32: for (int64_t i = 0; i < n; ++i) t.data_as<float>()[i] = uf(rng); break;
-    case DType::Float64: for (int64_t i = 0; i < n; ++i) t.data_as<double>()[i] = uf(rng); break;
-    case DType::Int64: for (int64_t i = 0; i < n; ++i) t.data_as<int64_t>()[i] = ui(rng); break;
-    case DType::Int32: for (int64_t i = 0; i < n; ++i) t.data_as<int32_t>()[i] = ui(rng); break;
-    case DType::Bool: for (int64_t i = 0; i < n; ++i) t.data_as<bool>()[i] = ui(rng) % 2; break;
-    case DType::UInt8: for (int64_t i = 0; i < n; ++i) t.data_as<uint8_t>()[i] = uint8_t(ui(rng) * 25); break;
-    case DType::Int8: for (int64_t i = 0; i < n; ++i) t.data_as<int8_t>()[i] = int8_t(ui(rng) - 5); break;
+    case DType::Float32:
+      for (int64_t i = 0; i < n; ++i) t.data_as<float>()[i] = uf(rng);
+      break;
+    case DType::Float64:
+      for (int64_t i = 0; i < n; ++i) t.data_as<double>()[i] = uf(rng);
+      break;
+    case DType::Int64:
+      for (int64_t i = 0; i < n; ++i) t.data_as<int64_t>()[i] = ui(rng);
+      break;
+    case DType::Int32:
+      for (int64_t i = 0; i < n; ++i) t.data_as<int32_t>()[i] = ui(rng);
+      break;
+    case DType::Bool:
+      for (int64_t i = 0; i < n; ++i) t.data_as<bool>()[i] = ui(rng) % 2;
+      break;
+    case DType::UInt8:
+      for (int64_t i = 0; i < n; ++i) t.data_as<uint8_t>()[i] = uint8_t(ui(rng) * 25);
+      break;
+    case DType::Int8:
+      for (int64_t i = 0; i < n; ++i) t.data_as<int8_t>()[i] = int8_t(ui(rng) - 5);
+      break;
     default:
       // Other types stay zero: a valid input of the right shape.
       notes.push_back("input '" + info.name + "' (" + dtype_name(info.dtype) + ") filled with zeros");
@@ -162,9 +180,7 @@ double element(const Tensor& t, int64_t i) {
   return 0;
 }
 
-bool is_float(DType t) {
-  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
-}
+bool is_float(DType t) { return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16; }
 
 // Per-row argmax of a 2-D float output (a classifier's predicted classes).
 std::vector<int64_t> row_argmax(const Tensor& t) {
@@ -213,9 +229,8 @@ void run(const RunArgs& args) {
     bool given = std::any_of(inputs.begin(), inputs.end(), [&](const auto& p) { return p.first == info.name; });
     if (given || info.has_default) continue;
     if (!args.random_inputs)
-      throw Error(ErrorCode::InvalidArgument, "input '" + info.name + "' (" + dtype_name(info.dtype) + " " +
-                                                  info.shape_string() + ") is not given; pass --input " + info.name +
-                                                  "=FILE.npy or --random-inputs");
+      throw Error(ErrorCode::InvalidArgument, "input '" + info.name + "' (" + dtype_name(info.dtype) + " " + info.shape_string() +
+                                                  ") is not given; pass --input " + info.name + "=FILE.npy or --random-inputs");
     inputs.emplace_back(info.name, random_tensor(info, dims, rng, notes));
   }
 
@@ -261,8 +276,10 @@ void run(const RunArgs& args) {
       j["outputs"].push_back(o);
     }
     if (!times.empty())
-      j["latency_ms"] = {{"runs", times.size()}, {"min", *std::min_element(times.begin(), times.end())},
-                         {"median", percentile(times, 0.5)}, {"p90", percentile(times, 0.9)}};
+      j["latency_ms"] = {{"runs", times.size()},
+                         {"min", *std::min_element(times.begin(), times.end())},
+                         {"median", percentile(times, 0.5)},
+                         {"p90", percentile(times, 0.9)}};
     j["specializations"] = nlohmann::json::array();
     for (const auto& sp : model.specializations())
       j["specializations"].push_back({{"key", sp.key},
@@ -291,8 +308,8 @@ void run(const RunArgs& args) {
   for (const auto& sp : model.specializations()) {
     const std::string parts = sp.parts > 1 ? " (" + std::to_string(sp.parts) + " parts)" : "";
     std::printf("specialization %s: %s backend%s, %lld nodes after graph passes, %s in %.3f ms (cache: %s)\n", sp.key.c_str(),
-                sp.backend.c_str(), parts.c_str(), static_cast<long long>(sp.nodes), sp.cache == CacheOutcome::Hit ? "loaded" : "compiled",
-                sp.compile_ms, cache_outcome_name(sp.cache));
+                sp.backend.c_str(), parts.c_str(), static_cast<long long>(sp.nodes),
+                sp.cache == CacheOutcome::Hit ? "loaded" : "compiled", sp.compile_ms, cache_outcome_name(sp.cache));
     if (!sp.cache_note.empty()) std::printf("  cache: %s\n", sp.cache_note.c_str());
     if (sp.compiled_nodes || sp.fallback_nodes)
       std::printf("  %lld nodes compiled, %lld run by reference kernels; scratch arena %s (intermediates %s)\n",
@@ -335,8 +352,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--cache-dir", args->cache_dir, "cache of compiled code (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
   cmd->add_flag("--no-cache", args->no_cache, "compile in memory only");
   cmd->add_option("--backend", args->backend, "backend: cpu (compiled), reference (the interpreter) or a plugin's name");
-  cmd->add_option("--plugin", args->plugins, "backend plugin: a shared library or a directory of them (repeatable; also $KILN_PLUGIN_PATH)");
-  cmd->add_option("--kernels", args->kernels, "cpu kernels: native (oneDNN) or portable (self-contained; default: $KILN_KERNELS, else native)")
+  cmd->add_option("--plugin", args->plugins,
+                  "backend plugin: a shared library or a directory of them (repeatable; also $KILN_PLUGIN_PATH)");
+  cmd->add_option("--kernels", args->kernels,
+                  "cpu kernels: native (oneDNN) or portable (self-contained; default: $KILN_KERNELS, else native)")
       ->check(CLI::IsMember({"native", "portable"}));
   cmd->add_flag("--json", args->json, "print the summary as JSON");
   cmd->callback([args] { run(*args); });

@@ -54,8 +54,7 @@ GraphView::Attribute convert(const std::string& name, const ir::Attribute& a) {
         c.tensor_bytes = a.t.nbytes();
       }
       break;
-    default:
-      break;
+    default: break;
   }
   return out;
 }

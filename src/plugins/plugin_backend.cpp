@@ -98,8 +98,12 @@ class PluginExecutable : public backends::Executable {
   PluginExecutable(std::shared_ptr<const PluginLibrary> library, std::shared_ptr<backends::HostThreads> threads,
                    std::shared_ptr<const LogSink> log, Compiled compiled, std::shared_ptr<const ir::Graph> part,
                    std::map<std::string, ir::ValueInfo> values)
-      : library_(std::move(library)), threads_(std::move(threads)), log_(std::move(log)), compiled_(std::move(compiled)),
-        part_(std::move(part)), values_(std::move(values)) {
+      : library_(std::move(library)),
+        threads_(std::move(threads)),
+        log_(std::move(log)),
+        compiled_(std::move(compiled)),
+        part_(std::move(part)),
+        values_(std::move(values)) {
     auto boundary = [&](const std::string& name) {
       const ir::ValueInfo& v = values_.at(name);
       return Boundary{name, v.dtype, v.shape.concrete()};
@@ -120,13 +124,16 @@ class PluginExecutable : public backends::Executable {
     for (const auto& b : inputs_) {
       auto it = inputs.find(b.name);
       ir::Tensor t;
-      if (it != inputs.end()) t = it->second;
-      else if (const auto init = part_->initializers.find(b.name); init != part_->initializers.end()) t = init->second;
-      else ir::fail(ir::ErrorKind::InvalidArgument, "input '" + b.name + "' is missing");
+      if (it != inputs.end())
+        t = it->second;
+      else if (const auto init = part_->initializers.find(b.name); init != part_->initializers.end())
+        t = init->second;
+      else
+        ir::fail(ir::ErrorKind::InvalidArgument, "input '" + b.name + "' is missing");
       if (t.dtype() != b.dtype || t.dims() != b.dims)
-        ir::fail(ir::ErrorKind::InvalidArgument, "input '" + b.name + "' is " + ir::dtype_name(t.dtype()) + " " +
-                                                     ir::dims_to_string(t.dims()) + ", plugin '" + library_->name +
-                                                     "' compiled it for " + ir::dtype_name(b.dtype) + " " + ir::dims_to_string(b.dims));
+        ir::fail(ir::ErrorKind::InvalidArgument,
+                 "input '" + b.name + "' is " + ir::dtype_name(t.dtype()) + " " + ir::dims_to_string(t.dims()) + ", plugin '" +
+                     library_->name + "' compiled it for " + ir::dtype_name(b.dtype) + " " + ir::dims_to_string(b.dims));
       // The ABI promises aligned buffers; a caller's own memory may not be.
       if (reinterpret_cast<uintptr_t>(t.raw()) % KILN_BACKEND_ALIGNMENT) t = t.clone();
       in_ptrs.push_back(t.raw());
@@ -142,16 +149,18 @@ class PluginExecutable : public backends::Executable {
       Threads threads(threads_.get());
       Message message;
       const kiln_backend_status status = call(*log_, [&] {
-        return library_->api->run(compiled_.get(), in_ptrs.data(), in_ptrs.size(), out_ptrs.data(), out_ptrs.size(),
-                                  &threads.c, message.text);
+        return library_->api->run(compiled_.get(), in_ptrs.data(), in_ptrs.size(), out_ptrs.data(), out_ptrs.size(), &threads.c,
+                                  message.text);
       });
       if (status != KILN_BACKEND_OK)
         ir::fail(status == KILN_BACKEND_INVALID_ARGUMENT ? ir::ErrorKind::InvalidArgument : ir::ErrorKind::Internal,
-                 "plugin '" + library_->name + "' failed to run its partition (" +
-                                              describe_nodes(*part_) + "): " + failure(status, message));
+                 "plugin '" + library_->name + "' failed to run its partition (" + describe_nodes(*part_) +
+                     "): " + failure(status, message));
     };
-    if (threads_) threads_->run_in_turn(go);
-    else go();
+    if (threads_)
+      threads_->run_in_turn(go);
+    else
+      go();
     return outputs;
   }
 
@@ -162,7 +171,8 @@ class PluginExecutable : public backends::Executable {
     const kiln_backend_status status =
         call(*log_, [&] { return library_->api->serialize(compiled_.get(), &bytes, &size, message.text); });
     if (status != KILN_BACKEND_OK)
-      ir::fail(ir::ErrorKind::Unsupported, "plugin '" + library_->name + "' cannot save its partition: " + failure(status, message));
+      ir::fail(ir::ErrorKind::Unsupported,
+               "plugin '" + library_->name + "' cannot save its partition: " + failure(status, message));
     if (!bytes && size) ir::fail(ir::ErrorKind::Internal, "plugin '" + library_->name + "' serialized to a null pointer");
     backends::Artifact a;
     backends::WeightsWriter weights;
@@ -175,8 +185,12 @@ class PluginExecutable : public backends::Executable {
     json values = json::array();
     for (const auto& [name, v] : values_) values.push_back({name, int(v.dtype), v.shape.concrete()});
     backends::put_weights(weights, a);
-    const json doc = {{"format", kFormat},         {"plugin", library_->name}, {"graph", ir::graph_to_json(shape)},
-                      {"initializers", initializers}, {"values", values},     {"blob", {blob_at, int64_t(size)}}};
+    const json doc = {{"format", kFormat},
+                      {"plugin", library_->name},
+                      {"graph", ir::graph_to_json(shape)},
+                      {"initializers", initializers},
+                      {"values", values},
+                      {"blob", {blob_at, int64_t(size)}}};
     const std::vector<uint8_t> cbor = json::to_cbor(doc);
     a.program = std::string(kMagic) + std::string(cbor.begin(), cbor.end());
     a.summary = json({{"plugin", library_->name}, {"nodes", part_->nodes.size()}}).dump();
@@ -220,7 +234,8 @@ class PluginBackend : public backends::Backend {
   std::vector<int64_t> claim(const ir::Graph& graph, const ir::Specialization& spec) const override {
     std::vector<int64_t> groups(graph.nodes.size(), -1);
     // The view does not own the graph: it lives for this call only.
-    const auto view = make_graph_view(std::shared_ptr<const ir::Graph>(std::shared_ptr<const ir::Graph>(), &graph), spec.result.values);
+    const auto view =
+        make_graph_view(std::shared_ptr<const ir::Graph>(std::shared_ptr<const ir::Graph>(), &graph), spec.result.values);
     struct Answer {
       std::vector<int64_t>* groups;
       const GraphView* view;
@@ -237,7 +252,8 @@ class PluginBackend : public backends::Backend {
       for (size_t i = 0; i < count && a.problem.empty(); ++i) {
         const int64_t n = nodes[i];
         if (n < 0 || uint64_t(n) >= a.groups->size())
-          a.problem = "it named node " + std::to_string(n) + ", the graph has nodes 0 to " + std::to_string(int64_t(a.groups->size()) - 1);
+          a.problem = "it named node " + std::to_string(n) + ", the graph has nodes 0 to " +
+                      std::to_string(int64_t(a.groups->size()) - 1);
         else if ((*a.groups)[size_t(n)] >= 0)
           a.problem = "it claimed " + a.view->nodes[size_t(n)].node->describe() + " twice";
         else
@@ -286,7 +302,8 @@ class PluginBackend : public backends::Backend {
   std::unique_ptr<backends::Executable> load(const backends::LoadedArtifact& artifact, std::shared_ptr<const ir::Graph>,
                                              const backends::CompileOptions&) const override {
     const std::string what = "plugin '" + library_->name + "' cached partition";
-    if (artifact.program.substr(0, kMagic.size()) != kMagic) ir::fail(ir::ErrorKind::InvalidModel, what + ": not a plugin's entry");
+    if (artifact.program.substr(0, kMagic.size()) != kMagic)
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": not a plugin's entry");
     json doc;
     try {
       doc = json::from_cbor(artifact.program.substr(kMagic.size()));

@@ -43,8 +43,8 @@ void* host_allocate(void*, size_t bytes, size_t alignment) {
 
 void host_release(void*, void* memory) { std::free(memory); }
 
-const kiln_backend_host kHost = {sizeof(kiln_backend_host), KILN_BACKEND_ABI_VERSION, nullptr, host_log,
-                                 host_allocate, host_release, &graph_api()};
+const kiln_backend_host kHost = {
+    sizeof(kiln_backend_host), KILN_BACKEND_ABI_VERSION, nullptr, host_log, host_allocate, host_release, &graph_api()};
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why) {
   ir::fail(ir::ErrorKind::InvalidArgument, "plugin " + path + ": " + why);
@@ -92,8 +92,7 @@ std::shared_ptr<PluginLibrary> open_plugin(const std::string& path, cache::Fd& f
   } catch (...) {
     refuse(path, "its entry point threw an exception across the C ABI");
   }
-  if (status != KILN_BACKEND_OK)
-    refuse(path, "refused to start (status " + std::to_string(int(status)) + "): " + message.str());
+  if (status != KILN_BACKEND_OK) refuse(path, "refused to start (status " + std::to_string(int(status)) + "): " + message.str());
   if (!api) refuse(path, "its entry point returned no function table");
   if (api->struct_size < kApiV1Bytes)
     refuse(path, "its function table is " + std::to_string(api->struct_size) + " bytes, ABI version 1 has " +
@@ -107,8 +106,7 @@ std::shared_ptr<PluginLibrary> open_plugin(const std::string& path, cache::Fd& f
   lib->abi_version = api->abi_version;
   lib->priority = api->priority;
   lib->name = bounded(api->name, 64, path, "name");
-  if (!valid_name(lib->name))
-    refuse(path, "its name '" + lib->name + "' is not 1 to 64 letters, digits, '_' or '-'");
+  if (!valid_name(lib->name)) refuse(path, "its name '" + lib->name + "' is not 1 to 64 letters, digits, '_' or '-'");
   if (lib->name == "cpu" || lib->name == "reference" || lib->name == "interpreter")
     refuse(path, "its name '" + lib->name + "' is a built-in backend's");
   lib->identity = bounded(api->identity, 4096, path, "identity");
@@ -137,7 +135,7 @@ LogScope::~LogScope() { current_sink = saved_; }
 std::shared_ptr<const PluginLibrary> load_plugin(const std::string& path) {
   cache::Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (!fd) refuse(path, std::string("cannot be opened: ") + std::strerror(errno));
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) refuse(path, "is not a regular file");
   // Its code runs in this process: like the cache's entries, only a file
   // that no one else can change.
@@ -151,8 +149,7 @@ std::shared_ptr<const PluginLibrary> load_plugin(const std::string& path) {
   if (slot) return slot;
   auto lib = open_plugin(path, fd);
   for (const auto& [key, other] : loaded)
-    if (other && other->name == lib->name)
-      refuse(path, "its name '" + lib->name + "' is taken by plugin " + other->path);
+    if (other && other->name == lib->name) refuse(path, "its name '" + lib->name + "' is taken by plugin " + other->path);
   slot = lib;
   return slot;
 }
@@ -163,7 +160,7 @@ std::vector<std::string> plugin_files(const std::string& list) {
   std::string item;
   while (std::getline(items, item, ':')) {
     if (item.empty()) continue;
-    struct stat st {};
+    struct stat st{};
     if (::stat(item.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
       std::vector<std::string> found;
       if (DIR* d = ::opendir(item.c_str())) {

@@ -51,8 +51,8 @@ kiln_status guarded(F&& f) {
   }
 }
 
-#define KILN_REQUIRE(cond, what)                                                        \
-  do {                                                                                  \
+#define KILN_REQUIRE(cond, what)                                                                  \
+  do {                                                                                            \
     if (!(cond)) return fail(KILN_ERROR_INVALID_ARGUMENT, std::string(__func__) + ": " + (what)); \
   } while (0)
 
@@ -142,8 +142,8 @@ kiln_status kiln_model_load(kiln_runtime* runtime, const char* path, kiln_model*
   return guarded([&] { finish_load(kiln::Model::load(runtime->runtime, path), out); });
 }
 
-kiln_status kiln_model_load_from_memory(kiln_runtime* runtime, const void* data, size_t size,
-                                        const char* external_data_dir, kiln_model** out) {
+kiln_status kiln_model_load_from_memory(kiln_runtime* runtime, const void* data, size_t size, const char* external_data_dir,
+                                        kiln_model** out) {
   const kiln_load_options options = {sizeof(kiln_load_options), external_data_dir, 0};
   return kiln_model_load_from_memory_with_options(runtime, data, size, &options, out);
 }
@@ -190,9 +190,9 @@ kiln_status kiln_model_run(const kiln_model* model, const char* const* input_nam
   KILN_REQUIRE(model, "model is null");
   KILN_REQUIRE(input_count == 0 || (input_names && inputs), "input_names and inputs must not be null");
   KILN_REQUIRE(outputs || output_count == 0, "outputs is null");
-  KILN_REQUIRE(output_count == model->model.outputs().size(),
-               "output_count is " + std::to_string(output_count) + ", the model has " +
-                   std::to_string(model->model.outputs().size()) + " outputs");
+  KILN_REQUIRE(output_count == model->model.outputs().size(), "output_count is " + std::to_string(output_count) +
+                                                                  ", the model has " +
+                                                                  std::to_string(model->model.outputs().size()) + " outputs");
   for (size_t i = 0; i < output_count; ++i) outputs[i] = nullptr;
   std::vector<std::pair<std::string, kiln::Tensor>> ins;
   for (size_t i = 0; i < input_count; ++i) {
@@ -228,9 +228,8 @@ kiln_status kiln_tensor_create_view(kiln_dtype dtype, const int64_t* dims, size_
     kiln::Tensor t = kiln::Tensor::view(kiln::DType(int(dtype)), shape, data);
     if (t.nbytes() != nbytes)
       throw kiln::Error(kiln::ErrorCode::InvalidArgument,
-                        "kiln_tensor_create_view: shape " + kiln::shape_to_string(shape) + " of " +
-                            kiln::dtype_name(t.dtype()) + " needs " + std::to_string(t.nbytes()) + " bytes, got " +
-                            std::to_string(nbytes));
+                        "kiln_tensor_create_view: shape " + kiln::shape_to_string(shape) + " of " + kiln::dtype_name(t.dtype()) +
+                            " needs " + std::to_string(t.nbytes()) + " bytes, got " + std::to_string(nbytes));
     *out = new kiln_tensor{t};
   });
 }

@@ -18,9 +18,8 @@ onnx_import::ImportOptions import_options(const Runtime& runtime, const cache::S
   opts.hash_threads = runtime.threads();
   if (store) {
     opts.recall_file_hash = [store](const struct stat& st) { return store->recall_model_hash(st); };
-    opts.remember_file_hash = [store](const std::string& file, const struct stat& st, const timespec& looked_at, const std::string& hex) {
-      store->remember_model_hash(st, looked_at, hex, file);
-    };
+    opts.remember_file_hash = [store](const std::string& file, const struct stat& st, const timespec& looked_at,
+                                      const std::string& hex) { store->remember_model_hash(st, looked_at, hex, file); };
   }
   return opts;
 }
@@ -66,7 +65,8 @@ std::string Model::producer() const {
 
 std::map<std::string, int> Model::op_histogram() const {
   std::map<std::string, int> h;
-  ir::visit_nodes(*impl_->model.graph, [&](const ir::Node& n) { h[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type]++; });
+  ir::visit_nodes(*impl_->model.graph,
+                  [&](const ir::Node& n) { h[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type]++; });
   return h;
 }
 
@@ -79,7 +79,8 @@ std::vector<NodePlacement> Model::placement(const std::vector<std::pair<std::str
     std::vector<NodePlacement> placed;
     for (const auto& part : backends::partition(*graph, spec, impl_->runtime.impl_->order))
       for (const auto& node : part.graph->nodes)
-        placed.push_back({node.name, node.domain.empty() ? node.op_type : node.domain + "." + node.op_type, part.backend->name()});
+        placed.push_back(
+            {node.name, node.domain.empty() ? node.op_type : node.domain + "." + node.op_type, part.backend->name()});
     return placed;
   });
 }
@@ -104,7 +105,9 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
     req.progress = options.progress;
     const Runtime::Impl& rt = *impl_->runtime.impl_;
     if (impl_->store && rt.store_writable.load()) req.store = impl_->store.get();
-    req.warn = [&](const std::string& message) { impl_->runtime.log(LogLevel::Warning, model_label(impl_->model) + ": " + message); };
+    req.warn = [&](const std::string& message) {
+      impl_->runtime.log(LogLevel::Warning, model_label(impl_->model) + ": " + message);
+    };
     impl_->own_weights();
     const bundle::FreezeResult r = bundle::freeze(impl_->model, req);
     FreezeResult out;
@@ -153,7 +156,8 @@ void Model::run(const std::vector<std::pair<std::string, Tensor>>& inputs, std::
     auto ins = impl_->validate(inputs);
     if (outputs.size() != impl_->outputs.size())
       throw Error(ErrorCode::InvalidArgument, model_label(impl_->model) + ": " + std::to_string(outputs.size()) +
-                                                  " output buffers given, the model has " + std::to_string(impl_->outputs.size()) + " outputs");
+                                                  " output buffers given, the model has " +
+                                                  std::to_string(impl_->outputs.size()) + " outputs");
     std::vector<ir::Tensor> outs;
     for (size_t i = 0; i < outputs.size(); ++i) {
       Tensor& o = outputs[i];

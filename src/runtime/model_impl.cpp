@@ -4,8 +4,8 @@
 
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/shape_inference.hpp"
-#include "runtime/onnx/onnx_importer.hpp"
 #include "runtime/model_impl.hpp"
+#include "runtime/onnx/onnx_importer.hpp"
 #include "runtime/runtime_impl.hpp"
 
 namespace kiln {
@@ -70,7 +70,8 @@ Model::Impl::Impl(const Runtime& rt, ir::Model m, const std::string& not_cached)
   }
 }
 
-std::vector<std::pair<std::string, Tensor>> Model::Impl::placeholders(const std::vector<std::pair<std::string, Shape>>& shapes) const {
+std::vector<std::pair<std::string, Tensor>> Model::Impl::placeholders(
+    const std::vector<std::pair<std::string, Shape>>& shapes) const {
   static char placeholder;
   std::vector<std::pair<std::string, Tensor>> given;
   for (const auto& [name, shape] : shapes) {
@@ -98,13 +99,12 @@ std::map<std::string, ir::Tensor> Model::Impl::validate(const std::vector<std::p
     if (out.count(name)) throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' is given twice");
     if (!t.defined()) throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' is an empty Tensor (no data)");
     if (t.dtype() != info->dtype)
-      throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' must be " + dtype_name(info->dtype) +
-                                                  ", got " + dtype_name(t.dtype()));
+      throw Error(ErrorCode::InvalidArgument,
+                  where + ": input '" + name + "' must be " + dtype_name(info->dtype) + ", got " + dtype_name(t.dtype()));
     if (info->rank_known) {
       auto mismatch = [&](const std::string& why) {
-        throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' must have shape " +
-                                                    info->shape_string() + ", got " + shape_to_string(t.shape()) +
-                                                    " (" + why + ")");
+        throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' must have shape " + info->shape_string() +
+                                                    ", got " + shape_to_string(t.shape()) + " (" + why + ")");
       };
       if (t.shape().size() != info->shape.size())
         mismatch("rank " + std::to_string(t.shape().size()) + " instead of " + std::to_string(info->shape.size()));
@@ -116,8 +116,8 @@ std::map<std::string, ir::Tensor> Model::Impl::validate(const std::vector<std::p
         if (!want.is_fixed() && !want.symbol.empty()) {
           auto [it, fresh] = symbols.emplace(want.symbol, std::make_pair(got, name));
           if (!fresh && it->second.first != got)
-            mismatch("dimension " + std::to_string(d) + " is '" + want.symbol + "', which input '" +
-                     it->second.second + "' set to " + std::to_string(it->second.first));
+            mismatch("dimension " + std::to_string(d) + " is '" + want.symbol + "', which input '" + it->second.second +
+                     "' set to " + std::to_string(it->second.first));
         }
       }
     }

@@ -56,8 +56,8 @@ int64_t cache_max_bytes(const RuntimeOptions& options, const Runtime& runtime) {
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
   if (options.threads < 0)
-    throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::threads must be 0 (all cores) or positive, got " +
-                                                std::to_string(options.threads));
+    throw Error(ErrorCode::InvalidArgument,
+                "RuntimeOptions::threads must be 0 (all cores) or positive, got " + std::to_string(options.threads));
   impl_->threads = options.threads > 0 ? options.threads : usable_cores();
   impl_->options.log_level = options.log_level;  // for the plugins' warnings, before the rest is set
   impl_->options.logger = options.logger;
@@ -65,8 +65,8 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
     // What a plugin says while it is loaded reaches the Runtime that loads it.
     const plugins::LogSink loading = [&](int level, const std::string& text) { log(LogLevel(std::clamp(level, 0, 3)), text); };
     const plugins::LogScope scope(&loading);
-    impl_->plugin_libraries = plugins::find_plugins(options.plugins, env::plugin_path(),
-                                                    [&](const std::string& w) { log(LogLevel::Warning, w); });
+    impl_->plugin_libraries =
+        plugins::find_plugins(options.plugins, env::plugin_path(), [&](const std::string& w) { log(LogLevel::Warning, w); });
   } catch (const ir::Error& e) {
     throw Error(ErrorCode::InvalidArgument, e.what());
   }
@@ -78,7 +78,8 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
       std::string names;
       for (const auto& n : backends::backend_names()) names += (names.empty() ? "'" : ", '") + n + "'";
       for (const auto& lib : impl_->plugin_libraries) names += ", '" + lib->name + "' (plugin)";
-      throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::backend '" + options.backend + "' is unknown; available: " + names);
+      throw Error(ErrorCode::InvalidArgument,
+                  "RuntimeOptions::backend '" + options.backend + "' is unknown; available: " + names);
     }
     impl_->plugin_libraries = {*forced};
     impl_->backend = backends::make_backend("reference", impl_->threads);
@@ -99,27 +100,26 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
   }
   impl_->order.push_back(impl_->backend.get());
   if (impl_->fallback) impl_->order.push_back(impl_->fallback.get());
-  if (options.kernels.empty())
-    options.kernels = env::kernels();
+  if (options.kernels.empty()) options.kernels = env::kernels();
   if (options.kernels.empty()) options.kernels = "native";
   if (options.kernels != "native" && options.kernels != "portable")
-    throw Error(ErrorCode::InvalidArgument, "RuntimeOptions::kernels (or KILN_KERNELS) is '" + options.kernels +
-                                                "'; expected 'native' or 'portable'");
+    throw Error(ErrorCode::InvalidArgument,
+                "RuntimeOptions::kernels (or KILN_KERNELS) is '" + options.kernels + "'; expected 'native' or 'portable'");
   impl_->options = std::move(options);
   const RuntimeOptions& o = impl_->options;
   if (o.cache && !env::cache_off()) {
     std::string dir = o.cache_dir;
-    if (dir.empty())
-      dir = env::cache_dir();
+    if (dir.empty()) dir = env::cache_dir();
     if (dir.empty()) dir = cache::default_dir();
     const int64_t max_bytes = cache_max_bytes(o, *this);
     std::string key_file = o.cache_key_file;
-    if (key_file.empty())
-      key_file = env::cache_key_file();
+    if (key_file.empty()) key_file = env::cache_key_file();
     std::string& refused = impl_->cache_refused;
     std::string key;
-    if (dir.empty()) refused = "no cache directory (HOME is not set)";
-    else if (cache::build_id().empty()) refused = "this Kiln build has no identity (no build-id)";
+    if (dir.empty())
+      refused = "no cache directory (HOME is not set)";
+    else if (cache::build_id().empty())
+      refused = "this Kiln build has no identity (no build-id)";
     else if (!key_file.empty()) {
       try {
         key = cache::read_key_file(key_file);
@@ -130,8 +130,10 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
     if (refused.empty()) {
       auto store = std::make_shared<cache::Store>(dir, max_bytes, key);
       refused = store->check();
-      if (refused.empty()) impl_->store = std::move(store);
-      else refused = "cache directory not used: " + refused;
+      if (refused.empty())
+        impl_->store = std::move(store);
+      else
+        refused = "cache directory not used: " + refused;
     }
     if (!refused.empty()) log(LogLevel::Warning, refused + "; compiling in memory only");
   }

@@ -34,7 +34,7 @@ struct __attribute__((visibility("hidden"))) Runtime::Impl {
   // Who is asked for each node, in order: the plugins, the backend, its fallback.
   std::vector<const backends::Backend*> order;
   std::shared_ptr<const cache::Store> store;  // null: no cache
-  std::string cache_refused;                   // why a configured cache is not used
+  std::string cache_refused;                  // why a configured cache is not used
   mutable std::atomic<bool> store_writable{true};
   // Recursive: a logger may run a model, whose compile logs.
   mutable std::recursive_mutex log_mutex;

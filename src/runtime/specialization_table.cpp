@@ -33,8 +33,9 @@ std::vector<SpecializationStats> Model::specializations() const {
 
 // The entry's executable from the store, or none: then `stats` says
 // whether it was a miss or an unusable entry (rebuilt, with one warning).
-backends::PartitionedCompile Model::Impl::load_cached(const cache::Store& store, const cache::Key& cache_key, const std::string& key,
-                                                      const backends::CompileOptions& options, SpecializationStats& stats) const {
+backends::PartitionedCompile Model::Impl::load_cached(const cache::Store& store, const cache::Key& cache_key,
+                                                      const std::string& key, const backends::CompileOptions& options,
+                                                      SpecializationStats& stats) const {
   backends::PartitionedCompile made;
   std::string problem;
   // With a second thread in the budget, the backend computes the weights'
@@ -98,8 +99,8 @@ void Model::Impl::make(const std::shared_ptr<Specialized>& entry, const std::str
   stats.key = key;
   stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   runtime.log(LogLevel::Debug, model_label(model) + ": " + (stats.cache == CacheOutcome::Hit ? "loaded " : "compiled ") + key +
-                                   " with " + stats.backend + " in " + std::to_string(stats.compile_ms) + " ms (cache: " +
-                                   cache_outcome_name(stats.cache) + ")");
+                                   " with " + stats.backend + " in " + std::to_string(stats.compile_ms) +
+                                   " ms (cache: " + cache_outcome_name(stats.cache) + ")");
   if (store && stats.cache != CacheOutcome::Hit) {
     const auto store_start = std::chrono::steady_clock::now();
     store_entry(*store, cache_key, entry);
@@ -137,9 +138,10 @@ void Model::Impl::store_entry(const cache::Store& store, const cache::Key& key, 
     if (!rt.store_writable.load()) ir::fail(ir::ErrorKind::Io, "cache directory '" + store.dir() + "' is not writable");
     store.create();
     rt.writer.enqueue({key, entry->executable, stats.compile_ms,
-                      [entry](CacheOutcome outcome, const std::string& note) { entry->settle(outcome, note); }});
+                       [entry](CacheOutcome outcome, const std::string& note) { entry->settle(outcome, note); }});
   } catch (const ir::Error& e) {
-    if (rt.store_writable.exchange(false)) runtime.log(LogLevel::Warning, std::string(e.what()) + "; compiling in memory only from now on");
+    if (rt.store_writable.exchange(false))
+      runtime.log(LogLevel::Warning, std::string(e.what()) + "; compiling in memory only from now on");
     stats.cache = CacheOutcome::Off;
     stats.cache_note = e.what();
   }

@@ -1,6 +1,6 @@
 // kiln::Tensor and the small helpers of the public types.
-#include "runtime/api_errors.hpp"
 #include "runtime/ir/tensor.hpp"
+#include "runtime/api_errors.hpp"
 
 namespace kiln {
 
@@ -41,7 +41,8 @@ Tensor Tensor::view(DType dtype, Shape shape, void* data) { return view(dtype, s
 
 Tensor Tensor::view(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner) {
   if (!data) throw Error(ErrorCode::InvalidArgument, "Tensor::view: data pointer is null");
-  if (dtype_size(dtype) == 0) throw Error(ErrorCode::InvalidArgument, "Tensor::view: unknown dtype " + std::to_string(int(dtype)));
+  if (dtype_size(dtype) == 0)
+    throw Error(ErrorCode::InvalidArgument, "Tensor::view: unknown dtype " + std::to_string(int(dtype)));
   check_shape("Tensor::view", shape);
   Tensor t;
   t.dtype_ = dtype;

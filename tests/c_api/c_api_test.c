@@ -8,12 +8,12 @@
 #include "kiln/kiln.h"
 
 static int failures = 0;
-#define CHECK(cond)                                                  \
-  do {                                                               \
-    if (!(cond)) {                                                   \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                    \
-    }                                                                \
+      failures++;                                                              \
+    }                                                                          \
   } while (0)
 
 /* Reads the data of a version-1 .npy file (the header length is at byte 8). */

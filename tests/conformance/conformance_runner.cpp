@@ -16,13 +16,13 @@
 
 #include <CLI/CLI.hpp>
 
-#include "backends/reference/reference_executor.hpp"
-#include "runtime/ir/shape_inference.hpp"
 #include "backends/backend.hpp"
 #include "backends/pipeline.hpp"
+#include "backends/reference/reference_executor.hpp"
 #include "plugins/plugin_backend.hpp"
-#include "runtime/passes/memory_plan.hpp"
+#include "runtime/ir/shape_inference.hpp"
 #include "runtime/onnx/onnx_importer.hpp"
+#include "runtime/passes/memory_plan.hpp"
 
 namespace fs = std::filesystem;
 using kiln::ir::DType;
@@ -50,9 +50,12 @@ std::string compare(const Tensor& got, const Tensor& want, double rtol, double a
     bool ok;
     if (is_float) {
       double g = got.as_double(i), w = want.as_double(i);
-      if (std::isnan(w) || std::isnan(g)) ok = std::isnan(w) && std::isnan(g);
-      else if (std::isinf(w) || std::isinf(g)) ok = g == w;
-      else ok = std::fabs(g - w) <= atol + rtol * std::fabs(w);
+      if (std::isnan(w) || std::isnan(g))
+        ok = std::isnan(w) && std::isnan(g);
+      else if (std::isinf(w) || std::isinf(g))
+        ok = g == w;
+      else
+        ok = std::fabs(g - w) <= atol + rtol * std::fabs(w);
     } else {
       ok = got.as_int64(i) == want.as_int64(i);
     }
@@ -60,8 +63,8 @@ std::string compare(const Tensor& got, const Tensor& want, double rtol, double a
   }
   if (!bad) return {};
   std::ostringstream s;
-  s << bad << " of " << want.numel() << " elements differ; first at " << first_bad << ": got "
-    << got.as_double(first_bad) << ", expected " << want.as_double(first_bad);
+  s << bad << " of " << want.numel() << " elements differ; first at " << first_bad << ": got " << got.as_double(first_bad)
+    << ", expected " << want.as_double(first_bad);
   return s.str();
 }
 
@@ -83,10 +86,17 @@ std::vector<fs::path> sorted_entries(const fs::path& dir, const std::string& pre
 bool is_scope_limit(const kiln::ir::Error& e) {
   // Sequences, optionals, maps, strings and non-ai.onnx domains are outside
   // what Kiln supports at all: such tests are skipped with the reason.
-  static const char* const kOutOfScope[] = {
-      "is a sequence", "is an optional", "is a map", "is a sparse", "sparse initializers", "string",
-      "operator domain", "operator sequence", "operator splittosequence", "operator concatfromsequence",
-      "operator optional"};
+  static const char* const kOutOfScope[] = {"is a sequence",
+                                            "is an optional",
+                                            "is a map",
+                                            "is a sparse",
+                                            "sparse initializers",
+                                            "string",
+                                            "operator domain",
+                                            "operator sequence",
+                                            "operator splittosequence",
+                                            "operator concatfromsequence",
+                                            "operator optional"};
   if (e.kind() != kiln::ir::ErrorKind::Unsupported) return false;
   std::string m = e.what();
   std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return char(std::tolower(c)); });
@@ -116,8 +126,8 @@ std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::
       return "shape inference gives " + v.shape.to_string() + " for output '" + g.outputs[i].name + "', the run gave " +
              kiln::ir::dims_to_string(got[i].dims());
     if (v.dtype != DType::Undefined && v.dtype != got[i].dtype())
-      return std::string("shape inference gives dtype ") + kiln::ir::dtype_name(v.dtype) + " for output '" +
-             g.outputs[i].name + "', the run gave " + kiln::ir::dtype_name(got[i].dtype());
+      return std::string("shape inference gives dtype ") + kiln::ir::dtype_name(v.dtype) + " for output '" + g.outputs[i].name +
+             "', the run gave " + kiln::ir::dtype_name(got[i].dtype());
   }
   return {};
 }
@@ -158,9 +168,12 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
         // Files map positionally onto the inputs without defaults, or onto all
         // inputs when the test feeds every one of them.
         std::string name;
-        if (in_files.size() == g.inputs.size()) name = g.inputs[i].name;
-        else if (i < required.size()) name = required[i]->name;
-        else throw kiln::ir::Error(kiln::ir::ErrorKind::InvalidModel, "more input files than model inputs");
+        if (in_files.size() == g.inputs.size())
+          name = g.inputs[i].name;
+        else if (i < required.size())
+          name = required[i]->name;
+        else
+          throw kiln::ir::Error(kiln::ir::ErrorKind::InvalidModel, "more input files than model inputs");
         inputs[name] = t;
       }
       for (const auto& f : sorted_entries(set, "output_")) expected.push_back(kiln::onnx_import::import_tensor_file(f.string()));
@@ -188,8 +201,7 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
           r.compiled_nodes += exe->stats().compiled_nodes;
           r.fallback_nodes += exe->stats().fallback_nodes;
           got = exe->run(inputs);
-        }
-        else
+        } else
           got = kiln::ref::run_graph(*optimized, inputs);
       } else {
         got = kiln::ref::run_graph(g, inputs);
@@ -357,7 +369,8 @@ int main(int argc, char** argv) {
   }
   if (!write_expected_path.empty()) {
     std::ofstream out(write_expected_path);
-    out << "# Conformance tests the " << backend << (backend == "cpu" ? " backend (" + g_options.kernels + " kernels)" : " backend")
+    out << "# Conformance tests the " << backend
+        << (backend == "cpu" ? " backend (" + g_options.kernels + " kernels)" : " backend")
         << " fails, one id per line, '#' and the reason after it.\n"
         << "# This list may only shrink: a listed test that passes fails the run until it is removed.\n";
     for (const auto& r : results)
@@ -367,9 +380,9 @@ int main(int argc, char** argv) {
         out << r.id << "  #" << reason << "\n";
       }
   }
-  std::cout << "conformance (" << backend << "): " << passed << " passed, " << failed << " failed, " << skipped
-            << " skipped; " << (failed - regressions) << " failures expected, " << regressions
-            << " unexpected, " << fixed << " expected failures now pass\n";
+  std::cout << "conformance (" << backend << "): " << passed << " passed, " << failed << " failed, " << skipped << " skipped; "
+            << (failed - regressions) << " failures expected, " << regressions << " unexpected, " << fixed
+            << " expected failures now pass\n";
   if (g_backend) {
     int64_t compiled = 0, fallback = 0;
     for (const auto& r : results) {

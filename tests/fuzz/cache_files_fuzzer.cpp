@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   kiln::cache::Fd record = kiln::cache::open_file_at(scratch.dir.get(), "record", O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (record && ::write(record.get(), data, size) == ssize_t(size)) {
-    struct stat st {};
+    struct stat st{};
     ::fstat(record.get(), &st);
     (void)kiln::cache::check_record(scratch.dir.get(), "record", auth);
     (void)kiln::cache::recall_hash(scratch.dir.get(), "record", st, auth);

@@ -64,7 +64,8 @@ ir::Graph split() {
   g.inputs = {value("x", {2, 3})};
   g.initializers["c"] = ir::Tensor::from_vector<float>({2, 3}, ramp(6, 0.5f));
   g.initializers["w"] = ir::Tensor::from_vector<float>({3, 4}, ramp(12, 0.25f));
-  g.nodes = {node("Relu", {"x"}, "r"), node("Mul", {"r", "c"}, "m"), node("MatMul", {"m", "w"}, "mm"), node("Add", {"mm", "mm"}, "y")};
+  g.nodes = {node("Relu", {"x"}, "r"), node("Mul", {"r", "c"}, "m"), node("MatMul", {"m", "w"}, "mm"),
+             node("Add", {"mm", "mm"}, "y")};
   g.outputs = {value("y", {2, 4})};
   return g;
 }
@@ -80,7 +81,8 @@ void write_seed(const std::string& path, const ir::Graph& graph, const std::vect
   const backends::Artifact a = compiled.executable->save();
   std::string weights(size_t(a.weights_bytes), '\0');
   for (size_t i = 0; i < a.weights.size(); ++i)
-    weights.replace(size_t(a.weight_offsets[i]), a.weights[i].second, static_cast<const char*>(a.weights[i].first), a.weights[i].second);
+    weights.replace(size_t(a.weight_offsets[i]), a.weights[i].second, static_cast<const char*>(a.weights[i].first),
+                    a.weights[i].second);
   std::string out;
   put_u32(out, a.program.size());
   put_u32(out, a.object.size());

@@ -29,8 +29,8 @@ namespace {
 uint32_t read_u32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
 
 struct Backends {
-  std::unique_ptr<kiln::backends::Backend> toy =
-      kiln::plugins::make_plugin_backend(kiln::plugins::load_plugin(KILN_FUZZ_TOY_PLUGIN), nullptr, [](int, const std::string&) {});
+  std::unique_ptr<kiln::backends::Backend> toy = kiln::plugins::make_plugin_backend(
+      kiln::plugins::load_plugin(KILN_FUZZ_TOY_PLUGIN), nullptr, [](int, const std::string&) {});
   std::unique_ptr<kiln::backends::Backend> reference = kiln::backends::make_reference_backend();
   std::vector<const kiln::backends::Backend*> order{toy.get(), reference.get()};
 };

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   const long batch = strtol(argv[2], NULL, 10);
   static int threads = 1;
   if (argc > 5) threads = atoi(argv[5]);
-  FN() * model = NULL;
+  FN()* model = NULL;
   if (FN(_create)(argv[1], &model) != K(_OK)) {
     fprintf(stderr, "create: %s\n", FN(_last_error)(model));
     return 1;

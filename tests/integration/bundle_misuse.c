@@ -17,7 +17,7 @@ static size_t round_up(size_t n) { return (n + K(_ALIGNMENT) - 1) / K(_ALIGNMENT
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
-  FN() * model = NULL;
+  FN()* model = NULL;
   int32_t rc = FN(_create)(argv[1], &model);
   printf("create: %d %s\n", rc, model ? FN(_last_error)(model) : "");
   if (rc == K(_OK)) {

@@ -100,8 +100,10 @@ class BundleTest : public ::testing::Test {
     const Output o = sh(runner + " " + program.string() + " " + (dir_ / "digits.weights.bin").string() + " " +
                         (dir_ / "images.f32").string() + " " + std::to_string(count) + " " + (dir_ / "probs.f32").string() +
                         " '" + (rule.empty() ? "-" : rule) + "' " + std::to_string(threads));
-    if (result) *result = o;  // the caller checks it
-    else EXPECT_EQ(o.code, 0) << o.text;
+    if (result)
+      *result = o;  // the caller checks it
+    else
+      EXPECT_EQ(o.code, 0) << o.text;
     const std::string bytes = read_file(dir_ / "probs.f32");
     std::vector<float> probs(bytes.size() / sizeof(float));
     std::memcpy(probs.data(), bytes.data(), probs.size() * sizeof(float));
@@ -127,8 +129,8 @@ class BundleTest : public ::testing::Test {
 
   fs::path link(const std::string& cc, const std::string& extra = "") {
     const fs::path program = dir_ / "classify";
-    const Output o = sh(cc + " -O2 -I" + dir_.string() + " " + kSource + "/examples/bundle-c/main.c " + extra + " -lm -o " +
-                        program.string());
+    const Output o =
+        sh(cc + " -O2 -I" + dir_.string() + " " + kSource + "/examples/bundle-c/main.c " + extra + " -lm -o " + program.string());
     EXPECT_EQ(o.code, 0) << o.text;
     return program;
   }
@@ -152,9 +154,9 @@ TEST_F(BundleTest, FilesAndHeaderDescribeTheBundle) {
   EXPECT_EQ(r.batch_sizes, (std::vector<int64_t>{1, 4}));
   for (const char* f : {"digits.h", "digits.o", "digits.weights.bin", "README.md"}) EXPECT_TRUE(fs::exists(dir_ / f)) << f;
   const std::string header = read_file(dir_ / "digits.h");
-  for (const char* text : {"input  0 \"image\" float32 [B, 1, 8, 8]", "output 0 \"probabilities\" float32 [B, 10]",
-                           "Compiled batch sizes: 1, 4", "#define DIGITS_ARENA_BYTES_B4", "int32_t digits_run_b1(",
-                           "#define DIGITS_INPUT_0_ITEM_BYTES 256"})
+  for (const char* text :
+       {"input  0 \"image\" float32 [B, 1, 8, 8]", "output 0 \"probabilities\" float32 [B, 10]", "Compiled batch sizes: 1, 4",
+        "#define DIGITS_ARENA_BYTES_B4", "int32_t digits_run_b1(", "#define DIGITS_INPUT_0_ITEM_BYTES 256"})
     EXPECT_NE(header.find(text), std::string::npos) << "header lacks: " << text << "\n" << header;
   EXPECT_NE(read_file(dir_ / "README.md").find("cc main.c digits.o -lm"), std::string::npos);
 }
@@ -248,10 +250,11 @@ TEST_F(BundleTest, BrokenWeightsAreClearErrors) {
   };
   std::string flipped = good;
   flipped[flipped.size() / 2] ^= 0x10;
-  const std::vector<Case> cases = {{"flipped byte", flipped, "checksum"},
-                                   {"truncated", good.substr(0, good.size() - 100), "truncated"},
-                                   {"a byte more", good + std::string(1, '\0'), "extra bytes after the weights"},
-                                   {"not weights", "hello, this is not a weights file at all, not even close to one....", "bad magic"}};
+  const std::vector<Case> cases = {
+      {"flipped byte", flipped, "checksum"},
+      {"truncated", good.substr(0, good.size() - 100), "truncated"},
+      {"a byte more", good + std::string(1, '\0'), "extra bytes after the weights"},
+      {"not weights", "hello, this is not a weights file at all, not even close to one....", "bad magic"}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     write_file(dir_ / "digits.weights.bin", c.bytes);
@@ -263,7 +266,8 @@ TEST_F(BundleTest, BrokenWeightsAreClearErrors) {
     EXPECT_NE(o.text.find(c.message), std::string::npos) << o.text;
   }
   fs::remove(dir_ / "digits.weights.bin");
-  const Output o = sh(program.string() + " " + (dir_ / "digits.weights.bin").string() + " " + (dir_ / "images.f32").string() + " 1");
+  const Output o =
+      sh(program.string() + " " + (dir_ / "digits.weights.bin").string() + " " + (dir_ / "images.f32").string() + " 1");
   EXPECT_EQ(o.code, 1);
   EXPECT_NE(o.text.find("cannot open the weights file"), std::string::npos) << o.text;
 }
@@ -273,7 +277,8 @@ TEST_F(BundleTest, BrokenWeightsAreClearErrors) {
 // than that (3 GB, sparse, under a 1 GB address-space limit) are refused
 // before anything is allocated.
 TEST_F(BundleTest, WeightsPathIsCheckedBeforeItIsRead) {
-  if (!have("cc") || !have("mkfifo") || !have("timeout") || !have("truncate")) GTEST_SKIP() << "no cc, mkfifo, timeout or truncate";
+  if (!have("cc") || !have("mkfifo") || !have("timeout") || !have("truncate"))
+    GTEST_SKIP() << "no cc, mkfifo, timeout or truncate";
   freeze({});
   const fs::path program = link("cc", (dir_ / "digits.o").string());
   const auto pixels = images(1, 1);
@@ -282,7 +287,8 @@ TEST_F(BundleTest, WeightsPathIsCheckedBeforeItIsRead) {
   ASSERT_EQ(sh("mkfifo " + (dir_ / "a-fifo").string()).code, 0);
   fs::copy_file(dir_ / "digits.weights.bin", dir_ / "huge.bin");
   ASSERT_EQ(sh("truncate -s 3G " + (dir_ / "huge.bin").string()).code, 0);
-  for (const auto& [file, message] : {std::pair{"a-directory", "is a directory"}, {"a-fifo", "not a regular file"},
+  for (const auto& [file, message] : {std::pair{"a-directory", "is a directory"},
+                                      {"a-fifo", "not a regular file"},
                                       {"huge.bin", "extra bytes after the weights"}}) {
     SCOPED_TRACE(file);
     const Output o = sh("timeout 20 sh -c 'ulimit -v 1000000; " + program.string() + " " + (dir_ / file).string() + " " +
@@ -312,8 +318,9 @@ TEST_F(BundleTest, MisusedCallsSayWhatIsWrong) {
   EXPECT_EQ(null_rule.find("not compiled for"), std::string::npos) << "the last call's message: " << null_rule;
   EXPECT_EQ(line("check_weights"), "check_weights: 0");
   EXPECT_EQ(line("check_weights with a byte more"), "check_weights with a byte more: 2");
-  EXPECT_EQ(line("create_from_memory with a byte more"),
-            "create_from_memory with a byte more: 2 weights in memory: longer than its header says (extra bytes after the weights)");
+  EXPECT_EQ(
+      line("create_from_memory with a byte more"),
+      "create_from_memory with a byte more: 2 weights in memory: longer than its header says (extra bytes after the weights)");
   EXPECT_EQ(line("static run"), "static run: 0");
 }
 
@@ -428,8 +435,8 @@ TEST_F(BundleTest, RustProgramMatchesTheJit) {
   // A copy, so that cargo writes its lock file and target directory outside the source tree.
   const fs::path crate = dir_ / "bundle-rust";
   fs::copy(kSource + "/examples/bundle-rust", crate, fs::copy_options::recursive);
-  const Output build = sh("cd " + crate.string() + " && KILN_BUNDLE_DIR=" + dir_.string() + " CARGO_TARGET_DIR=" +
-                          (dir_ / "target").string() + " cargo build --release --offline --quiet");
+  const Output build = sh("cd " + crate.string() + " && KILN_BUNDLE_DIR=" + dir_.string() +
+                          " CARGO_TARGET_DIR=" + (dir_ / "target").string() + " cargo build --release --offline --quiet");
   ASSERT_EQ(build.code, 0) << build.text;
   const fs::path program = dir_ / "target" / "release" / "classify-digits";
   for (int64_t n : {1, 3, 8, 13}) {
@@ -454,7 +461,9 @@ onnx::TensorProto random_weights(std::mt19937& rng, float sd, const std::string&
 std::string conv_net() {
   using kiln::test::ModelBuilder;
   std::mt19937 rng(7);
-  auto weights = [&](const std::string& name, std::vector<int64_t> dims) { return random_weights(rng, 0.3f, name, std::move(dims)); };
+  auto weights = [&](const std::string& name, std::vector<int64_t> dims) {
+    return random_weights(rng, 0.3f, name, std::move(dims));
+  };
   ModelBuilder b;
   b.input("x", 1, {"batch", 3, 16, 16}).output("y", 1, {"batch", 10});
   b.initializer(weights("w1", {16, 3, 3, 3})).initializer(weights("b1", {16})).initializer(weights("w4", {16, 16, 3, 3}));
@@ -503,8 +512,9 @@ void BundleTest::net_matches_the_jit(kiln::Runtime& runtime, const std::string& 
   o.kernels = kernels;
   net.freeze(o);
   const fs::path driver = dir_ / "driver";
-  const Output built = sh("cc -O2 -DPREFIX=net -DUPREFIX=NET -include " + (dir_ / "net.h").string() + " " + kSource +
-                          "/tests/integration/bundle_driver.c " + (dir_ / "net.o").string() + " " + libs + " -o " + driver.string());
+  const Output built =
+      sh("cc -O2 -DPREFIX=net -DUPREFIX=NET -include " + (dir_ / "net.h").string() + " " + kSource +
+         "/tests/integration/bundle_driver.c " + (dir_ / "net.o").string() + " " + libs + " -o " + driver.string());
   ASSERT_EQ(built.code, 0) << built.text;
   std::mt19937 rng(8);
   std::normal_distribution<float> pixel(0, 1);
@@ -541,7 +551,9 @@ TEST_F(BundleTest, RecurrentNetworkMatchesTheJit) {
   if (!have("cc")) GTEST_SKIP() << "no C compiler";
   using kiln::test::ModelBuilder;
   std::mt19937 rng(11);
-  auto weights = [&](const std::string& name, std::vector<int64_t> dims) { return random_weights(rng, 0.4f, name, std::move(dims)); };
+  auto weights = [&](const std::string& name, std::vector<int64_t> dims) {
+    return random_weights(rng, 0.4f, name, std::move(dims));
+  };
   ModelBuilder b(14);
   b.input("x", 1, {"batch", 7, 5}).output("y", 1, {"batch", 7, 1, 4});
   b.initializer(weights("gw", {2, 18, 5})).initializer(weights("gr", {2, 18, 6})).initializer(weights("gb", {2, 36}));

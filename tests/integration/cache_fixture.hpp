@@ -8,12 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <thread>
 
 #include "kiln/kiln.hpp"
@@ -53,7 +53,8 @@ std::string manifest_tag(const std::string& secret, const std::string& manifest)
   std::string message = std::string("kiln cache manifest 2") + '\0' + manifest;
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
-  HMAC(EVP_sha256(), secret.data(), int(secret.size()), reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &n);
+  HMAC(EVP_sha256(), secret.data(), int(secret.size()), reinterpret_cast<const unsigned char*>(message.data()), message.size(),
+       mac, &n);
   static const char* digits = "0123456789abcdef";
   std::string hex;
   for (unsigned i = 0; i < n; ++i) hex += {digits[mac[i] >> 4], digits[mac[i] & 15]};
@@ -109,7 +110,8 @@ class CacheTest : public ::testing::Test {
   void TearDown() override {
     std::error_code ec;
     fs::permissions(root_, fs::perms::owner_all, ec);
-    for (auto& p : fs::recursive_directory_iterator(root_, ec)) fs::permissions(p.path(), fs::perms::owner_all, fs::perm_options::add, ec);
+    for (auto& p : fs::recursive_directory_iterator(root_, ec))
+      fs::permissions(p.path(), fs::perms::owner_all, fs::perm_options::add, ec);
     fs::remove_all(root_, ec);
   }
 
@@ -122,8 +124,10 @@ class CacheTest : public ::testing::Test {
   // its JSON summary; the output goes to `out_dir` when given.
   json run(int batch = 1, const std::string& out_dir = "", std::vector<std::string> env = {}) {
     std::vector<std::string> args{"run", kModel, "--json", "--threads", std::to_string(threads_)};
-    if (batch == 1) args.insert(args.end(), {"--input", "image=" + kDigit});
-    else args.insert(args.end(), {"--random-inputs", "--dim", "batch=" + std::to_string(batch)});
+    if (batch == 1)
+      args.insert(args.end(), {"--input", "image=" + kDigit});
+    else
+      args.insert(args.end(), {"--random-inputs", "--dim", "batch=" + std::to_string(batch)});
     if (!out_dir.empty()) args.insert(args.end(), {"--output-dir", out_dir});
     Result r = kiln(args, env);
     EXPECT_EQ(r.code, 0) << r.err;

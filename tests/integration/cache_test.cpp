@@ -31,8 +31,8 @@ TEST_F(CacheTest, WarmStartInSecondProcessDoesNoCodegenAndGivesIdenticalOutputs)
 // is kept with the entry: the second process compiles nothing at all.
 TEST_F(CacheTest, WarmStartWithPortableKernelsCompilesNothing) {
   auto run_portable = [&](const fs::path& out) {
-    Result r = kiln({"run", kModel, "--json", "--threads", "1", "--kernels", "portable", "--input", "image=" + kDigit, "--output-dir",
-                     out.string()});
+    Result r = kiln({"run", kModel, "--json", "--threads", "1", "--kernels", "portable", "--input", "image=" + kDigit,
+                     "--output-dir", out.string()});
     EXPECT_EQ(r.code, 0) << r.err;
     return json::parse(r.out, nullptr, false);
   };
@@ -52,8 +52,9 @@ TEST_F(CacheTest, WarmStartWithPortableKernelsCompilesNothing) {
 TEST_F(CacheTest, EightProcessesOnAnEmptyCacheAllSucceedWithOneEntry) {
   std::vector<std::unique_ptr<Child>> children;
   for (int i = 0; i < 8; ++i)
-    children.push_back(std::make_unique<Child>(std::vector<std::string>{"compile", kModel, "--dim", "batch=4", "--threads", "1", "--json"},
-                                               std::vector<std::string>{"KILN_CACHE_DIR=" + dir_.string()}, root_));
+    children.push_back(
+        std::make_unique<Child>(std::vector<std::string>{"compile", kModel, "--dim", "batch=4", "--threads", "1", "--json"},
+                                std::vector<std::string>{"KILN_CACHE_DIR=" + dir_.string()}, root_));
   for (auto& c : children) {
     Result r = c->wait();
     EXPECT_EQ(r.code, 0) << r.err;
@@ -125,7 +126,8 @@ TEST_F(CacheTest, DamagedOrForeignEntriesAreRebuilt) {
       {"key inputs a list", [&] { edit_manifest([](json& m) { m["key_inputs"] = json::array(); }); }},
       // Written as text: dumping 5000 levels recurses 5000 deep, which
       // overflows an AddressSanitizer build's stack (the reader must not).
-      {"deeply nested", [&] {
+      {"deeply nested",
+       [&] {
          json m = json::parse(read_file(entry / "manifest.json"));
          m["backend"] = "NESTED";
          std::string text = m.dump();
@@ -164,7 +166,8 @@ TEST_F(CacheTest, RememberedHashesNeverHideAChangeInPlace) {
   const fs::path model = root_ / "digits.onnx";
   fs::copy_file(kModel, model);
   auto run_model = [&](const fs::path& out) {
-    Result r = kiln({"run", model.string(), "--json", "--threads", "1", "--input", "image=" + kDigit, "--output-dir", out.string()});
+    Result r =
+        kiln({"run", model.string(), "--json", "--threads", "1", "--input", "image=" + kDigit, "--output-dir", out.string()});
     EXPECT_EQ(r.code, 0) << r.err;
     return json::parse(r.out, nullptr, false);
   };

@@ -18,7 +18,7 @@ class CacheTrustTest : public CacheTest {
   static bool can_chown() { return ::geteuid() == 0; }
 
   static mode_t mode_of(const fs::path& p) {
-    struct stat st {};
+    struct stat st{};
     EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
     return st.st_mode & 07777;
   }
@@ -71,8 +71,8 @@ TEST_F(CacheTrustTest, ADirectoryOthersCanWriteIsNotUsedWithoutAKey) {
   const std::string expected = expected_digit_output();
   run();
   ASSERT_EQ(outcome(run()), "hit");
-  for (const auto& [mode, why] : std::vector<std::pair<fs::perms, std::string>>{{fs::perms::all, "writable by everyone"},
-                                                                                {fs::perms::owner_all | fs::perms::group_all, "writable by its group"}}) {
+  for (const auto& [mode, why] : std::vector<std::pair<fs::perms, std::string>>{
+           {fs::perms::all, "writable by everyone"}, {fs::perms::owner_all | fs::perms::group_all, "writable by its group"}}) {
     fs::permissions(dir_, mode);
     const json j = run(1, (root_ / ("out_" + why)).string());
     EXPECT_EQ(outcome(j), "off") << why;
@@ -197,7 +197,7 @@ TEST_F(CacheTrustTest, AnEditedHashRecordCannotRedirectAModel) {
   const json ja = run_model(a, (root_ / "a_out").string()), jb = run_model(b, (root_ / "b_out").string());
   ASSERT_NE(ja["specializations"][0]["cache_key"], jb["specializations"][0]["cache_key"]);
   ASSERT_NE(read_file(root_ / "a_out" / "probabilities.npy"), read_file(root_ / "b_out" / "probabilities.npy"));
-  struct stat st {};
+  struct stat st{};
   ASSERT_EQ(::stat(a.c_str(), &st), 0);
   const fs::path record_a = dir_ / "hashes" / (std::to_string(st.st_dev) + "." + std::to_string(st.st_ino));
   ASSERT_EQ(::stat(b.c_str(), &st), 0);
@@ -351,7 +351,8 @@ TEST_F(CacheTrustTest, ModelsFromMemoryStayOutOfTheCacheUnlessAsked) {
   EXPECT_FALSE(fs::exists(dir_ / "hashes") && !fs::is_empty(dir_ / "hashes"));
   for (const auto expected : {kiln::CacheOutcome::Miss, kiln::CacheOutcome::Hit}) {
     kiln::Runtime runtime(options);
-    kiln::Model model = kiln::Model::load_from_memory(runtime, bytes.data(), bytes.size(), kiln::Model::MemoryLoadOptions{.external_data_dir = "", .cache = true});
+    kiln::Model model = kiln::Model::load_from_memory(runtime, bytes.data(), bytes.size(),
+                                                      kiln::Model::MemoryLoadOptions{.external_data_dir = "", .cache = true});
     model.run({{"image", image}});
     runtime.wait_for_cache();
     EXPECT_EQ(model.specializations().at(0).cache, expected);

@@ -22,7 +22,7 @@ static int stalls_here(int fd) {
   return base && strstr(path, "/tmp/") && strcmp(base + 1, file) == 0;
 }
 
-__attribute__((visibility("default"))) int fsync(int fd) {  /* the project builds hidden by default */
+__attribute__((visibility("default"))) int fsync(int fd) { /* the project builds hidden by default */
   static int (*real_fsync)(int);
   if (!real_fsync) real_fsync = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
   const int result = real_fsync(fd);

@@ -37,7 +37,7 @@ enum { OP_RELU = 1, OP_ADD = 2, OP_MUL = 3 };
 static const char kMagic[8] = {'T', 'O', 'Y', 'P', 'L', 'U', 'G', '1'};
 
 static const kiln_backend_host* host;
-static int64_t compiles;  /* the tests compile from one thread at a time */
+static int64_t compiles; /* the tests compile from one thread at a time */
 
 static kiln_backend_status say(char* message, kiln_backend_status status, const char* text) {
   snprintf(message, KILN_BACKEND_MESSAGE_BYTES, "%s", text);
@@ -102,10 +102,10 @@ static kiln_backend_status get_capability(const kiln_backend_graph* g, const kil
 /* The program, as it is serialized: int64 fields, then the constants. */
 typedef struct toy_program {
   int64_t values, steps, inputs, outputs, floats;
-  int64_t* numel;  /* per value */
-  int64_t* where;  /* per value: -1 scratch, -2 boundary, else an offset into constants */
-  int64_t* step;   /* per step: op, a, b, out */
-  int64_t* input;  /* per boundary input: its value */
+  int64_t* numel; /* per value */
+  int64_t* where; /* per value: -1 scratch, -2 boundary, else an offset into constants */
+  int64_t* step;  /* per step: op, a, b, out */
+  int64_t* input; /* per boundary input: its value */
   int64_t* output;
   float* constants;
 } toy_program;
@@ -142,11 +142,11 @@ static int parse(const void* bytes, size_t size, toy_program* p) {
     if (st[0] < OP_RELU || st[0] > OP_MUL) return 0;
     for (int k = 1; k < 4; ++k)
       if (st[k] < 0 || st[k] >= p->values) return 0;
-    for (int k = 1; k < 3; ++k)  /* the output's count once every index is known to be a value */
+    for (int k = 1; k < 3; ++k) /* the output's count once every index is known to be a value */
       if (p->numel[st[k]] != p->numel[st[3]]) return 0;
   }
   for (int64_t i = 0; i < p->inputs + p->outputs; ++i)
-    if (p->input[i] < 0 || p->input[i] >= p->values) return 0;  /* input and output are contiguous */
+    if (p->input[i] < 0 || p->input[i] >= p->values) return 0; /* input and output are contiguous */
   return 1;
 }
 
@@ -167,8 +167,8 @@ static kiln_backend_status load(const void* bytes, size_t size, kiln_backend_com
   return KILN_BACKEND_OK;
 }
 
-static kiln_backend_status compile(const kiln_backend_graph* g, const kiln_backend_threads* threads,
-                                   kiln_backend_compiled** out, char* message) {
+static kiln_backend_status compile(const kiln_backend_graph* g, const kiln_backend_threads* threads, kiln_backend_compiled** out,
+                                   char* message) {
   const kiln_backend_graph_api* a = host->graph;
   (void)threads;
   if (TOY_BROKEN == TOY_COMPILE_FAILS) return say(message, KILN_BACKEND_ERROR, "toy compile failed on purpose");
@@ -178,8 +178,8 @@ static kiln_backend_status compile(const kiln_backend_graph* g, const kiln_backe
     size_t bytes = 0;
     if (a->value_constant(g, v, &bytes)) floats += (int64_t)(bytes / sizeof(float));
   }
-  const size_t size = sizeof kMagic + (size_t)(5 + 2 * values + 4 * steps + inputs + outputs) * sizeof(int64_t) +
-                      (size_t)floats * sizeof(float);
+  const size_t size =
+      sizeof kMagic + (size_t)(5 + 2 * values + 4 * steps + inputs + outputs) * sizeof(int64_t) + (size_t)floats * sizeof(float);
   char* bytes = calloc(1, size);
   if (!bytes) return say(message, KILN_BACKEND_OUT_OF_MEMORY, "out of memory");
   memcpy(bytes, kMagic, sizeof kMagic);
@@ -231,7 +231,8 @@ static kiln_backend_status run(kiln_backend_compiled* c, const void* const* in, 
   for (int64_t i = 0; i < p->outputs; ++i) data[p->output[i]] = (float*)out[i];
   kiln_backend_status status = KILN_BACKEND_OK;
   for (int64_t v = 0; v < p->values; ++v) {
-    if (p->where[v] >= 0) data[v] = p->constants + p->where[v];
+    if (p->where[v] >= 0)
+      data[v] = p->constants + p->where[v];
     else if (p->where[v] == -1 && p->numel[v] > 0 && !(data[v] = host->allocate(host->context, (size_t)p->numel[v] * 4, 64)))
       status = say(message, KILN_BACKEND_OUT_OF_MEMORY, "out of memory");
   }
@@ -252,7 +253,7 @@ static kiln_backend_status serialize(kiln_backend_compiled* c, const void** byte
   (void)message;
   *bytes = c->bytes;
   *size = c->size;
-  if (TOY_BROKEN == TOY_BAD_BLOB) *size = 3;  /* bytes deserialize cannot read */
+  if (TOY_BROKEN == TOY_BAD_BLOB) *size = 3; /* bytes deserialize cannot read */
   return KILN_BACKEND_OK;
 }
 
@@ -300,7 +301,7 @@ static const kiln_backend_api table = {
 #endif
 
 __attribute__((visibility("default"))) kiln_backend_status TOY_ENTRY(uint32_t host_abi_version, const kiln_backend_host* h,
-                                                                   const kiln_backend_api** api, char* message) {
+                                                                     const kiln_backend_api** api, char* message) {
   if (TOY_BROKEN == TOY_REFUSES) return say(message, KILN_BACKEND_UNSUPPORTED, "toy refuses: no licence for this host");
   if (host_abi_version < 1 || !h || h->struct_size < sizeof(kiln_backend_host) || !h->graph)
     return say(message, KILN_BACKEND_UNSUPPORTED, "needs backend ABI version 1");

@@ -40,8 +40,8 @@ kiln::ir::Model model(int64_t size) {
 // A model as the host shows it to a plugin: the view of its specialization.
 struct Shown {
   explicit Shown(int64_t size) : m(model(size)) {
-    const auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {1, 3, size, size}}}},
-                                           kiln::ref::constant_evaluator());
+    const auto spec =
+        kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {1, 3, size, size}}}}, kiln::ref::constant_evaluator());
     view = kiln::plugins::make_graph_view(m.graph, spec.result.values);
   }
   kiln::ir::Model m;

@@ -218,8 +218,9 @@ const std::vector<OpCase>& cases() {
          b.input("x", kFloat, {n, 10, 7});
          b.initializer(ModelBuilder::float_tensor("lo", {}, {-0.5f})).initializer(ModelBuilder::float_tensor("hi", {}, {0.3f}));
          const std::vector<std::pair<const char*, std::vector<std::string>>> ops = {
-             {"Sigmoid", {"x"}}, {"HardSwish", {"x"}}, {"Abs", {"x"}}, {"Neg", {"x"}}, {"Floor", {"x"}},
-             {"Ceil", {"x"}},    {"Round", {"x"}},     {"Relu", {"x"}}, {"Clip", {"x", "lo", "hi"}}};
+             {"Sigmoid", {"x"}}, {"HardSwish", {"x"}}, {"Abs", {"x"}},
+             {"Neg", {"x"}},     {"Floor", {"x"}},     {"Ceil", {"x"}},
+             {"Round", {"x"}},   {"Relu", {"x"}},      {"Clip", {"x", "lo", "hi"}}};
          for (const auto& [op, in] : ops) {
            b.output(std::string("y_") + op, kFloat, {n, 10, 7});
            b.node(op, in, {std::string("y_") + op}, op);
@@ -256,7 +257,7 @@ const std::vector<OpCase>& cases() {
          b.initializer(ModelBuilder::float_tensor("one", {}, {1.0f}));
          b.node("Mul", {"z", "z"}, {"zz"}, "square");
          b.node("Add", {"zz", "one"}, {"denominator"}, "plus_one");
-         const std::vector<std::pair<const char*, std::string>> ops = {{"Add", "z"}, {"Sub", "z"},           {"Mul", "z"},
+         const std::vector<std::pair<const char*, std::string>> ops = {{"Add", "z"}, {"Sub", "z"}, {"Mul", "z"},
                                                                        {"Max", "z"}, {"Min", "z"}, {"Div", "denominator"}};
          for (const auto& [op, second] : ops) {
            b.output(std::string("y_") + op, kFloat, {n, 3, 4, 4});
@@ -365,8 +366,10 @@ class XnnpackPlugin : public ::testing::Test {
  protected:
   kiln::RuntimeOptions options(bool plugin, const std::string& cache_dir = "", int threads = 2) {
     kiln::RuntimeOptions o;
-    if (plugin) o.plugins = {kPlugin};
-    else o.backend = "reference";
+    if (plugin)
+      o.plugins = {kPlugin};
+    else
+      o.backend = "reference";
     o.threads = threads;
     o.cache = !cache_dir.empty();
     o.cache_dir = cache_dir;

@@ -19,9 +19,7 @@ namespace {
 const std::string kDigits = std::string(KILN_SOURCE_DIR) + "/examples/digits/";
 
 // Per-process paths: ctest runs tests (and CI other clones) in parallel.
-fs::path temp_path(const std::string& name) {
-  return fs::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid()));
-}
+fs::path temp_path(const std::string& name) { return fs::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid())); }
 
 struct Result {
   int code;

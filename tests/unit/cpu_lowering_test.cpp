@@ -28,7 +28,8 @@ namespace {
 // What some tests hold the lowering to was chosen by measuring oneDNN 2.6 on
 // AVX-512 (16-channel blocks, which implementations exist); elsewhere the
 // lowering takes oneDNN's defaults, which the operator tests check.
-constexpr const char* kAvx512Only = "the layout and implementation choices under test are made on AVX-512 CPUs; this one has none";
+constexpr const char* kAvx512Only =
+    "the layout and implementation choices under test are made on AVX-512 CPUs; this one has none";
 
 // A ResNet bottleneck with a projection: y = convC(relu(convB(relu(convA(x))) + convD(x))).
 // With `reuse_shortcut`, the projection d is read again after the sum.
@@ -119,9 +120,9 @@ TEST(CpuLowering, NativeBundlesHaveNoHostKernelsButOneDnnPrimitives) {
   ModelBuilder::attr_int(b.node("Gather", {"c", "idx"}, {"g"}, "gather"), "axis", 1);
   b.node("Identity", {"x"}, {"x_again"});
   auto m = kiln::test::import(b);
-  auto spec = kiln::ir::specialize(*m.graph,
-                                   {{"x", {kiln::ir::DType::Float32, {1, 4, 6, 6}}}, {"idx", {kiln::ir::DType::Int64, {3}}}},
-                                   kiln::ref::constant_evaluator());
+  auto spec =
+      kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {1, 4, 6, 6}}}, {"idx", {kiln::ir::DType::Int64, {3}}}},
+                           kiln::ref::constant_evaluator());
   const auto jit = kiln::cpu::lower(*m.graph, spec, kiln::cpu::KernelFamily::Native);
   const auto bundle = kiln::cpu::lower(*m.graph, spec, kiln::cpu::KernelFamily::NativeBundle);
   for (const char* node : {"slice", "concat", "gather"}) {
@@ -168,8 +169,8 @@ TEST(CpuLowering, AStridedPointwiseConvolutionRunsOnASubsampledCopy) {
   const auto any = dnnl::memory::format_tag::any;
   const auto f32 = dnnl::memory::data_type::f32;
   const dnnl::convolution_forward::desc unit(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                             md({2, 8, 5, 3}, f32, any), md({16, 8, 1, 1}, f32, any),
-                                             md({2, 16, 5, 3}, f32, any), {1, 1}, {0, 0}, {0, 0});
+                                             md({2, 8, 5, 3}, f32, any), md({16, 8, 1, 1}, f32, any), md({2, 16, 5, 3}, f32, any),
+                                             {1, 1}, {0, 0}, {0, 0});
   if (dnnl::convolution_forward::primitive_desc(unit, kiln::cpu::cpu_engine()).src_desc().data.format_desc.blocking.inner_nblks)
     GTEST_SKIP() << "oneDNN chose a blocked layout on this CPU: the convolution reads the input with its stride";
 
@@ -197,7 +198,8 @@ TEST(CpuLowering, AConvTransposeWhoseKernelIsItsStrideIsAConvolutionAndACopy) {
     ModelBuilder::attr_ints(n, "strides", {2, 2});
     if (kernel == 4) ModelBuilder::attr_ints(n, "pads", {1, 1, 1, 1});
     auto m = kiln::test::import(b);
-    auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {2, 8, 5, 6}}}}, kiln::ref::constant_evaluator());
+    auto spec =
+        kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {2, 8, 5, 6}}}}, kiln::ref::constant_evaluator());
     return kiln::cpu::lower(*m.graph, spec);
   };
   const auto p = lower(2);
@@ -205,7 +207,8 @@ TEST(CpuLowering, AConvTransposeWhoseKernelIsItsStrideIsAConvolutionAndACopy) {
   const auto& taps = p.buffers[size_t(conv.args[1])];  // after the source; a scratchpad may follow
   EXPECT_NE(taps.name.find("#taps"), std::string::npos) << taps.name;
   EXPECT_EQ(taps.bytes, 2 * 16 * 5 * 6 * int64_t(sizeof(float)));  // 4 taps x 4 channels for each input pixel
-  const auto copy = std::find_if(p.steps.begin(), p.steps.end(), [](const auto& s) { return s.label.rfind("taps to pixels", 0) == 0; });
+  const auto copy =
+      std::find_if(p.steps.begin(), p.steps.end(), [](const auto& s) { return s.label.rfind("taps to pixels", 0) == 0; });
   ASSERT_NE(copy, p.steps.end());
   EXPECT_EQ(copy->args[0], conv.args[1]);
   EXPECT_EQ(p.buffers[size_t(copy->args[1])].kind, kiln::cpu::Buffer::Kind::Output);  // straight into the caller's buffer
@@ -223,8 +226,8 @@ TEST(CpuLowering, LargeConvolutionsComputeInChannelBlocks) {
     b.initializer(ModelBuilder::float_tensor("w", {24, 16, 1, 1}, random_values(384, 1)));
     b.node("Conv", {"x", "w"}, {"y"}, "conv");
     auto m = kiln::test::import(b);
-    auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {1, 16, side, side}}}},
-                                     kiln::ref::constant_evaluator());
+    auto spec =
+        kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {1, 16, side, side}}}}, kiln::ref::constant_evaluator());
     const auto p = kiln::cpu::lower(*m.graph, spec);
     for (int a : step_of(p, "conv").args)
       if (p.buffers[size_t(a)].name == "y") return p.buffers[size_t(a)].bytes;
@@ -274,7 +277,8 @@ TEST(CpuLowering, PerChannelScalesNeverRunOneDnnsReferenceBinaryKernel) {
     b.node("Sigmoid", {"g"}, {"s"});
     b.node("Mul", {"c", "s"}, {"y"}, "scale");
     auto m = kiln::test::import(b);
-    auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {2, 48, 56, 56}}}}, kiln::ref::constant_evaluator());
+    auto spec =
+        kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {2, 48, 56, 56}}}}, kiln::ref::constant_evaluator());
     const auto p = kiln::cpu::lower(*m.graph, spec);
     for (const auto& step : p.steps)
       if (step.kernel && kiln::cpu::is_onednn_kernel(*step.kernel))
@@ -306,7 +310,8 @@ TEST(CpuLowering, ResizesWithOneDnnsTapsBecomeItsResampling) {
     ModelBuilder::attr_string(resize, "coordinate_transformation_mode", r.coordinates);
     if (!r.nearest.empty()) ModelBuilder::attr_string(resize, "nearest_mode", r.nearest);
     auto m = kiln::test::import(b);
-    auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {2, 16, 6, 6}}}}, kiln::ref::constant_evaluator());
+    auto spec =
+        kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {2, 16, 6, 6}}}}, kiln::ref::constant_evaluator());
     const auto p = kiln::cpu::lower(*m.graph, spec);
     EXPECT_EQ(p.fallback_nodes, r.onednn ? 0 : 1);
     const bool resampling = std::any_of(p.steps.begin(), p.steps.end(), [](const kiln::cpu::Step& s) {
@@ -338,7 +343,8 @@ TEST(CpuLowering, ExpansionsReadByDepthwiseConvolutionsSplitByChannel) {
   const auto p = kiln::cpu::lower(*m.graph, spec, kiln::cpu::KernelFamily::Portable);
   auto split = [&](const char* node) {
     const kiln::cpu::Step& s = step_of(p, node);
-    if (!s.call || s.call->function != "kiln_pk_conv2d") throw std::runtime_error(std::string(node) + " is no kiln_pk_conv2d call");
+    if (!s.call || s.call->function != "kiln_pk_conv2d")
+      throw std::runtime_error(std::string(node) + " is no kiln_pk_conv2d call");
     const auto& arg = s.call->args[s.call->args.size() - 2];  // before the scratch
     EXPECT_EQ(arg.kind, kiln::cpu::Call::Arg::Kind::Int32) << node;
     return arg.value;
@@ -369,9 +375,9 @@ TEST(CpuLowering, ThreeByThreeConvolutionsInChannelBlocksUseWinograd) {
     ModelBuilder::attr_ints(n, "strides", {c.stride, c.stride});
   }
   auto m = kiln::test::import(b);
-  auto spec = kiln::ir::specialize(*m.graph,
-                                   {{"x", {kiln::ir::DType::Float32, {1, 16, 12, 12}}}, {"z", {kiln::ir::DType::Float32, {1, 3, 12, 12}}}},
-                                   kiln::ref::constant_evaluator());
+  auto spec = kiln::ir::specialize(
+      *m.graph, {{"x", {kiln::ir::DType::Float32, {1, 16, 12, 12}}}, {"z", {kiln::ir::DType::Float32, {1, 3, 12, 12}}}},
+      kiln::ref::constant_evaluator());
   const auto p = kiln::cpu::lower(*m.graph, spec);
   if (!kiln::cpu::Tuning::of({}).winograd) GTEST_SKIP() << "KILN_WINOGRAD=0";
   for (const Conv& c : convs) {

@@ -36,7 +36,7 @@ class HashMemoTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   struct stat identity() const {
-    struct stat st {};
+    struct stat st{};
     EXPECT_EQ(::stat(file_.c_str(), &st), 0);
     return st;
   }
@@ -75,7 +75,9 @@ TEST_F(HashMemoTest, RewritingTheFileInPlaceWithItsOldTimesIsSeen) {
   remember(st, after(st), "0123");
   ASSERT_EQ(recall(st), "0123");
   ::usleep(20000);  // past the filesystem clock's tick
-  { std::fstream(file_, std::ios::in | std::ios::out | std::ios::binary) << "W"; }
+  {
+    std::fstream(file_, std::ios::in | std::ios::out | std::ios::binary) << "W";
+  }
   const timespec times[2] = {st.st_atim, st.st_mtim};
   ASSERT_EQ(::utimensat(AT_FDCWD, file_.c_str(), times, 0), 0);  // mtime put back; ctime cannot be
   const struct stat now = identity();

@@ -92,8 +92,7 @@ TEST_P(HostileModels, ConvWithGroupZeroOrNegativeIsAnInvalidModel) {
   for (int64_t group : {0, -1}) {
     const auto [code, message] = load_and_run(conv_with_group(group), {1, 2, 4, 4});
     EXPECT_EQ(code, kiln::ErrorCode::InvalidModel) << message;
-    EXPECT_NE(message.find("node 'grouped' (Conv): group is " + std::to_string(group) +
-                           ", expected a positive number of groups"),
+    EXPECT_NE(message.find("node 'grouped' (Conv): group is " + std::to_string(group) + ", expected a positive number of groups"),
               std::string::npos)
         << message;
   }

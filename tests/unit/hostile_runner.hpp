@@ -50,8 +50,12 @@ inline void write_current_case(const char* what) {
 }
 
 inline void on_fatal_signal(int sig) {
-  write_current_case(sig == SIGALRM ? "hang" : sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGFPE ? "SIGFPE"
-                                             : sig == SIGILL ? "SIGILL" : "SIGABRT");
+  write_current_case(sig == SIGALRM   ? "hang"
+                     : sig == SIGSEGV ? "SIGSEGV"
+                     : sig == SIGBUS  ? "SIGBUS"
+                     : sig == SIGFPE  ? "SIGFPE"
+                     : sig == SIGILL  ? "SIGILL"
+                                      : "SIGABRT");
   signal(SIGABRT, SIG_DFL);
   abort();
 }
@@ -92,7 +96,7 @@ struct SweepCase {
   std::string name;
   std::string bytes;
   std::map<std::string, ir::Tensor> inputs;
-  bool folds = false;  // every input a constant: the reference kernel runs it while the model loads
+  bool folds = false;             // every input a constant: the reference kernel runs it while the model loads
   bool hostile_constant = false;  // a constant input holds a hostile value: a model of its own
 };
 
@@ -123,9 +127,12 @@ class Runner {
     if (c.hostile_constant && options_.kernels == "portable") return;
     ++tally.cases;
     std::string error;
-    if (attempt(c, &error)) ++tally.ran;
-    else if (error.empty()) ++tally.bad;
-    else ++tally.refused;
+    if (attempt(c, &error))
+      ++tally.ran;
+    else if (error.empty())
+      ++tally.bad;
+    else
+      ++tally.refused;
   }
 
   // Runs `c`: its outputs, or nullopt and the kiln error that refused it in

@@ -30,8 +30,8 @@
 
 namespace {
 
-using kiln::ir::DType;
 using kiln::ir::Dims;
+using kiln::ir::DType;
 using kiln::ir::Tensor;
 using kiln::test::config_name;
 using kiln::test::Guards;
@@ -44,9 +44,9 @@ using kiln::test::Tally;
 // Tensor element types by their schema names, in the order a case prefers them.
 const std::vector<std::pair<std::string, DType>>& element_types() {
   static const std::vector<std::pair<std::string, DType>> types = {
-      {"float", DType::Float32}, {"int64", DType::Int64},   {"int32", DType::Int32},       {"bool", DType::Bool},
-      {"uint8", DType::UInt8},   {"int8", DType::Int8},     {"double", DType::Float64},    {"float16", DType::Float16},
-      {"int16", DType::Int16},   {"uint16", DType::UInt16}, {"uint32", DType::UInt32},     {"uint64", DType::UInt64},
+      {"float", DType::Float32},    {"int64", DType::Int64},   {"int32", DType::Int32},    {"bool", DType::Bool},
+      {"uint8", DType::UInt8},      {"int8", DType::Int8},     {"double", DType::Float64}, {"float16", DType::Float16},
+      {"int16", DType::Int16},      {"uint16", DType::UInt16}, {"uint32", DType::UInt32},  {"uint64", DType::UInt64},
       {"bfloat16", DType::BFloat16}};
   return types;
 }
@@ -66,9 +66,7 @@ bool is_integer(DType t) {
   return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64 || t == DType::UInt8 ||
          t == DType::UInt16 || t == DType::UInt32 || t == DType::UInt64;
 }
-bool is_floating(DType t) {
-  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
-}
+bool is_floating(DType t) { return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16; }
 
 const std::vector<int64_t> kHostileInts = {0, -2, int64_t(1) << 62, std::numeric_limits<int64_t>::min(),
                                            std::numeric_limits<int64_t>::max()};
@@ -78,7 +76,8 @@ const std::vector<double> kHostileFloats = {std::nan(""), HUGE_VAL, -HUGE_VAL, 1
 Tensor filled(DType dtype, const Dims& dims, double value, std::optional<int64_t> int_value = std::nullopt) {
   const int64_t n = kiln::ir::checked_numel(dims);
   if (int_value || is_integer(dtype) || dtype == DType::Bool)
-    return Tensor::from_vector<int64_t>(dims, std::vector<int64_t>(size_t(n), int_value ? *int_value : int64_t(value))).cast(dtype);
+    return Tensor::from_vector<int64_t>(dims, std::vector<int64_t>(size_t(n), int_value ? *int_value : int64_t(value)))
+        .cast(dtype);
   return Tensor::from_vector<double>(dims, std::vector<double>(size_t(n), value)).cast(dtype);
 }
 
@@ -122,9 +121,9 @@ const char* source_name(Source s) { return s == Source::Inputs ? "inputs" : s ==
 
 // One change from an ordinary case.
 struct Hostile {
-  std::string attribute;        // this attribute set to `attr`...
+  std::string attribute;  // this attribute set to `attr`...
   onnx::AttributeProto attr;
-  int input = -1;               // ... or this input filled with `value`
+  int input = -1;  // ... or this input filled with `value`
   double value = 0;
   std::optional<int64_t> int_value;
   std::string label;
@@ -193,32 +192,48 @@ onnx::AttributeProto required_attribute(const std::string& op, const onnx::OpSch
   auto ints = [&](std::vector<int64_t> v) {
     for (int64_t x : v) p.add_ints(x);
   };
-  if (a.name == "to") p.set_i(int64_t(DType::Float32));
-  else if (a.name == "direction") p.set_s("LEFT");
-  else if (a.name == "mode") p.set_s("TF");
+  if (a.name == "to")
+    p.set_i(int64_t(DType::Float32));
+  else if (a.name == "direction")
+    p.set_s("LEFT");
+  else if (a.name == "mode")
+    p.set_s("TF");
   else if (a.name == "equation") {
     std::string eq;
     for (int i = 0; i < num_inputs; ++i) eq += (i ? ",..." : "...");
     p.set_s(eq + "->...");
-  } else if (a.name == "pads") ints(std::vector<int64_t>(size_t(2 * rank), 0));
-  else if (a.name == "starts") ints(std::vector<int64_t>(size_t(rank), 0));
-  else if (a.name == "ends") ints(std::vector<int64_t>(size_t(rank), 1));
-  else if (a.name == "scales") for (int i = 0; i < rank; ++i) p.add_floats(1);
-  else if (a.name == "ngram_counts" || a.name == "ngram_indexes" || a.name == "axes") ints({0});
-  else if (a.name == "value") *p.mutable_t() = to_proto(ordinary(DType::Float32, dims), "");
-  else if (a.name == "then_branch" || a.name == "else_branch") *p.mutable_g() = body({}, {""}, DType::Float32, &dims);
+  } else if (a.name == "pads")
+    ints(std::vector<int64_t>(size_t(2 * rank), 0));
+  else if (a.name == "starts")
+    ints(std::vector<int64_t>(size_t(rank), 0));
+  else if (a.name == "ends")
+    ints(std::vector<int64_t>(size_t(rank), 1));
+  else if (a.name == "scales")
+    for (int i = 0; i < rank; ++i) p.add_floats(1);
+  else if (a.name == "ngram_counts" || a.name == "ngram_indexes" || a.name == "axes")
+    ints({0});
+  else if (a.name == "value")
+    *p.mutable_t() = to_proto(ordinary(DType::Float32, dims), "");
+  else if (a.name == "then_branch" || a.name == "else_branch")
+    *p.mutable_g() = body({}, {""}, DType::Float32, &dims);
   else if (a.name == "body" && op == "Loop") {
     const DType v = input_types.size() > 2 ? input_types[2] : DType::Float32;
     // One iteration: with a trip count of 2^62 the loop would run to its 2^24-iteration limit (seconds).
     *p.mutable_g() = body({{"i", DType::Int64}, {"c", DType::Bool}, {"v", v}}, {"false", "v"}, v, &dims);
   } else if (a.name == "body") {  // Scan: one state and one scanned input
     *p.mutable_g() = body({{"s", first}, {"e", first}}, {"s", "e"}, first, &dims);
-  } else if (a.type == AP::INT) p.set_i(a.name == "axis" || a.name == "max_skip_count" ? 0 : 1);
-  else if (a.type == AP::INTS) ints({1});
-  else if (a.type == AP::FLOAT) p.set_f(1);
-  else if (a.type == AP::FLOATS) p.add_floats(1);
-  else if (a.type == AP::STRING) p.set_s("");
-  else if (a.type == AP::TENSOR) *p.mutable_t() = to_proto(ordinary(DType::Float32, dims), "");
+  } else if (a.type == AP::INT)
+    p.set_i(a.name == "axis" || a.name == "max_skip_count" ? 0 : 1);
+  else if (a.type == AP::INTS)
+    ints({1});
+  else if (a.type == AP::FLOAT)
+    p.set_f(1);
+  else if (a.type == AP::FLOATS)
+    p.add_floats(1);
+  else if (a.type == AP::STRING)
+    p.set_s("");
+  else if (a.type == AP::TENSOR)
+    *p.mutable_t() = to_proto(ordinary(DType::Float32, dims), "");
   return p;
 }
 
@@ -256,8 +271,7 @@ std::vector<Hostile> hostile_attributes(const onnx::OpSchema::Attribute& a) {
       add("''", [](AP& p) { p.set_s(""); });
       add("'bogus'", [](AP& p) { p.set_s("bogus"); });
       break;
-    default:
-      break;
+    default: break;
   }
   return out;
 }
@@ -285,7 +299,8 @@ class CaseMaker {
   int num_inputs() const { return int(params_.size()); }
   DType input_type(int i) const { return types_[size_t(i)]; }
   bool input_given(int i, bool optional_inputs) const {
-    return types_[size_t(i)] != DType::Undefined && (optional_inputs || params_[size_t(i)]->GetOption() != onnx::OpSchema::Optional);
+    return types_[size_t(i)] != DType::Undefined &&
+           (optional_inputs || params_[size_t(i)]->GetOption() != onnx::OpSchema::Optional);
   }
 
   SweepCase make(const Variant& v) const {
@@ -337,8 +352,10 @@ class CaseMaker {
       }
     }
     for (const auto& [name, a] : schema_.attributes()) {
-      if (v.hostile && v.hostile->attribute == name) *n.add_attribute() = v.hostile->attr;
-      else if (a.required) *n.add_attribute() = required_attribute(op_, a, v.rank, types_, int(names.size()));
+      if (v.hostile && v.hostile->attribute == name)
+        *n.add_attribute() = v.hostile->attr;
+      else if (a.required)
+        *n.add_attribute() = required_attribute(op_, a, v.rank, types_, int(names.size()));
     }
     // An optional attribute without which the operator refuses everything.
     if (op_ == "TfIdfVectorizer" && !(v.hostile && v.hostile->attribute == "pool_int64s")) {
@@ -375,7 +392,8 @@ class CaseMaker {
       if (is_integer(input_type(i)))
         for (int64_t x : kHostileInts) values.push_back({"", {}, i, 0, x, "in" + std::to_string(i) + "=" + format_int(x)});
       else if (is_floating(input_type(i)))
-        for (double x : kHostileFloats) values.push_back({"", {}, i, x, std::nullopt, "in" + std::to_string(i) + "=" + format_float(x)});
+        for (double x : kHostileFloats)
+          values.push_back({"", {}, i, x, std::nullopt, "in" + std::to_string(i) + "=" + format_float(x)});
       // Values innermost: the graph-input cases of one model run one compile.
       for (int rank : {0, 1})
         for (Source s : {Source::Inputs, Source::Constants, Source::Mixed})
@@ -400,7 +418,8 @@ const std::vector<onnx::OpSchema>& newer_schemas() {
     std::vector<onnx::OpSchema> s(4);
     s[0].SetName("CenterCropPad").SinceVersion(18).Input(0, "input_data", "", "T").Input(1, "shape", "", "Tind");
     s[0].Output(0, "output_data", "", "T").Attr("axes", "", onnx::AttributeProto::INTS, false);
-    s[0].TypeConstraint("T", {"tensor(float)", "tensor(int64)", "tensor(bool)"}, "").TypeConstraint("Tind", {"tensor(int64)"}, "");
+    s[0].TypeConstraint("T", {"tensor(float)", "tensor(int64)", "tensor(bool)"}, "")
+        .TypeConstraint("Tind", {"tensor(int64)"}, "");
     s[1].SetName("Col2Im").SinceVersion(18).Input(0, "input", "", "T").Input(1, "image_shape", "", "tensor(int64)");
     s[1].Input(2, "block_shape", "", "tensor(int64)").Output(0, "output", "", "T").TypeConstraint("T", floats, "");
     for (const char* a : {"dilations", "pads", "strides"}) s[1].Attr(a, "", onnx::AttributeProto::INTS, false);
@@ -457,9 +476,8 @@ TEST_P(HostileShapes, EveryOperatorRunsOrRefusesCleanly) {
     if (!covered.count(op)) skipped.push_back(op);
   const Tally& tally = runner.tally;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%lld operator versions, %lld cases: %lld ran, %lld refused, %lld not clean (%.1f s)\n",
-              (long long)operators, (long long)tally.cases, (long long)tally.ran, (long long)tally.refused,
-              (long long)tally.bad, seconds);
+  std::printf("%lld operator versions, %lld cases: %lld ran, %lld refused, %lld not clean (%.1f s)\n", (long long)operators,
+              (long long)tally.cases, (long long)tally.ran, (long long)tally.refused, (long long)tally.bad, seconds);
   // A good share must run, or the sweep tests only the refusals; and every
   // operator must be in it.
   EXPECT_GT(tally.ran, tally.cases / 10);
@@ -467,6 +485,5 @@ TEST_P(HostileShapes, EveryOperatorRunsOrRefusesCleanly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, HostileShapes, ::testing::Values("reference", "cpu", "cpu:portable"), config_name);
-
 
 }  // namespace

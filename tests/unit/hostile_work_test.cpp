@@ -66,7 +66,8 @@ TEST_P(HostileWork, RoiAlignSamplesWithinALimit) {
   ASSERT_TRUE(ran) << error_;
   EXPECT_EQ((*ran)[0].dims(), (Dims{1, 1, 2, 2}));
   const std::string too_many = "asks for more than 2^36 samples, Kiln's limit";
-  EXPECT_NE(refusal("sampling_ratio 2^31", model(int64_t(1) << 31), inputs({0, 0, 3, 3})).find(too_many), std::string::npos) << error_;
+  EXPECT_NE(refusal("sampling_ratio 2^31", model(int64_t(1) << 31), inputs({0, 0, 3, 3})).find(too_many), std::string::npos)
+      << error_;
   EXPECT_NE(refusal("a roi of 1e30 pixels", model(0), inputs({0, 0, 1e30f, 1e30f})).find(too_many), std::string::npos) << error_;
   const std::string not_finite = "node 'align' (RoiAlign): a roi (times spatial_scale) is not finite";
   EXPECT_NE(refusal("a NaN roi", model(2), inputs({0, std::nanf(""), 3, 3})).find(not_finite), std::string::npos) << error_;
@@ -137,8 +138,9 @@ TEST_P(HostileWork, EdgePaddingIsRefusedBeforeItsTablesGrow) {
   b.input("x", kOnnxFloat, {1, 4}).input("pads", kOnnxInt64, {4}).output_untyped("y");
   ModelBuilder::attr_string(b.node("Pad", {"x", "pads"}, {"y"}, "pad"), "mode", "edge");
   const int64_t far = int64_t(1) << 40;
-  const std::string error = refusal("pads 2^40", b, {{"x", Tensor::from_vector<float>({1, 4}, {1, 2, 3, 4})},
-                                                     {"pads", Tensor::from_vector<int64_t>({4}, {0, far, 0, far})}});
+  const std::string error = refusal(
+      "pads 2^40", b,
+      {{"x", Tensor::from_vector<float>({1, 4}, {1, 2, 3, 4})}, {"pads", Tensor::from_vector<int64_t>({4}, {0, far, 0, far})}});
   // The output's own allocation (a byte count), not a table's.
   EXPECT_NE(error.find("node 'pad' (Pad): out of memory allocating 8796093022224 bytes"), std::string::npos) << error;
 }
@@ -152,8 +154,9 @@ TEST_P(HostileWork, AResizeToMoreThan2Pow62BytesIsRefusedBeforeItsPlan) {
   b.node("Resize", {"x", "", "", "sizes"}, {"big"}, "resize");
   b.node("ReduceMax", {"big"}, {"y"}, "max");
   const std::string error = refusal("2^64 bytes", b, {{"x", Tensor::from_vector<float>({1, 1, 2, 2}, {1, 2, 3, 4})}});
-  EXPECT_NE(error.find("node 'resize' (Resize): the resized output of shape 1x1x2147483648x2147483648 would take more than 2^62 bytes"),
-            std::string::npos)
+  EXPECT_NE(
+      error.find("node 'resize' (Resize): the resized output of shape 1x1x2147483648x2147483648 would take more than 2^62 bytes"),
+      std::string::npos)
       << error;
 }
 

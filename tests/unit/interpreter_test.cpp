@@ -84,29 +84,32 @@ TEST(Interpreter, MatMulStacksBatchesAndWhatItLeavesToTheReference) {
 // adaptive number of samples per cell.
 TEST(Interpreter, RoiAlignMatchesTheReferenceInEveryMode) {
   const Tensor x = random({2, 5, 13, 17}, 4);
-  const Tensor rois = Tensor::from_vector<float>({6, 4}, {0, 0, 16, 12,  3.5f, 2.25f, 9, 7,  -4, -3, 6, 5,
-                                                          10, 8, 30, 25, 5, 5, 5, 5,  15, 11, 2, 1});
+  const Tensor rois = Tensor::from_vector<float>(
+      {6, 4}, {0, 0, 16, 12, 3.5f, 2.25f, 9, 7, -4, -3, 6, 5, 10, 8, 30, 25, 5, 5, 5, 5, 15, 11, 2, 1});
   const Tensor batch = Tensor::from_vector<int64_t>({6}, {0, 1, 1, 0, 1, 0});
   for (const char* mode : {"avg", "max"})
     for (const char* coord : {"half_pixel", "output_half_pixel"})
       for (int64_t sampling : {0, 2})
         for (float scale : {1.0f, 0.5f}) {
-          SCOPED_TRACE(std::string(mode) + " " + coord + " sampling " + std::to_string(sampling) + " scale " + std::to_string(scale));
-          expect_same("RoiAlign", {{"x", x}, {"rois", rois}, {"batch", batch}},
-                      {{"output_height", 3}, {"output_width", 4}, {"sampling_ratio", sampling}}, 1, 1,
-                      [&](onnx::NodeProto& n) {
-                        auto* s = n.add_attribute();
-                        s->set_name("spatial_scale");
-                        s->set_type(onnx::AttributeProto::FLOAT);
-                        s->set_f(scale);
-                        for (const auto& [k, v] : {std::pair<const char*, const char*>{"mode", mode}, {"coordinate_transformation_mode", coord}}) {
-                          auto* a = n.add_attribute();
-                          a->set_name(k);
-                          a->set_type(onnx::AttributeProto::STRING);
-                          a->set_s(v);
-                        }
-                      },
-                      16);
+          SCOPED_TRACE(std::string(mode) + " " + coord + " sampling " + std::to_string(sampling) + " scale " +
+                       std::to_string(scale));
+          expect_same(
+              "RoiAlign", {{"x", x}, {"rois", rois}, {"batch", batch}},
+              {{"output_height", 3}, {"output_width", 4}, {"sampling_ratio", sampling}}, 1, 1,
+              [&](onnx::NodeProto& n) {
+                auto* s = n.add_attribute();
+                s->set_name("spatial_scale");
+                s->set_type(onnx::AttributeProto::FLOAT);
+                s->set_f(scale);
+                for (const auto& [k, v] :
+                     {std::pair<const char*, const char*>{"mode", mode}, {"coordinate_transformation_mode", coord}}) {
+                  auto* a = n.add_attribute();
+                  a->set_name(k);
+                  a->set_type(onnx::AttributeProto::STRING);
+                  a->set_s(v);
+                }
+              },
+              16);
         }
 }
 
@@ -199,7 +202,8 @@ void expect_same_topk(const Tensor& x, int64_t k, int64_t axis, int64_t largest,
     ASSERT_EQ(got[o].dtype(), want[o].dtype());
     const auto g = got[o].to_float_vector(), w = want[o].to_float_vector();
     for (size_t i = 0; i < w.size(); ++i)
-      ASSERT_TRUE(g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i]))) << "output " << o << " element " << i << ": " << g[i] << " vs " << w[i];
+      ASSERT_TRUE(g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i])))
+          << "output " << o << " element " << i << ": " << g[i] << " vs " << w[i];
   }
 }
 
@@ -226,12 +230,14 @@ TEST(Interpreter, ConstantOfShapeFillsWithItsValue) {
   expect_same("ConstantOfShape", {{"s", shape({3, 4})}});
   expect_same("ConstantOfShape", {{"s", shape({0, 5})}});
   for (const auto& value : {ModelBuilder::float_tensor("value", {1}, {2.5f}), ModelBuilder::float_tensor("value", {1}, {0.0f})})
-    expect_same("ConstantOfShape", {{"s", shape({5, 7})}}, {}, 1, 1, [&](onnx::NodeProto& n) { ModelBuilder::attr_tensor(n, "value", value); });
+    expect_same("ConstantOfShape", {{"s", shape({5, 7})}}, {}, 1, 1,
+                [&](onnx::NodeProto& n) { ModelBuilder::attr_tensor(n, "value", value); });
   onnx::TensorProto seven;
   seven.set_data_type(onnx::TensorProto::INT64);
   seven.add_dims(1);
   seven.add_int64_data(7);
-  expect_same("ConstantOfShape", {{"s", shape({2, 3, 4})}}, {}, 1, 1, [&](onnx::NodeProto& n) { ModelBuilder::attr_tensor(n, "value", seven); });
+  expect_same("ConstantOfShape", {{"s", shape({2, 3, 4})}}, {}, 1, 1,
+              [&](onnx::NodeProto& n) { ModelBuilder::attr_tensor(n, "value", seven); });
 }
 
 // Indices of every sign, on every axis, with index shapes smaller than the
@@ -240,18 +246,24 @@ TEST(Interpreter, ConstantOfShapeFillsWithItsValue) {
 TEST(Interpreter, ScatterElementsPutsEachUpdateWhereTheReferenceDoes) {
   const Tensor data = random({5, 4, 3, 3}, 1);
   expect_same("ScatterElements", {{"x", data}, {"i", ints({2, 4, 3, 3}, -5, 5, 2)}, {"u", random({2, 4, 3, 3}, 3)}});
-  expect_same("ScatterElements", {{"x", data}, {"i", ints({5, 2, 3, 2}, -4, 4, 2)}, {"u", random({5, 2, 3, 2}, 3)}}, {{"axis", 1}});
-  expect_same("ScatterElements", {{"x", data}, {"i", ints({3, 4, 2, 2}, -3, 3, 2)}, {"u", random({3, 4, 2, 2}, 3)}}, {{"axis", -1}});
-  expect_same("ScatterElements", {{"x", data}, {"i", ints({5, 4, 3, 3}, 0, 3, 2).cast(kiln::ir::DType::Int32)}, {"u", random({5, 4, 3, 3}, 3)}},
+  expect_same("ScatterElements", {{"x", data}, {"i", ints({5, 2, 3, 2}, -4, 4, 2)}, {"u", random({5, 2, 3, 2}, 3)}},
+              {{"axis", 1}});
+  expect_same("ScatterElements", {{"x", data}, {"i", ints({3, 4, 2, 2}, -3, 3, 2)}, {"u", random({3, 4, 2, 2}, 3)}},
+              {{"axis", -1}});
+  expect_same("ScatterElements",
+              {{"x", data}, {"i", ints({5, 4, 3, 3}, 0, 3, 2).cast(kiln::ir::DType::Int32)}, {"u", random({5, 4, 3, 3}, 3)}},
               {{"axis", 2}});
-  expect_same("ScatterElements", {{"x", ints({6, 3}, -100, 100, 4)}, {"i", ints({2, 3}, 0, 6, 5)}, {"u", ints({2, 3}, -100, 100, 6)}});
+  expect_same("ScatterElements",
+              {{"x", ints({6, 3}, -100, 100, 4)}, {"i", ints({2, 3}, 0, 6, 5)}, {"u", ints({2, 3}, -100, 100, 6)}});
   expect_same("ScatterElements", {{"x", random({4}, 1)}, {"i", ints({0}, 0, 4, 2)}, {"u", random({0}, 3)}});
   // Many updates of each element, spread over the budget's threads: the last
   // one in order must win, on every axis.
   const Tensor big = random({16, 24, 40}, 7);
   expect_same("ScatterElements", {{"x", big}, {"i", ints({200, 24, 40}, 0, 16, 8)}, {"u", random({200, 24, 40}, 9)}});
-  expect_same("ScatterElements", {{"x", big}, {"i", ints({16, 300, 40}, -24, 24, 8)}, {"u", random({16, 300, 40}, 9)}}, {{"axis", 1}});
-  expect_same("ScatterElements", {{"x", big}, {"i", ints({16, 24, 500}, 0, 40, 8)}, {"u", random({16, 24, 500}, 9)}}, {{"axis", 2}});
+  expect_same("ScatterElements", {{"x", big}, {"i", ints({16, 300, 40}, -24, 24, 8)}, {"u", random({16, 300, 40}, 9)}},
+              {{"axis", 1}});
+  expect_same("ScatterElements", {{"x", big}, {"i", ints({16, 24, 500}, 0, 40, 8)}, {"u", random({16, 24, 500}, 9)}},
+              {{"axis", 2}});
   // Out of range: the reference's error, and nothing else.
   EXPECT_THROW(expect_same("ScatterElements", {{"x", data}, {"i", ints({1, 1, 1, 1}, 5, 6, 2)}, {"u", random({1, 1, 1, 1}, 3)}}),
                kiln::ir::Error);
@@ -286,8 +298,9 @@ TEST(Interpreter, ResizeMatchesTheReference) {
   for (const char* nearest : {"round_prefer_ceil", "floor", "ceil"})
     expect_same("Resize", {{"x", x}, {"roi", none}, {"scales", mixed}}, {}, 1, 1, string_attrs({{"nearest_mode", nearest}}));
   expect_same("Resize", {{"x", x}, {"roi", none}, {"scales", Tensor::from_vector<float>({4}, {1, 2, 2, 1})}});  // channels too
-  expect_same("Resize", {{"x", x}, {"roi", Tensor::from_vector<float>({8}, {0, 0, 0.2f, 0.1f, 1, 1, 0.9f, 1.2f})}, {"scales", up}}, {},
-              1, 1, string_attrs({{"mode", "linear"}, {"coordinate_transformation_mode", "tf_crop_and_resize"}}));
+  expect_same("Resize",
+              {{"x", x}, {"roi", Tensor::from_vector<float>({8}, {0, 0, 0.2f, 0.1f, 1, 1, 0.9f, 1.2f})}, {"scales", up}}, {}, 1,
+              1, string_attrs({{"mode", "linear"}, {"coordinate_transformation_mode", "tf_crop_and_resize"}}));
   expect_same("Upsample", {{"x", x}, {"scales", up}}, {}, 1, 1, string_attrs({{"mode", "linear"}}), 9);
 }
 
@@ -304,11 +317,15 @@ TEST(Interpreter, ResizeCropOfALeadingAxisMatchesTheReference) {
     a->set_f(7.5f);
   };
   expect_same("Resize",
-              {{"x", random({3, 2, 5, 6}, 2)}, {"roi", Tensor::from_vector<float>({8}, {0, 0, 0, 0, 1.5f, 1, 1, 1})}, {"scales", none},
+              {{"x", random({3, 2, 5, 6}, 2)},
+               {"roi", Tensor::from_vector<float>({8}, {0, 0, 0, 0, 1.5f, 1, 1, 1})},
+               {"scales", none},
                {"sizes", shape({4, 2, 5, 6})}},
               {}, 1, 1, attrs);
   expect_same("Resize",
-              {{"x", random({5, 2, 5, 6}, 3)}, {"roi", Tensor::from_vector<float>({8}, {0, 0, 0, 0, 0.5f, 1, 1, 1})}, {"scales", none},
+              {{"x", random({5, 2, 5, 6}, 3)},
+               {"roi", Tensor::from_vector<float>({8}, {0, 0, 0, 0, 0.5f, 1, 1, 1})},
+               {"scales", none},
                {"sizes", shape({3, 2, 5, 6})}},
               {}, 1, 1, attrs);
 }
@@ -317,7 +334,8 @@ TEST(Interpreter, ResizeCropOfALeadingAxisMatchesTheReference) {
 // other element sizes; the modes it leaves to the reference agree too.
 TEST(Interpreter, PadMatchesTheReference) {
   const Tensor x = random({2, 3, 5, 4}, 1);
-  const Tensor pads = Tensor::from_vector<int64_t>({8}, {0, 1, 2, 0, 1, 0, 3, 2}), crop = Tensor::from_vector<int64_t>({8}, {0, -1, 2, -1, 0, 0, -3, 1});
+  const Tensor pads = Tensor::from_vector<int64_t>({8}, {0, 1, 2, 0, 1, 0, 3, 2}),
+               crop = Tensor::from_vector<int64_t>({8}, {0, -1, 2, -1, 0, 0, -3, 1});
   for (const Tensor& p : {pads, crop}) {
     expect_same("Pad", {{"x", x}, {"pads", p}});
     expect_same("Pad", {{"x", x}, {"pads", p}, {"value", Tensor::from_vector<float>({}, {1.5f})}});
@@ -334,12 +352,13 @@ TEST(Interpreter, PadMatchesTheReference) {
     SCOPED_TRACE(mode);
     expect_same("Pad", {{"x", random({3, 1, 4}, 2)}, {"pads", Tensor::from_vector<int64_t>({6}, {2, 3, 9, 4, 2, 7})}}, {}, 1, 1,
                 string_attrs({{"mode", mode}}));
-    expect_same("Pad", {{"x", random({6}, 3)}, {"pads", Tensor::from_vector<int64_t>({2}, {5, 0})}}, {}, 1, 1, string_attrs({{"mode", mode}}));
+    expect_same("Pad", {{"x", random({6}, 3)}, {"pads", Tensor::from_vector<int64_t>({2}, {5, 0})}}, {}, 1, 1,
+                string_attrs({{"mode", mode}}));
     expect_same("Pad", {{"x", random({2, 6}, 4)}, {"pads", Tensor::from_vector<int64_t>({4}, {1, -2, 0, 3})}}, {}, 1, 1,
                 string_attrs({{"mode", mode}}));
     // Left to the reference, which says why: padding an empty axis.
-    EXPECT_THROW(expect_same("Pad", {{"x", random({0, 3}, 5)}, {"pads", Tensor::from_vector<int64_t>({4}, {1, 0, 0, 0})}}, {}, 1, 1,
-                             string_attrs({{"mode", mode}})),
+    EXPECT_THROW(expect_same("Pad", {{"x", random({0, 3}, 5)}, {"pads", Tensor::from_vector<int64_t>({4}, {1, 0, 0, 0})}}, {}, 1,
+                             1, string_attrs({{"mode", mode}})),
                  kiln::ir::Error);
   }
   expect_same("Pad", {{"x", x}, {"pads", Tensor::from_vector<int64_t>({8}, {0, 0, -5, 0, 0, 0, 0, 0})}});  // nothing left of x

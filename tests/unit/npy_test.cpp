@@ -27,9 +27,7 @@ namespace {
 const std::string kNumpyFiles = std::string(KILN_SOURCE_DIR) + "/tests/unit/npy_data/";
 
 // Per-process paths: ctest runs tests in parallel processes.
-fs::path temp_path(const std::string& name) {
-  return fs::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid()));
-}
+fs::path temp_path(const std::string& name) { return fs::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid())); }
 
 void write_file(const fs::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -124,8 +122,8 @@ INSTANTIATE_TEST_SUITE_P(
                       NumpyFile{"uint16_3", DType::UInt16, {3}}, NumpyFile{"int32_1x2x3", DType::Int32, {1, 2, 3}},
                       NumpyFile{"uint32_2", DType::UInt32, {2}}, NumpyFile{"int64_7", DType::Int64, {7}},
                       NumpyFile{"uint64_2x1", DType::UInt64, {2, 1}}, NumpyFile{"bool_6", DType::Bool, {6}},
-                      NumpyFile{"float32_empty", DType::Float32, {0, 3}},
-                      NumpyFile{"int16_2x3_v2", DType::Int16, {2, 3}}, NumpyFile{"float32_4_v3", DType::Float32, {4}}),
+                      NumpyFile{"float32_empty", DType::Float32, {0, 3}}, NumpyFile{"int16_2x3_v2", DType::Int16, {2, 3}},
+                      NumpyFile{"float32_4_v3", DType::Float32, {4}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 struct RefusedNumpyFile {
@@ -145,7 +143,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(RefusedNumpyFile{"fortran_float32_2x3", "Fortran (column-major) order is not supported"},
                       RefusedNumpyFile{"bigendian_float32_3", "element type '>f4' is not supported (little-endian"},
                       RefusedNumpyFile{"complex64_2", "element type '<c8' is not supported"},
-                      RefusedNumpyFile{"structured_2", "expected the element type, a string such as '<f4' at byte 10, found '['"}),
+                      RefusedNumpyFile{"structured_2",
+                                       "expected the element type, a string such as '<f4' at byte 10, found '['"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // ---- what npy::save writes ---------------------------------------------
@@ -217,24 +216,30 @@ TEST_P(NpyAcceptedHeaders, Load) {
 
 INSTANTIATE_TEST_SUITE_P(
     Npy, NpyAcceptedHeaders,
-    ::testing::Values(
-        AcceptedHeader{"numpy_style", npy_file(dict("<f4", "(2, 3)"), 24), DType::Float32, {2, 3}},
-        AcceptedHeader{"one_dim_with_its_comma", npy_file(dict("<i8", "(3,)"), 24), DType::Int64, {3}},
-        AcceptedHeader{"scalar", npy_file(dict("<f8", "()"), 8), DType::Float64, {}},
-        AcceptedHeader{"empty", npy_file(dict("<f4", "(0, 5)"), 0), DType::Float32, {0, 5}},
-        AcceptedHeader{"trailing_comma_in_a_shape", npy_file(dict("<f4", "(2, 3,)"), 24), DType::Float32, {2, 3}},
-        AcceptedHeader{"no_trailing_comma_in_the_dict",
-                       npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", 8), DType::Float32, {2}},
-        AcceptedHeader{"keys_in_another_order", npy_file("{'shape': (2,), 'fortran_order': False, 'descr': '<u2', }", 4),
-                       DType::UInt16, {2}},
-        AcceptedHeader{"more_spaces", npy_file("{ 'descr' : '<f4' ,  'fortran_order' : False , 'shape' : ( 2 , 3 ) , }", 24),
-                       DType::Float32, {2, 3}},
-        AcceptedHeader{"native_byte_order", npy_file(dict("=f4", "(2,)"), 8), DType::Float32, {2}},
-        AcceptedHeader{"no_byte_order", npy_file(dict("|f4", "(2,)"), 8), DType::Float32, {2}},
-        AcceptedHeader{"little_endian_byte", npy_file(dict("<u1", "(2,)"), 2), DType::UInt8, {2}},
-        AcceptedHeader{"long_padding", npy_file(dict("<f4", "(1,)") + std::string(3000, ' '), 4), DType::Float32, {1}},
-        AcceptedHeader{"version_2", npy_file(dict("<f4", "(2,)"), 8, 2), DType::Float32, {2}},
-        AcceptedHeader{"version_3", npy_file(dict("|b1", "(2,)"), 2, 3), DType::Bool, {2}}),
+    ::testing::Values(AcceptedHeader{"numpy_style", npy_file(dict("<f4", "(2, 3)"), 24), DType::Float32, {2, 3}},
+                      AcceptedHeader{"one_dim_with_its_comma", npy_file(dict("<i8", "(3,)"), 24), DType::Int64, {3}},
+                      AcceptedHeader{"scalar", npy_file(dict("<f8", "()"), 8), DType::Float64, {}},
+                      AcceptedHeader{"empty", npy_file(dict("<f4", "(0, 5)"), 0), DType::Float32, {0, 5}},
+                      AcceptedHeader{"trailing_comma_in_a_shape", npy_file(dict("<f4", "(2, 3,)"), 24), DType::Float32, {2, 3}},
+                      AcceptedHeader{"no_trailing_comma_in_the_dict",
+                                     npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", 8),
+                                     DType::Float32,
+                                     {2}},
+                      AcceptedHeader{"keys_in_another_order",
+                                     npy_file("{'shape': (2,), 'fortran_order': False, 'descr': '<u2', }", 4),
+                                     DType::UInt16,
+                                     {2}},
+                      AcceptedHeader{"more_spaces",
+                                     npy_file("{ 'descr' : '<f4' ,  'fortran_order' : False , 'shape' : ( 2 , 3 ) , }", 24),
+                                     DType::Float32,
+                                     {2, 3}},
+                      AcceptedHeader{"native_byte_order", npy_file(dict("=f4", "(2,)"), 8), DType::Float32, {2}},
+                      AcceptedHeader{"no_byte_order", npy_file(dict("|f4", "(2,)"), 8), DType::Float32, {2}},
+                      AcceptedHeader{"little_endian_byte", npy_file(dict("<u1", "(2,)"), 2), DType::UInt8, {2}},
+                      AcceptedHeader{
+                          "long_padding", npy_file(dict("<f4", "(1,)") + std::string(3000, ' '), 4), DType::Float32, {1}},
+                      AcceptedHeader{"version_2", npy_file(dict("<f4", "(2,)"), 8, 2), DType::Float32, {2}},
+                      AcceptedHeader{"version_3", npy_file(dict("|b1", "(2,)"), 2, 3), DType::Bool, {2}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // ---- hostile and malformed files ----------------------------------------
@@ -301,7 +306,8 @@ INSTANTIATE_TEST_SUITE_P(
                     "expected only spaces and a final newline after the dict"},
         RefusedFile{"no_final_newline", npy_raw(dict("<f4", "(1,)") + "  ", 4),
                     "expected only spaces and a final newline after the dict at byte 59, found the end of the header"},
-        RefusedFile{"header_past_the_file", npy_raw(std::string(60000, ' '), 0).substr(0, 200), "a header of 60000 bytes, but the file has only 190 after its prefix"},
+        RefusedFile{"header_past_the_file", npy_raw(std::string(60000, ' '), 0).substr(0, 200),
+                    "a header of 60000 bytes, but the file has only 190 after its prefix"},
         RefusedFile{"header_too_large", npy_file(dict("<f4", "(1,)") + std::string(70000, ' '), 4, 2),
                     "bytes, more than the 65535 accepted"},
         RefusedFile{"version_4", "\x93NUMPY\x04" + npy_file(dict("<f4", "(1,)"), 4).substr(7),

@@ -33,7 +33,8 @@ std::string read_all(const std::string& path) {
 }
 
 // Expects import to fail with `kind` and a message containing `needle`.
-void expect_error(const std::string& bytes, ErrorKind kind, const std::string& needle, const kiln::onnx_import::ImportOptions& opts = {}) {
+void expect_error(const std::string& bytes, ErrorKind kind, const std::string& needle,
+                  const kiln::onnx_import::ImportOptions& opts = {}) {
   try {
     import_model_bytes(bytes.data(), bytes.size(), "test.onnx", opts);
     FAIL() << "import succeeded, expected an error containing '" << needle << "'";
@@ -253,7 +254,8 @@ TEST(OnnxImporter, ExternalDataIsReadCheckedAndConfined) {
   fs::create_directories(dir / "sub");
   fs::create_symlink(dir / "weights.bin", dir / "sub" / "alias.bin");
   std::string aliased = make("sub/alias.bin", "4", 4);
-  EXPECT_FLOAT_EQ(import_model_bytes(aliased.data(), aliased.size(), "ext.onnx", opts).graph->initializers.at("w").data<float>()[0], 1.0f);
+  EXPECT_FLOAT_EQ(
+      import_model_bytes(aliased.data(), aliased.size(), "ext.onnx", opts).graph->initializers.at("w").data<float>()[0], 1.0f);
   const fs::path outside = fs::temp_directory_path() / ("kiln_ext_outside_" + std::to_string(::getpid()));
   fs::create_directories(outside);
   fs::copy_file(dir / "weights.bin", outside / "secret.bin");
@@ -560,7 +562,8 @@ TEST(OnnxImporter, ExternalDataStaysInItsFileUntilOwned) {
     w.set_data_type(onnx::TensorProto::FLOAT);
     w.add_dims(3);
     w.set_data_location(onnx::TensorProto::EXTERNAL);
-    for (auto [key, value] : {std::pair<const char*, const char*>{"location", "weights.bin"}, {"offset", name[0] == 'a' ? "0" : "12"}}) {
+    for (auto [key, value] :
+         {std::pair<const char*, const char*>{"location", "weights.bin"}, {"offset", name[0] == 'a' ? "0" : "12"}}) {
       auto* kv = w.add_external_data();
       kv->set_key(key);
       kv->set_value(value);
@@ -587,20 +590,25 @@ TEST(OnnxImporter, ExternalDataStaysInItsFileUntilOwned) {
   kiln::onnx_import::ImportOptions opts;
   opts.keep_weights_in_file = true;
   std::map<std::string, std::string> told;
-  opts.remember_file_hash = [&](const std::string& file, const struct stat&, const timespec&, const std::string& hex) { told[file] = hex; };
+  opts.remember_file_hash = [&](const std::string& file, const struct stat&, const timespec&, const std::string& hex) {
+    told[file] = hex;
+  };
   EXPECT_EQ(import_model_file(path, opts).content_hash, copied.content_hash);
   ASSERT_EQ(told.size(), 2u);
   const std::string data = (dir / "weights.bin").string();
   ASSERT_TRUE(told.count(data));
-  struct stat data_st {};
+  struct stat data_st{};
   ASSERT_EQ(::stat(data.c_str(), &data_st), 0);
-  opts.recall_file_hash = [&](const struct stat& st) { return st.st_ino == data_st.st_ino ? std::string(32, '0') : std::string(); };
+  opts.recall_file_hash = [&](const struct stat& st) {
+    return st.st_ino == data_st.st_ino ? std::string(32, '0') : std::string();
+  };
   EXPECT_NE(import_model_file(path, opts).content_hash, copied.content_hash);
 
   // A weight changed in place: another model, and one loaded before cannot take it.
   auto before = import_keeping_weights(path);
   const float changed = 9;
-  std::fstream(data, std::ios::in | std::ios::out | std::ios::binary).write(reinterpret_cast<const char*>(&changed), sizeof changed);
+  std::fstream(data, std::ios::in | std::ios::out | std::ios::binary)
+      .write(reinterpret_cast<const char*>(&changed), sizeof changed);
   EXPECT_NE(import_keeping_weights(path).content_hash, copied.content_hash);
   expect_own_weights_refused(before, "weights.bin");
   fs::remove_all(dir);
@@ -610,7 +618,7 @@ TEST(OnnxImporter, ExternalDataStaysInItsFileUntilOwned) {
 // src/cache/hash_memo.hpp); a file it does not know is hashed and told.
 TEST(OnnxImporter, ARememberedFileHashIsUsedAndAnUnknownOneIsTold) {
   const std::string path = write_temp("memo.onnx", mixed_weights_model());
-  struct stat file {};
+  struct stat file{};
   ASSERT_EQ(::stat(path.c_str(), &file), 0);
   std::string told;
   kiln::onnx_import::ImportOptions opts;
@@ -619,7 +627,8 @@ TEST(OnnxImporter, ARememberedFileHashIsUsedAndAnUnknownOneIsTold) {
     EXPECT_EQ(st.st_ino, file.st_ino);
     return std::string();
   };
-  opts.remember_file_hash = [&](const std::string& remembered, const struct stat& st, const timespec& looked_at, const std::string& hex) {
+  opts.remember_file_hash = [&](const std::string& remembered, const struct stat& st, const timespec& looked_at,
+                                const std::string& hex) {
     EXPECT_EQ(remembered, path);
     EXPECT_EQ(st.st_ino, file.st_ino);
     EXPECT_LE(looked_at.tv_sec, ::time(nullptr));

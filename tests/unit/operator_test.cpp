@@ -34,8 +34,8 @@
 
 namespace {
 
-using kiln::ir::DType;
 using kiln::ir::Dims;
+using kiln::ir::DType;
 using kiln::ir::Tensor;
 using kiln::test::ModelBuilder;
 using kiln::test::random_values;
@@ -74,7 +74,7 @@ struct Case {
   bool portable = true;          // ... and so must the cpu backend's portable kernels
   float atol = 1e-5f;            // scaled by the largest magnitude of the expected output
   float rtol = 1e-4f;
-  unsigned seed = 1;             // fixed and advanced per random tensor: runs are reproducible
+  unsigned seed = 1;  // fixed and advanced per random tensor: runs are reproducible
 
   std::vector<float> random(int64_t n, float lo, float hi) {
     std::vector<float> v = random_values(size_t(n), seed++);
@@ -296,8 +296,8 @@ void expect_close(const Tensor& got, const Tensor& want, float atol, float rtol,
     }
     if (!ok) ++bad;
   }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n << " elements differ (largest error " << worst
-                    << ", magnitude " << scale << ")" << first.str();
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n << " elements differ (largest error " << worst << ", magnitude "
+                    << scale << ")" << first.str();
 }
 
 void check(const std::string& backend_name, const Case& c) {
@@ -370,7 +370,12 @@ TEST_P(OperatorTest, ConvTransposeStridedPaddedWithOutputPadding) {
 
 TEST_P(OperatorTest, ConvTransposeGroupedDilated1dAnd3dWithoutBias) {
   Case c = conv_transpose_case();
-  c.input("x", {1, 6, 7}).weight("w", {6, 2, 3}).input("v", {1, 2, 3, 4, 4}).weight("wv", {2, 3, 2, 2, 2}).output("y").output("z");
+  c.input("x", {1, 6, 7})
+      .weight("w", {6, 2, 3})
+      .input("v", {1, 2, 3, 4, 4})
+      .weight("wv", {2, 3, 2, 2, 2})
+      .output("y")
+      .output("z");
   c.node("ConvTranspose", {"x", "w"}, {"y"}, {{"group", int64_t(3)}, {"dilations", {2}}, {"strides", {3}}, {"pads", {2, 1}}});
   c.node("ConvTranspose", {"v", "wv"}, {"z"}, {{"strides", {2, 2, 2}}});
   run(c);
@@ -433,7 +438,12 @@ TEST_P(OperatorTest, InstanceNormalization) {
   c.portable = false;
   // Rows whose length is not a multiple of the vector width, and values far
   // from zero with a small spread (a one-pass variance loses it).
-  c.input("x", {2, 3, 5, 7}).input("far", {1, 4, 37}, 99.5f, 100.5f).weight("s", {3}).weight("b", {3}).weight("s4", {4}).weight("b4", {4});
+  c.input("x", {2, 3, 5, 7})
+      .input("far", {1, 4, 37}, 99.5f, 100.5f)
+      .weight("s", {3})
+      .weight("b", {3})
+      .weight("s4", {4})
+      .weight("b4", {4});
   c.output("y").output("z");
   c.atol = 5e-5f;  // x near 100 has a float spacing of 8e-6: the mean alone is that far off; one pass is 100x worse
   c.node("InstanceNormalization", {"x", "s", "b"}, {"y"});
@@ -473,7 +483,8 @@ TEST_P(OperatorTest, LstmBidirectionalWithStatesAndPeepholes) {
 TEST_P(OperatorTest, LstmBatchMajorClippedWithCoupledForgetGate) {
   Case c = recurrent_case("LSTM", 17, {5, 6, 3}, 1, 14);
   c.output("y_h");
-  c.node("LSTM", {"x", "w", "r"}, {"", "y_h"}, {{"layout", int64_t(1)}, {"clip", 0.7f}, {"input_forget", int64_t(1)}, {"hidden_size", int64_t(17)}});
+  c.node("LSTM", {"x", "w", "r"}, {"", "y_h"},
+         {{"layout", int64_t(1)}, {"clip", 0.7f}, {"input_forget", int64_t(1)}, {"hidden_size", int64_t(17)}});
   run(c);
 }
 
@@ -489,15 +500,17 @@ TEST_P(OperatorTest, GruResetBeforeAndAfterTheProduct) {
 
 // Every activation ONNX lists, on RNN, with alphas and betas taken in order.
 TEST_P(OperatorTest, RnnEveryActivation) {
-  const std::vector<std::string> acts = {"Tanh", "Sigmoid", "Relu", "Affine", "LeakyRelu", "ThresholdedRelu",
-                                         "ScaledTanh", "HardSigmoid", "Elu", "Softsign", "Softplus"};
+  const std::vector<std::string> acts = {"Tanh",       "Sigmoid",     "Relu", "Affine",   "LeakyRelu", "ThresholdedRelu",
+                                         "ScaledTanh", "HardSigmoid", "Elu",  "Softsign", "Softplus"};
   Case c = recurrent_case("RNN", 18, {4, 2, 3}, 2);
   for (size_t i = 0; i < acts.size(); ++i) {
     const std::string y = "y" + std::to_string(i);
     c.output(y);
     c.node("RNN", {"x", "w", "r", "b"}, {y},
-           {{"direction", "bidirectional"}, {"activations", std::vector<std::string>{acts[i], "Tanh"}},
-            {"activation_alpha", std::vector<float>{0.3f}}, {"activation_beta", std::vector<float>{0.2f}}});
+           {{"direction", "bidirectional"},
+            {"activations", std::vector<std::string>{acts[i], "Tanh"}},
+            {"activation_alpha", std::vector<float>{0.3f}},
+            {"activation_beta", std::vector<float>{0.2f}}});
   }
   run(c);
 }
@@ -755,7 +768,11 @@ TEST_P(OperatorTest, Conv3x3InChannelBlocksWithResidual) {
   for (int64_t batch : {1, 8}) {
     SCOPED_TRACE(batch);
     Case c({"Conv"});
-    c.input("x", {batch, 16, 9, 11}).weight("w1", {32, 16, 3, 3}).weight("b1", {32}).weight("w2", {16, 32, 3, 3}).weight("b2", {16});
+    c.input("x", {batch, 16, 9, 11})
+        .weight("w1", {32, 16, 3, 3})
+        .weight("b1", {32})
+        .weight("w2", {16, 32, 3, 3})
+        .weight("b2", {16});
     c.output("y");
     c.node("Conv", {"x", "w1", "b1"}, {"c1"}, {{"pads", {1, 1, 1, 1}}});
     c.node("Relu", {"c1"}, {"r1"});
@@ -848,7 +865,6 @@ Case fire_then_squeeze(int64_t e1, int64_t e3) {
 
 TEST_P(OperatorTest, ConvFireModuleThenSqueeze) { run(fire_then_squeeze(16, 16)); }
 TEST_P(OperatorTest, ConvFireModuleThenSqueezeOddChannels) { run(fire_then_squeeze(6, 5)); }
-
 
 // Arithmetic with a scalar constant after a convolution becomes linear post-ops.
 TEST_P(OperatorTest, ConvScalarArithmetic) {
@@ -1120,8 +1136,7 @@ TEST_P(OperatorTest, MaxPoolUnreadIndices) {
 TEST_P(OperatorTest, MaxPoolCeilMode) {
   Case c({"MaxPool"});
   c.input("x", {1, 3, 8, 8}).output("y");
-  c.node("MaxPool", {"x"}, {"y"},
-         {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}, {"ceil_mode", 1}});
+  c.node("MaxPool", {"x"}, {"y"}, {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}, {"ceil_mode", 1}});
   run(c);
 }
 
@@ -1591,8 +1606,20 @@ TEST_P(OperatorTest, ExpSigmoidAndEluAcrossTheFloatRange) {
 // accuracy is checked on both sides of the switch, down to tiny values, and
 // at the ends (1 in float from about 4 for erf and 9 for tanh) and NaN.
 TEST_P(OperatorTest, ErfAndTanhAcrossTheFloatRange) {
-  std::vector<float> values{-std::numeric_limits<float>::infinity(), -1e3f, -9.1f, -3.9f, 1e-30f, -1e-8f, 0, 0.399f, 0.401f,
-                            0.499f, 0.501f, 4.1f, 1e3f, std::numeric_limits<float>::infinity(),
+  std::vector<float> values{-std::numeric_limits<float>::infinity(),
+                            -1e3f,
+                            -9.1f,
+                            -3.9f,
+                            1e-30f,
+                            -1e-8f,
+                            0,
+                            0.399f,
+                            0.401f,
+                            0.499f,
+                            0.501f,
+                            4.1f,
+                            1e3f,
+                            std::numeric_limits<float>::infinity(),
                             std::numeric_limits<float>::quiet_NaN()};
   for (float x = -6; x < 6; x += 0.0137f) values.push_back(x);
   Case c({"Erf", "Tanh"});

@@ -189,7 +189,8 @@ TEST(Partitioner, PartsOfSeveralBackendsAreSavedAndLoadedAsOne) {
     FAIL() << "ran";
   } catch (const kiln::ir::Error& e) {
     EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::Internal);
-    EXPECT_NE(std::string(e.what()).find("value 'a' is float32 2x3, the next part was compiled for float32 3x2"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("value 'a' is float32 2x3, the next part was compiled for float32 3x2"),
+              std::string::npos)
         << e.what();
   }
 

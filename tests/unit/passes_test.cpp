@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-
 #include "backends/reference/reference_executor.hpp"
 #include "imported_model.hpp"
 #include "random_data.hpp"
@@ -35,7 +34,7 @@ TEST(Passes, BatchNormFoldsIntoConvAndKeepsTheResult) {
   ASSERT_EQ(m.graph->nodes.size(), 1u);
   EXPECT_EQ(m.graph->nodes[0].op_type, "Conv");
   EXPECT_FALSE(m.graph->initializers.count("w"));  // the unfolded weights are gone
-  for (size_t i = 1; i < 3; ++i) {  // the specialization knows the new weights (backends plan only what it knows)
+  for (size_t i = 1; i < 3; ++i) {                 // the specialization knows the new weights (backends plan only what it knows)
     const std::string& name = m.graph->nodes[0].inputs[i];
     ASSERT_TRUE(spec.result.values.count(name)) << name;
     EXPECT_EQ(spec.result.values.at(name).shape.concrete(), m.graph->initializers.at(name).dims());
@@ -48,7 +47,9 @@ TEST(Passes, BatchNormFoldsIntoConvAndKeepsTheResult) {
 
 TEST(Passes, BatchNormStaysWhenTheConvOutputIsUsedElsewhere) {
   ModelBuilder b;
-  b.input("x", onnx::TensorProto::FLOAT, {1, 1, 2, 2}).output("y", onnx::TensorProto::FLOAT, {}).output("c", onnx::TensorProto::FLOAT, {});
+  b.input("x", onnx::TensorProto::FLOAT, {1, 1, 2, 2})
+      .output("y", onnx::TensorProto::FLOAT, {})
+      .output("c", onnx::TensorProto::FLOAT, {});
   b.initializer(ModelBuilder::float_tensor("w", {1, 1, 1, 1}, {2}));
   for (const char* n : {"scale", "shift", "mean", "var"}) b.initializer(ModelBuilder::float_tensor(n, {1}, {1}));
   b.node("Conv", {"x", "w"}, {"c"});
@@ -76,8 +77,9 @@ TEST(Passes, OtherBatchNormsBecomeDepthwiseConvs) {
   const Tensor v = Tensor::from_vector<float>({4, 4}, random_values(16, 10));
   const auto before = kiln::ref::run_graph(*m.graph, {{"a", a}, {"v", v}});
 
-  auto spec = kiln::ir::specialize(*m.graph, {{"a", {kiln::ir::DType::Float32, {2, 2, 5, 5}}}, {"v", {kiln::ir::DType::Float32, {4, 4}}}},
-                                   kiln::ref::constant_evaluator());
+  auto spec =
+      kiln::ir::specialize(*m.graph, {{"a", {kiln::ir::DType::Float32, {2, 2, 5, 5}}}, {"v", {kiln::ir::DType::Float32, {4, 4}}}},
+                           kiln::ref::constant_evaluator());
   EXPECT_EQ(kiln::passes::fold_batch_norm(*m.graph, spec), 0);
   EXPECT_EQ(kiln::passes::batch_norm_as_conv(*m.graph, spec), 1);
   const kiln::ir::Node* conv = nullptr;
@@ -109,13 +111,18 @@ TEST(Passes, PadsOfZerosBecomeTheReadersPadding) {
   b.initializer(ModelBuilder::float_tensor("one", {}, {1}));
   b.initializer(ModelBuilder::float_tensor("w", {3, 2, 3, 3}, random_values(54, 4)));
   b.initializer(ModelBuilder::float_tensor("w3", {3, 3, 3, 3}, random_values(81, 5)));
-  struct Case { std::string pad; std::vector<std::string> pad_inputs; std::string op; bool folds; };
+  struct Case {
+    std::string pad;
+    std::vector<std::string> pad_inputs;
+    std::string op;
+    bool folds;
+  };
   const std::vector<Case> cases = {
-      {"pad_pool", {"x", "hw1"}, "AveragePool", true},     // count_include_pad = 0 before: the zeros counted
-      {"pad_conv", {"x", "uneven"}, "Conv", true},         // added to the Conv's own pads
-      {"pad_max", {"x", "hw1"}, "MaxPool", false},         // its padding is -inf, not 0
+      {"pad_pool", {"x", "hw1"}, "AveragePool", true},  // count_include_pad = 0 before: the zeros counted
+      {"pad_conv", {"x", "uneven"}, "Conv", true},      // added to the Conv's own pads
+      {"pad_max", {"x", "hw1"}, "MaxPool", false},      // its padding is -inf, not 0
       {"pad_ones", {"x", "hw1", "one"}, "AveragePool", false},
-      {"pad_channel", {"x", "channels"}, "Conv", false},   // not a spatial axis
+      {"pad_channel", {"x", "channels"}, "Conv", false},  // not a spatial axis
   };
   for (const auto& c : cases) {
     b.node("Pad", c.pad_inputs, {c.pad + "_p"}, c.pad);
@@ -161,7 +168,11 @@ TEST(Passes, NodesThatChangeNothingBecomeIdentity) {
   i64("start0", {0}), i64("end_max", {INT64_MAX}), i64("axis2", {2});
   i64("start_last", {-1}), i64("end_min", {INT64_MIN}), i64("step_back", {-1});
   i64("same_shape", x_dims), i64("broadcast_shape", {1, 1, 4}), i64("ones", {1, 1, 1});
-  struct Expect { const char* op; std::vector<std::string> inputs; bool no_op; };
+  struct Expect {
+    const char* op;
+    std::vector<std::string> inputs;
+    bool no_op;
+  };
   const std::vector<std::pair<std::string, Expect>> cases = {
       {"pad_zeros", {"Pad", {"x", "zeros"}, true}},
       {"pad_shift", {"Pad", {"x", "shift"}, false}},
@@ -178,8 +189,10 @@ TEST(Passes, NodesThatChangeNothingBecomeIdentity) {
     auto& n = b.node(e.op, e.inputs, {name}, name);
     if (name == "cast_float") ModelBuilder::attr_int(n, "to", onnx::TensorProto::FLOAT);
     if (name == "transpose_same") ModelBuilder::attr_ints(n, "perm", {0, 1, 2});
-    if (name == "transpose_default") b.output(name, onnx::TensorProto::FLOAT, {4, 3, 2});
-    else b.output(name, onnx::TensorProto::FLOAT, {2, 3, 4});
+    if (name == "transpose_default")
+      b.output(name, onnx::TensorProto::FLOAT, {4, 3, 2});
+    else
+      b.output(name, onnx::TensorProto::FLOAT, {2, 3, 4});
   }
   auto m = kiln::test::import(b);
   const Tensor x = Tensor::from_vector<float>(x_dims, random_values(24, 3));
@@ -208,8 +221,8 @@ TEST(Passes, ConstantChainsFoldButOverridableInitializersDoNot) {
   b.initializer(ModelBuilder::float_tensor("a", {2}, {1, 2}));
   b.initializer(ModelBuilder::float_tensor("k", {2}, {10, 10}));  // also an input: the caller may replace it
   b.node("Mul", {"a", "a"}, {"a2"});
-  b.node("Add", {"a2", "a"}, {"c"});   // folds: depends on constants only
-  b.node("Add", {"c", "k"}, {"ck"});   // stays: k may be overridden
+  b.node("Add", {"a2", "a"}, {"c"});  // folds: depends on constants only
+  b.node("Add", {"c", "k"}, {"ck"});  // stays: k may be overridden
   b.node("Add", {"x", "ck"}, {"y"});
   auto m = kiln::test::import(b);
   EXPECT_EQ(kiln::passes::fold_constants(*m.graph, kiln::ref::constant_evaluator()), 2);
@@ -217,8 +230,8 @@ TEST(Passes, ConstantChainsFoldButOverridableInitializersDoNot) {
   EXPECT_EQ(m.graph->initializers.at("c").to_float_vector(), (std::vector<float>{2, 6}));
   EXPECT_EQ(kiln::passes::remove_dead_nodes(*m.graph), 0);
   EXPECT_FALSE(m.graph->initializers.count("a2"));  // no longer used
-  auto y = kiln::ref::run_graph(*m.graph, {{"x", Tensor::from_vector<float>({2}, {0, 1})},
-                                           {"k", Tensor::from_vector<float>({2}, {100, 100})}});
+  auto y = kiln::ref::run_graph(
+      *m.graph, {{"x", Tensor::from_vector<float>({2}, {0, 1})}, {"k", Tensor::from_vector<float>({2}, {100, 100})}});
   EXPECT_EQ(y[0].to_float_vector(), (std::vector<float>{102, 107}));
 }
 
@@ -267,7 +280,8 @@ TEST(Passes, ConcatIsDistributedOverMaxPoolAndConv) {
     touched.insert(touched.end(), n.outputs.begin(), n.outputs.end());
     for (const auto& v : touched) {
       auto it = spec.result.values.find(v);
-      ASSERT_TRUE(it != spec.result.values.end() && it->second.shape.is_concrete()) << v << " has no type";  // backends look them up
+      ASSERT_TRUE(it != spec.result.values.end() && it->second.shape.is_concrete())
+          << v << " has no type";  // backends look them up
     }
   }
   EXPECT_EQ(ops, (std::map<std::string, int>{{"Add", 1}, {"Conv", 4}, {"MaxPool", 2}, {"Relu", 2}}));
@@ -291,8 +305,9 @@ TEST(Passes, ConcatStaysWhenDistributingDoesNotPay) {
     ModelBuilder::attr_int(cat, "axis", 1);
     b.node("Conv", {"c", "w"}, {"y"});
     auto m = kiln::test::import(b);
-    auto spec = kiln::ir::specialize(*m.graph, {{"a", {kiln::ir::DType::Float32, {1, 4, 3, 3}}}, {"b", {kiln::ir::DType::Float32, {1, 4, 3, 3}}}},
-                                     kiln::ref::constant_evaluator());
+    auto spec = kiln::ir::specialize(
+        *m.graph, {{"a", {kiln::ir::DType::Float32, {1, 4, 3, 3}}}, {"b", {kiln::ir::DType::Float32, {1, 4, 3, 3}}}},
+        kiln::ref::constant_evaluator());
     EXPECT_EQ(kiln::passes::distribute_concat(*m.graph, spec), 0) << (widen ? "widening conv" : "concat is an output");
     EXPECT_EQ(m.graph->nodes.size(), 2u);
   }
@@ -329,7 +344,12 @@ TEST(MemoryPlan, CheckerCatchesOverlaps) {
 
 // MnasNet and ShuffleNet end with x.mean([2, 3]).
 TEST(Passes, SpatialReductionsBecomeGlobalPools) {
-  struct Case { std::string name, op; std::vector<int64_t> axes; int64_t keepdims; std::string becomes; };
+  struct Case {
+    std::string name, op;
+    std::vector<int64_t> axes;
+    int64_t keepdims;
+    std::string becomes;
+  };
   const std::vector<Case> cases = {
       {"mean_flat", "ReduceMean", {2, 3}, 0, "GlobalAveragePool"},
       {"mean_kept", "ReduceMean", {3, 2}, 1, "GlobalAveragePool"},
@@ -361,12 +381,14 @@ TEST(Passes, SpatialReductionsBecomeGlobalPools) {
     auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, x_dims}}}, kiln::ref::constant_evaluator());
     EXPECT_EQ(kiln::passes::reduce_as_global_pool(*m.graph, spec), 3);
     for (const auto& c : cases) {
-      const auto named = std::find_if(m.graph->nodes.begin(), m.graph->nodes.end(), [&](const auto& n) { return n.name == c.name; });
+      const auto named =
+          std::find_if(m.graph->nodes.begin(), m.graph->nodes.end(), [&](const auto& n) { return n.name == c.name; });
       ASSERT_NE(named, m.graph->nodes.end()) << c.name;
       EXPECT_EQ(named->op_type, c.becomes.empty() ? c.op : c.becomes) << c.name;
     }
     // The kept-dims-less mean: the pool's N x C x 1 x 1, flattened to N x C.
-    const auto flatten = std::find_if(m.graph->nodes.begin(), m.graph->nodes.end(), [](const auto& n) { return n.op_type == "Flatten"; });
+    const auto flatten =
+        std::find_if(m.graph->nodes.begin(), m.graph->nodes.end(), [](const auto& n) { return n.op_type == "Flatten"; });
     ASSERT_NE(flatten, m.graph->nodes.end());
     EXPECT_EQ(flatten->outputs[0], "mean_flat");
     EXPECT_EQ(spec.result.values.at(flatten->inputs[0]).shape.concrete(), (kiln::ir::Dims{2, 3, 1, 1}));

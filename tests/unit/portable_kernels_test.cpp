@@ -124,8 +124,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return ::testing::AssertionSuccess();
 }
 
-::testing::AssertionResult near_all(const std::vector<float>& got, const std::vector<double>& ref, double rel,
-                                    double abs) {
+::testing::AssertionResult near_all(const std::vector<float>& got, const std::vector<double>& ref, double rel, double abs) {
   std::vector<double> tol(ref.size());
   for (size_t i = 0; i < ref.size(); ++i) tol[i] = rel * std::fabs(ref[i]) + abs;
   return near_all(got, ref, tol);
@@ -145,11 +144,16 @@ struct Act {
   int32_t kind;
   float alpha, beta;
 };
-const Act kActivations[] = {{KILN_PK_ACT_NONE, 0, 0},         {KILN_PK_ACT_RELU, 0, 0},
-                            {KILN_PK_ACT_CLIP, -0.5f, 0.75f}, {KILN_PK_ACT_LEAKY_RELU, 0.1f, 0},
-                            {KILN_PK_ACT_SIGMOID, 0, 0},      {KILN_PK_ACT_TANH, 0, 0},
-                            {KILN_PK_ACT_HARD_SIGMOID, 0.2f, 0.5f}, {KILN_PK_ACT_HARD_SWISH, 0, 0},
-                            {KILN_PK_ACT_SILU, 0, 0},         {KILN_PK_ACT_GELU_ERF, 0, 0}};
+const Act kActivations[] = {{KILN_PK_ACT_NONE, 0, 0},
+                            {KILN_PK_ACT_RELU, 0, 0},
+                            {KILN_PK_ACT_CLIP, -0.5f, 0.75f},
+                            {KILN_PK_ACT_LEAKY_RELU, 0.1f, 0},
+                            {KILN_PK_ACT_SIGMOID, 0, 0},
+                            {KILN_PK_ACT_TANH, 0, 0},
+                            {KILN_PK_ACT_HARD_SIGMOID, 0.2f, 0.5f},
+                            {KILN_PK_ACT_HARD_SWISH, 0, 0},
+                            {KILN_PK_ACT_SILU, 0, 0},
+                            {KILN_PK_ACT_GELU_ERF, 0, 0}};
 
 double act_ref(double x, const Act& a) {
   switch (a.kind) {
@@ -183,16 +187,16 @@ struct GemmCase {
   bool residual = false, alias = false;
   Act act = {KILN_PK_ACT_NONE, 0, 0};
   float alpha = 1.0f, beta = 1.0f;
-  int64_t pad = 0;        // extra leading-dimension elements
-  int64_t c_gap = 0;      // extra elements between C batches
+  int64_t pad = 0;    // extra leading-dimension elements
+  int64_t c_gap = 0;  // extra elements between C batches
 };
 
 std::string describe(const GemmCase& g) {
   std::ostringstream os;
   os << "batch " << g.batch << " m " << g.m << " n " << g.n << " k " << g.k << " ta " << g.trans_a << " tb " << g.trans_b
-     << " batch_a " << g.batch_a << " batch_b " << g.batch_b << " bias " << g.bias << " residual " << g.residual
-     << " alias " << g.alias << " act " << g.act.kind << " alpha " << g.alpha << " beta " << g.beta << " pad " << g.pad
-     << " c_gap " << g.c_gap;
+     << " batch_a " << g.batch_a << " batch_b " << g.batch_b << " bias " << g.bias << " residual " << g.residual << " alias "
+     << g.alias << " act " << g.act.kind << " alpha " << g.alpha << " beta " << g.beta << " pad " << g.pad << " c_gap "
+     << g.c_gap;
   return os.str();
 }
 
@@ -205,7 +209,8 @@ void check_gemm(const GemmCase& g, const Config* cfg, unsigned seed) {
   const int64_t stride_a = g.batch_a ? a_size : 0, stride_b = g.batch_b ? b_size : 0;
   const int64_t stride_c = g.m * ldc + g.c_gap;
   const std::vector<float> a = random_values(size_t(std::max<int64_t>(1, stride_a * g.batch + (g.batch_a ? 0 : a_size))), seed);
-  const std::vector<float> b = random_values(size_t(std::max<int64_t>(1, stride_b * g.batch + (g.batch_b ? 0 : b_size))), seed + 1);
+  const std::vector<float> b =
+      random_values(size_t(std::max<int64_t>(1, stride_b * g.batch + (g.batch_b ? 0 : b_size))), seed + 1);
   const size_t c_total = size_t(stride_c * g.batch);
   const std::vector<float> residual = random_values(c_total, seed + 2);
   std::vector<float> bias;
@@ -219,12 +224,8 @@ void check_gemm(const GemmCase& g, const Config* cfg, unsigned seed) {
     case kTransposedBias: bias = random_values(size_t(g.m * g.n), seed + 3), bias_rs = 1, bias_cs = g.m; break;
   }
 
-  auto A = [&](int64_t q, int64_t i, int64_t p) {
-    return double(a[q * stride_a + (g.trans_a ? p * lda + i : i * lda + p)]);
-  };
-  auto B = [&](int64_t q, int64_t p, int64_t j) {
-    return double(b[q * stride_b + (g.trans_b ? j * ldb + p : p * ldb + j)]);
-  };
+  auto A = [&](int64_t q, int64_t i, int64_t p) { return double(a[q * stride_a + (g.trans_a ? p * lda + i : i * lda + p)]); };
+  auto B = [&](int64_t q, int64_t p, int64_t j) { return double(b[q * stride_b + (g.trans_b ? j * ldb + p : p * ldb + j)]); };
   // Reference, with a tolerance per element from the magnitudes involved.
   std::vector<double> ref(c_total), tol(c_total);
   std::vector<float> expect_untouched(c_total);
@@ -264,12 +265,12 @@ void check_gemm(const GemmCase& g, const Config* cfg, unsigned seed) {
     const float* bias_p = bias.empty() ? nullptr : bias.data();
     if (cfg)
       kiln::pk::gemm_with_config(*cfg, threads, g.batch, g.m, g.n, g.k, a.data(), lda, stride_a, g.trans_a, b.data(), ldb,
-                                 stride_b, g.trans_b, c.data(), ldc, stride_c, g.alpha, bias_p, bias_rs, bias_cs, g.beta,
-                                 res, g.act.kind, g.act.alpha, g.act.beta, scratch.get());
+                                 stride_b, g.trans_b, c.data(), ldc, stride_c, g.alpha, bias_p, bias_rs, bias_cs, g.beta, res,
+                                 g.act.kind, g.act.alpha, g.act.beta, scratch.get());
     else
-      kiln_pk_gemm(threads, g.batch, g.m, g.n, g.k, a.data(), lda, stride_a, g.trans_a, b.data(), ldb, stride_b,
-                   g.trans_b, c.data(), ldc, stride_c, g.alpha, bias_p, bias_rs, bias_cs, g.beta, res, g.act.kind,
-                   g.act.alpha, g.act.beta, scratch.get());
+      kiln_pk_gemm(threads, g.batch, g.m, g.n, g.k, a.data(), lda, stride_a, g.trans_a, b.data(), ldb, stride_b, g.trans_b,
+                   c.data(), ldc, stride_c, g.alpha, bias_p, bias_rs, bias_cs, g.beta, res, g.act.kind, g.act.alpha, g.act.beta,
+                   scratch.get());
     EXPECT_TRUE(scratch.guards_intact()) << "scratch overrun";
     return c;
   };
@@ -480,9 +481,9 @@ struct ConvCase {
 std::string describe(const ConvCase& c) {
   std::ostringstream os;
   os << "n " << c.n << " c " << c.c << " h " << c.h << " w " << c.w << " k " << c.k << " kernel " << c.kh << "x" << c.kw
-     << " stride " << c.sh << "," << c.sw << " pads " << c.pt << "," << c.pl << "," << c.pb << "," << c.pr
-     << " dilation " << c.dh << "," << c.dw << " group " << c.group << " bias " << c.bias << " residual " << c.residual
-     << " alias " << c.alias << " act " << c.act.kind;
+     << " stride " << c.sh << "," << c.sw << " pads " << c.pt << "," << c.pl << "," << c.pb << "," << c.pr << " dilation " << c.dh
+     << "," << c.dw << " group " << c.group << " bias " << c.bias << " residual " << c.residual << " alias " << c.alias << " act "
+     << c.act.kind;
   return os.str();
 }
 
@@ -508,8 +509,8 @@ void check_conv(const ConvCase& cc, const Config* cfg, unsigned seed) {
               for (int64_t t = 0; t < cc.kw; ++t) {
                 const int64_t yy = i * cc.sh - cc.pt + r * cc.dh, xx = j * cc.sw - cc.pl + t * cc.dw;
                 if (yy < 0 || yy >= cc.h || xx < 0 || xx >= cc.w) continue;
-                const double v = double(x[((b * cc.c + g * cg + ci) * cc.h + yy) * cc.w + xx]) *
-                                 wt[((o * cg + ci) * cc.kh + r) * cc.kw + t];
+                const double v =
+                    double(x[((b * cc.c + g * cg + ci) * cc.h + yy) * cc.w + xx]) * wt[((o * cg + ci) * cc.kh + r) * cc.kw + t];
                 s += v;
                 mag += std::fabs(v);
               }
@@ -525,13 +526,13 @@ void check_conv(const ConvCase& cc, const Config* cfg, unsigned seed) {
     std::vector<float> y(y_size, kSentinel);
     if (cc.alias) y = residual;
     const float* res = cc.alias ? y.data() : cc.residual ? residual.data() : nullptr;
-    Scratch scratch(kiln_pk_conv2d_scratch_bytes(cc.n, cc.c, cc.h, cc.w, cc.k, oh, ow, cc.kh, cc.kw, cc.sh, cc.sw, cc.dh,
-                                                 cc.dw, cc.group));
+    Scratch scratch(
+        kiln_pk_conv2d_scratch_bytes(cc.n, cc.c, cc.h, cc.w, cc.k, oh, ow, cc.kh, cc.kw, cc.sh, cc.sw, cc.dh, cc.dw, cc.group));
     const float* b = cc.bias ? bias.data() : nullptr;
     if (cfg)
-      kiln::pk::conv2d_with_config(*cfg, threads, cc.n, cc.c, cc.h, cc.w, cc.k, oh, ow, cc.kh, cc.kw, cc.sh, cc.sw, cc.pt,
-                                   cc.pl, cc.dh, cc.dw, cc.group, x.data(), wt.data(), b, res, y.data(), cc.act.kind,
-                                   cc.act.alpha, cc.act.beta, split, scratch.get());
+      kiln::pk::conv2d_with_config(*cfg, threads, cc.n, cc.c, cc.h, cc.w, cc.k, oh, ow, cc.kh, cc.kw, cc.sh, cc.sw, cc.pt, cc.pl,
+                                   cc.dh, cc.dw, cc.group, x.data(), wt.data(), b, res, y.data(), cc.act.kind, cc.act.alpha,
+                                   cc.act.beta, split, scratch.get());
     else
       kiln_pk_conv2d(threads, cc.n, cc.c, cc.h, cc.w, cc.k, oh, ow, cc.kh, cc.kw, cc.sh, cc.sw, cc.pt, cc.pl, cc.dh, cc.dw,
                      cc.group, x.data(), wt.data(), b, res, y.data(), cc.act.kind, cc.act.alpha, cc.act.beta, split,
@@ -554,68 +555,264 @@ std::vector<ConvCase> conv_shapes() {
   add({1, 5, 3, 11, 3, 1, 1});
   add({1, 3, 1, 1, 10, 1, 1});
   // 1x1 with a stride or pads: im2col.
-  { ConvCase c{1, 8, 9, 9, 12, 1, 1}; c.sh = c.sw = 2; add(c); }
-  { ConvCase c{1, 4, 5, 6, 6, 1, 1}; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  {
+    ConvCase c{1, 8, 9, 9, 12, 1, 1};
+    c.sh = c.sw = 2;
+    add(c);
+  }
+  {
+    ConvCase c{1, 4, 5, 6, 6, 1, 1};
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
   // 3x3, same padding, odd sizes, several images.
-  { ConvCase c{2, 7, 11, 13, 10, 3, 3}; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  {
+    ConvCase c{2, 7, 11, 13, 10, 3, 3};
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
   // Strided, asymmetric pads, rectangular kernel.
-  { ConvCase c{1, 3, 17, 15, 9, 5, 3}; c.sh = 2; c.sw = 3; c.pt = 2; c.pl = 0; c.pb = 1; c.pr = 2; add(c); }
+  {
+    ConvCase c{1, 3, 17, 15, 9, 5, 3};
+    c.sh = 2;
+    c.sw = 3;
+    c.pt = 2;
+    c.pl = 0;
+    c.pb = 1;
+    c.pr = 2;
+    add(c);
+  }
   // Dilated.
-  { ConvCase c{1, 4, 12, 12, 5, 3, 3}; c.dh = 2; c.dw = 3; c.pt = 2; c.pl = 3; c.pb = 2; c.pr = 3; add(c); }
+  {
+    ConvCase c{1, 4, 12, 12, 5, 3, 3};
+    c.dh = 2;
+    c.dw = 3;
+    c.pt = 2;
+    c.pl = 3;
+    c.pb = 2;
+    c.pr = 3;
+    add(c);
+  }
   // Grouped (several input channels per group) and many outputs per group.
-  { ConvCase c{2, 8, 6, 7, 12, 3, 3}; c.group = 4; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
-  { ConvCase c{1, 6, 5, 5, 6, 1, 1}; c.group = 3; add(c); }
-  { ConvCase c{1, 2, 5, 8, 20, 3, 3}; c.group = 2; add(c); }  // cg == 1, 10 outputs per group: a product
+  {
+    ConvCase c{2, 8, 6, 7, 12, 3, 3};
+    c.group = 4;
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
+  {
+    ConvCase c{1, 6, 5, 5, 6, 1, 1};
+    c.group = 3;
+    add(c);
+  }
+  {
+    ConvCase c{1, 2, 5, 8, 20, 3, 3};
+    c.group = 2;
+    add(c);
+  }  // cg == 1, 10 outputs per group: a product
   // Depthwise, with multiplier 1 and 2, strides, pads, dilation, wide rows
   // that take the vector path.
-  { ConvCase c{2, 5, 9, 40, 5, 3, 3}; c.group = 5; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
-  { ConvCase c{1, 3, 8, 37, 6, 3, 3}; c.group = 3; c.sh = c.sw = 2; c.pt = c.pl = 1; c.pr = 1; add(c); }
-  { ConvCase c{1, 4, 10, 50, 4, 5, 5}; c.group = 4; c.dh = 2; c.dw = 2; c.pt = c.pl = c.pb = c.pr = 4; add(c); }
-  { ConvCase c{1, 2, 6, 70, 2, 3, 7}; c.group = 2; c.sw = 3; c.pl = 3; c.pr = 2; add(c); }
-  { ConvCase c{1, 1, 3, 3, 2, 3, 3}; c.group = 1; add(c); }  // one channel, two outputs: direct
+  {
+    ConvCase c{2, 5, 9, 40, 5, 3, 3};
+    c.group = 5;
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
+  {
+    ConvCase c{1, 3, 8, 37, 6, 3, 3};
+    c.group = 3;
+    c.sh = c.sw = 2;
+    c.pt = c.pl = 1;
+    c.pr = 1;
+    add(c);
+  }
+  {
+    ConvCase c{1, 4, 10, 50, 4, 5, 5};
+    c.group = 4;
+    c.dh = 2;
+    c.dw = 2;
+    c.pt = c.pl = c.pb = c.pr = 4;
+    add(c);
+  }
+  {
+    ConvCase c{1, 2, 6, 70, 2, 3, 7};
+    c.group = 2;
+    c.sw = 3;
+    c.pl = 3;
+    c.pr = 2;
+    add(c);
+  }
+  {
+    ConvCase c{1, 1, 3, 3, 2, 3, 3};
+    c.group = 1;
+    add(c);
+  }  // one channel, two outputs: direct
   // Depthwise with stride 1 and the output as large as the input (the flat
   // kernel): several bands of rows, a 5x5 window, pads on one side only, a
   // plane smaller than one vector, multiplier 2, and rows too wide for it.
-  { ConvCase c{1, 3, 30, 100, 3, 3, 3}; c.group = 3; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
-  { ConvCase c{2, 4, 13, 11, 4, 5, 5}; c.group = 4; c.pt = c.pl = c.pb = c.pr = 2; add(c); }
-  { ConvCase c{1, 2, 9, 7, 2, 3, 3}; c.group = 2; c.pt = 0; c.pb = 2; c.pl = 2; c.pr = 0; add(c); }
-  { ConvCase c{1, 3, 1, 1, 3, 3, 3}; c.group = 3; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
-  { ConvCase c{1, 3, 7, 7, 6, 3, 3}; c.group = 3; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
-  { ConvCase c{1, 2, 3, 130, 2, 3, 3}; c.group = 2; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  {
+    ConvCase c{1, 3, 30, 100, 3, 3, 3};
+    c.group = 3;
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
+  {
+    ConvCase c{2, 4, 13, 11, 4, 5, 5};
+    c.group = 4;
+    c.pt = c.pl = c.pb = c.pr = 2;
+    add(c);
+  }
+  {
+    ConvCase c{1, 2, 9, 7, 2, 3, 3};
+    c.group = 2;
+    c.pt = 0;
+    c.pb = 2;
+    c.pl = 2;
+    c.pr = 0;
+    add(c);
+  }
+  {
+    ConvCase c{1, 3, 1, 1, 3, 3, 3};
+    c.group = 3;
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
+  {
+    ConvCase c{1, 3, 7, 7, 6, 3, 3};
+    c.group = 3;
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
+  {
+    ConvCase c{1, 2, 3, 130, 2, 3, 3};
+    c.group = 2;
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
   // Its stride-2 form (input split by row and column parity): even and odd
   // sizes, several bands, pads on one side, a 5x5 window, multiplier 2.
-  { ConvCase c{1, 3, 40, 112, 3, 3, 3}; c.group = 3; c.sh = c.sw = 2; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
-  { ConvCase c{2, 2, 15, 13, 4, 3, 3}; c.group = 2; c.sh = c.sw = 2; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
-  { ConvCase c{1, 2, 9, 10, 2, 3, 3}; c.group = 2; c.sh = c.sw = 2; c.pt = 0; c.pl = 2; c.pb = 2; c.pr = 0; add(c); }
-  { ConvCase c{1, 3, 17, 17, 3, 5, 5}; c.group = 3; c.sh = c.sw = 2; c.pt = c.pl = c.pb = c.pr = 2; add(c); }
+  {
+    ConvCase c{1, 3, 40, 112, 3, 3, 3};
+    c.group = 3;
+    c.sh = c.sw = 2;
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
+  {
+    ConvCase c{2, 2, 15, 13, 4, 3, 3};
+    c.group = 2;
+    c.sh = c.sw = 2;
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
+  {
+    ConvCase c{1, 2, 9, 10, 2, 3, 3};
+    c.group = 2;
+    c.sh = c.sw = 2;
+    c.pt = 0;
+    c.pl = 2;
+    c.pb = 2;
+    c.pr = 0;
+    add(c);
+  }
+  {
+    ConvCase c{1, 3, 17, 17, 3, 5, 5};
+    c.group = 3;
+    c.sh = c.sw = 2;
+    c.pt = c.pl = c.pb = c.pr = 2;
+    add(c);
+  }
   // Depthwise rows wider than the kernel's stack buffer: column segments
   // (with dilation, the ring holds more rows; with stride 2, vectors read
   // one float past their last tap).
-  { ConvCase c{1, 2, 4, 1500, 2, 3, 3}; c.group = 2; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
-  { ConvCase c{1, 2, 9, 1400, 4, 3, 3}; c.group = 2; c.dh = 2; c.pt = c.pb = 2; c.pl = c.pr = 1; add(c); }
-  { ConvCase c{1, 2, 5, 1701, 2, 3, 3}; c.group = 2; c.sh = c.sw = 2; c.pl = c.pr = 1; add(c); }
+  {
+    ConvCase c{1, 2, 4, 1500, 2, 3, 3};
+    c.group = 2;
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
+  {
+    ConvCase c{1, 2, 9, 1400, 4, 3, 3};
+    c.group = 2;
+    c.dh = 2;
+    c.pt = c.pb = 2;
+    c.pl = c.pr = 1;
+    add(c);
+  }
+  {
+    ConvCase c{1, 2, 5, 1701, 2, 3, 3};
+    c.group = 2;
+    c.sh = c.sw = 2;
+    c.pl = c.pr = 1;
+    add(c);
+  }
   // A kernel too tall for the depthwise kernel: a product per group.
-  { ConvCase c{1, 2, 20, 9, 2, 17, 3}; c.group = 2; c.pl = 1; add(c); }
+  {
+    ConvCase c{1, 2, 20, 9, 2, 17, 3};
+    c.group = 2;
+    c.pl = 1;
+    add(c);
+  }
   // 1-D (h = kh = 1), plain and depthwise.
-  { ConvCase c{2, 6, 1, 50, 8, 1, 5}; c.pl = 2; c.pr = 2; add(c); }
-  { ConvCase c{1, 4, 1, 33, 4, 1, 3}; c.group = 4; c.sw = 2; c.pl = 1; add(c); }
+  {
+    ConvCase c{2, 6, 1, 50, 8, 1, 5};
+    c.pl = 2;
+    c.pr = 2;
+    add(c);
+  }
+  {
+    ConvCase c{1, 4, 1, 33, 4, 1, 3};
+    c.group = 4;
+    c.sw = 2;
+    c.pl = 1;
+    add(c);
+  }
   // Kernel as big as the padded input: one output.
-  { ConvCase c{1, 3, 4, 4, 5, 4, 4}; add(c); }
+  {
+    ConvCase c{1, 3, 4, 4, 5, 4, 4};
+    add(c);
+  }
   // Enough depth for two k panels and a long row of outputs.
-  { ConvCase c{1, 48, 10, 10, 9, 3, 3}; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
+  {
+    ConvCase c{1, 48, 10, 10, 9, 3, 3};
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
   // A projection: 1x1, more input channels than kDirectBDepth, few outputs
   // (B read in place).
-  { ConvCase c{1, 150, 7, 9, 21, 1, 1}; c.residual = true; add(c); }
+  {
+    ConvCase c{1, 150, 7, 9, 21, 1, 1};
+    c.residual = true;
+    add(c);
+  }
   // A late layer's shape (B packed whole): a 7x7 plane (a full sliver and
   // one column left, every tile width), three k panels, rows that end in a
   // short tile, the output as its own residual.
-  { ConvCase c{1, 100, 7, 7, 19, 3, 3}; c.pt = c.pl = c.pb = c.pr = 1; c.alias = true; add(c); }
+  {
+    ConvCase c{1, 100, 7, 7, 19, 3, 3};
+    c.pt = c.pl = c.pb = c.pr = 1;
+    c.alias = true;
+    add(c);
+  }
   // More output positions than one column chunk (kNC = 3072): a stem's
   // shallow im2col (27 rows, each sliver packed by the task that uses it)
   // and a deeper one (72 rows, packed a column chunk at a time).
-  { ConvCase c{1, 3, 60, 60, 8, 3, 3}; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
-  { ConvCase c{1, 8, 60, 60, 5, 3, 3}; c.pt = c.pl = c.pb = c.pr = 1; add(c); }
-  { ConvCase c{1, 3, 57, 61, 11, 3, 3}; c.sh = c.sw = 2; c.pt = c.pl = 1; add(c); }  // stride 2, odd sizes
+  {
+    ConvCase c{1, 3, 60, 60, 8, 3, 3};
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
+  {
+    ConvCase c{1, 8, 60, 60, 5, 3, 3};
+    c.pt = c.pl = c.pb = c.pr = 1;
+    add(c);
+  }
+  {
+    ConvCase c{1, 3, 57, 61, 11, 3, 3};
+    c.sh = c.sw = 2;
+    c.pt = c.pl = 1;
+    add(c);
+  }  // stride 2, odd sizes
   return v;
 }
 
@@ -720,11 +917,14 @@ void run_pool_twice(const std::function<void(const kiln_pk_threads*, std::vector
 TEST(PortablePool, MaxPool) {
   unsigned seed = 2000;
   std::vector<PoolCase> cases = pool_shapes();
-  { PoolCase c{2, 12, 40, 3, 3, 1, 2, 2, 2, 2, 2, 2, 2}; cases.push_back(c); }  // dilated
+  {
+    PoolCase c{2, 12, 40, 3, 3, 1, 2, 2, 2, 2, 2, 2, 2};
+    cases.push_back(c);
+  }  // dilated
   for (const PoolCase& pc : cases) {
     const int64_t oh = pc.oh(), ow = pc.ow();
-    SCOPED_TRACE(testing::Message() << "planes " << pc.planes << " " << pc.h << "x" << pc.w << " kernel " << pc.kh << "x"
-                                    << pc.kw << " out " << oh << "x" << ow);
+    SCOPED_TRACE(testing::Message() << "planes " << pc.planes << " " << pc.h << "x" << pc.w << " kernel " << pc.kh << "x" << pc.kw
+                                    << " out " << oh << "x" << ow);
     std::vector<float> x = random_values(size_t(pc.planes * pc.h * pc.w), seed++);
     x[x.size() / 2] = std::numeric_limits<float>::quiet_NaN();
     std::vector<double> ref(size_t(pc.planes * oh * ow));
@@ -737,15 +937,18 @@ TEST(PortablePool, MaxPool) {
               const int64_t yy = i * pc.sh - pc.pt + r * pc.dh, xx = j * pc.sw - pc.pl + t * pc.dw;
               if (yy < 0 || yy >= pc.h || xx < 0 || xx >= pc.w) continue;
               const double v = x[(p * pc.h + yy) * pc.w + xx];
-              if (std::isnan(v) || std::isnan(m)) m = NAN; else m = std::max(m, v);
+              if (std::isnan(v) || std::isnan(m))
+                m = NAN;
+              else
+                m = std::max(m, v);
             }
           ref[(p * oh + i) * ow + j] = m;
         }
     std::vector<float> y;
     run_pool_twice(
         [&](const kiln_pk_threads* t, std::vector<float>& out) {
-          kiln_pk_max_pool2d(t, pc.planes, pc.h, pc.w, oh, ow, pc.kh, pc.kw, pc.sh, pc.sw, pc.pt, pc.pl, pc.dh, pc.dw,
-                             x.data(), out.data());
+          kiln_pk_max_pool2d(t, pc.planes, pc.h, pc.w, oh, ow, pc.kh, pc.kw, pc.sh, pc.sw, pc.pt, pc.pl, pc.dh, pc.dw, x.data(),
+                             out.data());
         },
         ref.size(), y);
     EXPECT_TRUE(near_all(y, ref, 0, 0));
@@ -757,8 +960,8 @@ TEST(PortablePool, AveragePool) {
   for (const PoolCase& pc : pool_shapes())
     for (int include_pad : {0, 1}) {
       const int64_t oh = pc.oh(), ow = pc.ow();
-      SCOPED_TRACE(testing::Message() << "planes " << pc.planes << " " << pc.h << "x" << pc.w << " kernel " << pc.kh
-                                      << "x" << pc.kw << " include_pad " << include_pad);
+      SCOPED_TRACE(testing::Message() << "planes " << pc.planes << " " << pc.h << "x" << pc.w << " kernel " << pc.kh << "x"
+                                      << pc.kw << " include_pad " << include_pad);
       const std::vector<float> x = random_values(size_t(pc.planes * pc.h * pc.w), seed++);
       std::vector<double> ref(size_t(pc.planes * oh * ow));
       for (int64_t p = 0; p < pc.planes; ++p)
@@ -778,8 +981,8 @@ TEST(PortablePool, AveragePool) {
       std::vector<float> y;
       run_pool_twice(
           [&](const kiln_pk_threads* t, std::vector<float>& out) {
-            kiln_pk_avg_pool2d(t, pc.planes, pc.h, pc.w, oh, ow, pc.kh, pc.kw, pc.sh, pc.sw, pc.pt, pc.pl, include_pad,
-                               x.data(), out.data());
+            kiln_pk_avg_pool2d(t, pc.planes, pc.h, pc.w, oh, ow, pc.kh, pc.kw, pc.sh, pc.sw, pc.pt, pc.pl, include_pad, x.data(),
+                               out.data());
           },
           ref.size(), y);
       EXPECT_TRUE(near_all(y, ref, 1e-5, 1e-6));
@@ -799,9 +1002,12 @@ TEST(PortablePool, GlobalPool) {
           double acc = is_max ? -INFINITY : 0.0;
           for (int64_t i = 0; i < size; ++i) {
             const double v = x[p * size + i];
-            if (!is_max) acc += v;
-            else if (std::isnan(v) || std::isnan(acc)) acc = NAN;
-            else acc = std::max(acc, v);
+            if (!is_max)
+              acc += v;
+            else if (std::isnan(v) || std::isnan(acc))
+              acc = NAN;
+            else
+              acc = std::max(acc, v);
           }
           ref[p] = is_max ? acc : acc / double(size);
         }
@@ -839,9 +1045,7 @@ double reduce_ref(int op, const std::vector<double>& v) {
     }
     default:
       for (double x : v)
-        acc += op == KILN_PK_REDUCE_L1 ? std::fabs(x)
-               : op == KILN_PK_REDUCE_L2 || op == KILN_PK_REDUCE_SUM_SQUARE ? x * x
-                                                                           : x;
+        acc += op == KILN_PK_REDUCE_L1 ? std::fabs(x) : op == KILN_PK_REDUCE_L2 || op == KILN_PK_REDUCE_SUM_SQUARE ? x * x : x;
       if (op == KILN_PK_REDUCE_L2) return std::sqrt(acc);
       if (op == KILN_PK_REDUCE_MEAN) return acc / double(v.size());
       return acc;
@@ -850,8 +1054,8 @@ double reduce_ref(int op, const std::vector<double>& v) {
 
 TEST(PortableReduce, EveryOpAndLayout) {
   unsigned seed = 3000;
-  const int64_t shapes[][3] = {{1, 1, 1},  {3, 7, 1},  {2, 100, 1}, {5, 1, 9},   {2, 6, 17},  {1, 33, 64},
-                               {4, 3, 130}, {1, 1000, 1}, {7, 13, 5}, {300, 4, 1}, {2, 2, 500}};
+  const int64_t shapes[][3] = {{1, 1, 1},   {3, 7, 1},    {2, 100, 1}, {5, 1, 9},   {2, 6, 17}, {1, 33, 64},
+                               {4, 3, 130}, {1, 1000, 1}, {7, 13, 5},  {300, 4, 1}, {2, 2, 500}};
   for (int op = KILN_PK_REDUCE_SUM; op <= KILN_PK_REDUCE_LOG_SUM_EXP; ++op)
     for (const auto& s : shapes) {
       const int64_t outer = s[0], len = s[1], inner = s[2];
@@ -872,15 +1076,15 @@ TEST(PortableReduce, EveryOpAndLayout) {
           }
           const double r = reduce_ref(op, v);
           ref[o * inner + j] = r;
-          tol[o * inner + j] = 1e-5 * (op == KILN_PK_REDUCE_SUM || op == KILN_PK_REDUCE_MEAN ? mag / (op == KILN_PK_REDUCE_MEAN ? len : 1) : std::fabs(r)) +
-                               2e-6 * std::fabs(r) + 1e-6;
+          tol[o * inner + j] =
+              1e-5 * (op == KILN_PK_REDUCE_SUM || op == KILN_PK_REDUCE_MEAN ? mag / (op == KILN_PK_REDUCE_MEAN ? len : 1)
+                                                                            : std::fabs(r)) +
+              2e-6 * std::fabs(r) + 1e-6;
         }
       std::vector<float> y;
-      run_pool_twice(
-          [&](const kiln_pk_threads* t, std::vector<float>& out) {
-            kiln_pk_reduce(t, outer, len, inner, op, x.data(), out.data());
-          },
-          ref.size(), y);
+      run_pool_twice([&](const kiln_pk_threads* t,
+                         std::vector<float>& out) { kiln_pk_reduce(t, outer, len, inner, op, x.data(), out.data()); },
+                     ref.size(), y);
       EXPECT_TRUE(near_all(y, ref, tol));
     }
 }
@@ -891,8 +1095,8 @@ TEST(PortableReduce, NaNsAndInfinities) {
       SCOPED_TRACE(testing::Message() << "op " << op << " inner " << inner);
       const int64_t len = 40;
       std::vector<float> x = random_values(size_t(2 * len * inner), 3100 + unsigned(op));
-      x[size_t(5 * inner)] = std::numeric_limits<float>::quiet_NaN();           // outer 0
-      x[size_t((len + 7) * inner)] = std::numeric_limits<float>::infinity();    // outer 1
+      x[size_t(5 * inner)] = std::numeric_limits<float>::quiet_NaN();         // outer 0
+      x[size_t((len + 7) * inner)] = std::numeric_limits<float>::infinity();  // outer 1
       std::vector<double> ref(size_t(2 * inner));
       for (int64_t o = 0; o < 2; ++o)
         for (int64_t j = 0; j < inner; ++j) {
@@ -908,8 +1112,8 @@ TEST(PortableReduce, NaNsAndInfinities) {
 
 TEST(PortableSoftmax, RowsAndColumns) {
   unsigned seed = 4000;
-  const int64_t shapes[][3] = {{1, 1, 1}, {1, 10, 1},  {3, 17, 1}, {2, 1000, 1}, {200, 7, 1}, {2, 5, 3},
-                               {1, 9, 16}, {3, 4, 37}, {2, 64, 40}, {1, 3, 1000}};
+  const int64_t shapes[][3] = {{1, 1, 1}, {1, 10, 1}, {3, 17, 1}, {2, 1000, 1}, {200, 7, 1},
+                               {2, 5, 3}, {1, 9, 16}, {3, 4, 37}, {2, 64, 40},  {1, 3, 1000}};
   for (int is_log : {0, 1})
     for (const auto& s : shapes) {
       const int64_t outer = s[0], len = s[1], inner = s[2];
@@ -931,11 +1135,9 @@ TEST(PortableSoftmax, RowsAndColumns) {
           }
         }
       std::vector<float> y;
-      run_pool_twice(
-          [&](const kiln_pk_threads* t, std::vector<float>& out) {
-            kiln_pk_softmax(t, outer, len, inner, is_log, x.data(), out.data());
-          },
-          ref.size(), y);
+      run_pool_twice([&](const kiln_pk_threads* t,
+                         std::vector<float>& out) { kiln_pk_softmax(t, outer, len, inner, is_log, x.data(), out.data()); },
+                     ref.size(), y);
       EXPECT_TRUE(near_all(y, ref, tol));
       // In place, as a lowering may ask.
       std::vector<float> in_place = x;
@@ -968,11 +1170,9 @@ TEST(PortableLayerNorm, RowsAndOptionalParameters) {
           ref[r * cols + c] = (x[r * cols + c] - mean) / std::sqrt(var + eps) * (sp ? sp[c] : 1.0) + (bp ? bp[c] : 0.0);
       }
       std::vector<float> y;
-      run_pool_twice(
-          [&](const kiln_pk_threads* t, std::vector<float>& out) {
-            kiln_pk_layer_norm(t, rows, cols, eps, x.data(), sp, bp, out.data());
-          },
-          ref.size(), y);
+      run_pool_twice([&](const kiln_pk_threads* t,
+                         std::vector<float>& out) { kiln_pk_layer_norm(t, rows, cols, eps, x.data(), sp, bp, out.data()); },
+                     ref.size(), y);
       EXPECT_TRUE(near_all(y, ref, 1e-4, 1e-5));
     }
 }
@@ -1078,8 +1278,9 @@ TEST(PortableCopy, CopyRows) {
   for (auto& b : src) b = static_cast<unsigned char>(rng());
   struct Case {
     int64_t rows, row_bytes, src_stride, dst_stride;
-  } cases[] = {{1, 1, 1, 1}, {1, 100, 100, 100}, {7, 12, 20, 12}, {5, 3, 3, 8},
-               {1000, 4, 4, 4}, {1, 1 << 20, 1 << 20, 1 << 20}, {300, 100, 1000, 260}};
+  } cases[] = {{1, 1, 1, 1},         {1, 100, 100, 100}, {7, 12, 20, 12},
+               {5, 3, 3, 8},         {1000, 4, 4, 4},    {1, 1 << 20, 1 << 20, 1 << 20},
+               {300, 100, 1000, 260}};
   for (const Case& c : cases)
     for (const kiln_pk_threads* t : {(const kiln_pk_threads*)nullptr, &kThreaded}) {
       SCOPED_TRACE(testing::Message() << c.rows << " rows of " << c.row_bytes);

@@ -81,9 +81,11 @@ TEST(ReferenceNonMaxSuppression, ManyBoxesMatchThePairwiseRule) {
   for (int64_t i = 0; i < n; ++i) {
     const float shift = float(i % 30) * 2;  // 30 classes, one square apart
     float y = shift + unit(rng) * 0.8f, x = shift + unit(rng) * 0.8f, h = unit(rng) * 0.3f, w = unit(rng) * 0.3f;
-    if (i % 97 == 0) h = 0;                                       // a line: no area
-    if (i % 89 == 0) boxes.insert(boxes.end(), {y + h, x + w, y, x});  // corners the other way round
-    else boxes.insert(boxes.end(), {y, x, y + h, x + w});
+    if (i % 97 == 0) h = 0;  // a line: no area
+    if (i % 89 == 0)
+      boxes.insert(boxes.end(), {y + h, x + w, y, x});  // corners the other way round
+    else
+      boxes.insert(boxes.end(), {y, x, y + h, x + w});
     scores.push_back(float(i % 50) / 50);  // ties keep the boxes' order
   }
   ModelBuilder b(11);

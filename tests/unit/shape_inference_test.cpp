@@ -9,8 +9,8 @@
 #include "runtime/ir/shape_inference.hpp"
 #include "runtime/ir/shape_rules/shape_rule.hpp"
 
-using kiln::ir::DType;
 using kiln::ir::Dims;
+using kiln::ir::DType;
 using kiln::test::ModelBuilder;
 
 TEST(ShapeInference, SymbolicBatchFlowsThroughTheDigitsModel) {
@@ -234,8 +234,9 @@ TEST(ShapeInference, TransposedConvolutionsRecurrentLayersAndRearrangements) {
   EXPECT_EQ(shape("top"), "[N,2,5,7]");
   EXPECT_EQ(r.values.at("top_i").dtype, DType::Int64);
 
-  const auto spec = kiln::ir::specialize(*model.graph, {{"x", {DType::Float32, {2, 4, 5, 7}}}, {"seq", {DType::Float32, {2, 3, 3}}}},
-                                         kiln::ref::constant_evaluator());
+  const auto spec =
+      kiln::ir::specialize(*model.graph, {{"x", {DType::Float32, {2, 4, 5, 7}}}, {"seq", {DType::Float32, {2, 3, 3}}}},
+                           kiln::ref::constant_evaluator());
   const auto out = kiln::ref::run_graph(*model.graph, {{"x", kiln::ir::Tensor(DType::Float32, {2, 4, 5, 7})},
                                                        {"seq", kiln::ir::Tensor(DType::Float32, {2, 3, 3})}});
   ASSERT_EQ(out.size(), model.graph->outputs.size());

@@ -144,8 +144,10 @@ TEST(ConcurrentRuns, ATeamAsLargeAsTheCpusHasACpuEach) {
     cpu_set_t all;
     CPU_ZERO(&all);
     for (auto& m : masks) {
-      if (n == cpus) EXPECT_EQ(CPU_COUNT(&m), 1);
-      else EXPECT_TRUE(CPU_EQUAL(&m, &allowed));
+      if (n == cpus)
+        EXPECT_EQ(CPU_COUNT(&m), 1);
+      else
+        EXPECT_TRUE(CPU_EQUAL(&m, &allowed));
       CPU_OR(&all, &all, &m);
     }
     if (n == cpus) EXPECT_TRUE(CPU_EQUAL(&all, &allowed)) << "two threads of the team on one CPU";
@@ -248,9 +250,7 @@ TEST_P(ConcurrentRuns, ARunInsideARunExecutesAtOnce) {
   int depth = 0;
   budget.hold([&] {
     EXPECT_EQ(ThreadBudget::held(), &budget);
-    budget.hold([&] {
-      budget.hold([&] { depth = 2; });
-    });
+    budget.hold([&] { budget.hold([&] { depth = 2; }); });
   });
   EXPECT_EQ(depth, 2);
   EXPECT_EQ(ThreadBudget::held(), nullptr);

@@ -18,10 +18,10 @@ constexpr auto f32 = dnnl::memory::data_type::f32;
 // The weights descriptor oneDNN's Winograd convolution wants for this shape,
 // or an empty one where this CPU has none.
 md winograd_weights_desc(int64_t batch, int64_t out_channels, int64_t in_channels, int64_t side) {
-  const dnnl::convolution_forward::desc desc(
-      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_winograd, md({batch, in_channels, side, side}, f32, tag::nChw16c),
-      md({out_channels, in_channels, 3, 3}, f32, tag::any), md({batch, out_channels, side, side}, f32, tag::nChw16c), {1, 1}, {1, 1},
-      {1, 1});
+  const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_winograd,
+                                             md({batch, in_channels, side, side}, f32, tag::nChw16c),
+                                             md({out_channels, in_channels, 3, 3}, f32, tag::any),
+                                             md({batch, out_channels, side, side}, f32, tag::nChw16c), {1, 1}, {1, 1}, {1, 1});
   try {
     return dnnl::convolution_forward::primitive_desc(desc, kiln::cpu::cpu_engine()).weights_desc();
   } catch (const dnnl::error&) {
@@ -36,12 +36,14 @@ TEST(WinogradWeights, WritesWhatOneDnnsReorderWrites) {
     int64_t batch, out_channels, in_channels, side;
   };
   int checked = 0;
-  for (const Shape s : {Shape{1, 32, 16, 14}, Shape{1, 64, 128, 28}, Shape{1, 256, 256, 14}, Shape{8, 32, 16, 14}, Shape{8, 128, 64, 28}}) {
+  for (const Shape s :
+       {Shape{1, 32, 16, 14}, Shape{1, 64, 128, 28}, Shape{1, 256, 256, 14}, Shape{8, 32, 16, 14}, Shape{8, 128, 64, 28}}) {
     const md want = winograd_weights_desc(s.batch, s.out_channels, s.in_channels, s.side);
     if (want.data.format_kind != dnnl_format_kind_wino) continue;
     const auto format = want.data.format_desc.wino_desc.wino_format;
     if (format != dnnl_wino_wei_aaOBiOo && format != dnnl_wino_wei_aaOio && format != dnnl_wino_wei_OBaaIBOIio) continue;
-    const auto weights = kiln::test::random_values(size_t(s.out_channels * s.in_channels * 9), unsigned(s.out_channels + s.batch));
+    const auto weights =
+        kiln::test::random_values(size_t(s.out_channels * s.in_channels * 9), unsigned(s.out_channels + s.batch));
     const md plain({s.out_channels, s.in_channels, 3, 3}, f32, tag::oihw);
     dnnl::memory theirs(want, kiln::cpu::cpu_engine()), ours(want, kiln::cpu::cpu_engine());
     dnnl::memory source(plain, kiln::cpu::cpu_engine(), const_cast<float*>(weights.data()));
@@ -60,8 +62,8 @@ TEST(WinogradWeights, WritesWhatOneDnnsReorderWrites) {
       if (std::fabs(a[i] - b[i]) > worst) worst = std::fabs(a[i] - b[i]), worst_at = i;
     }
     EXPECT_GT(largest, 0.5f);
-    EXPECT_LE(worst, 1e-6f * largest) << "batch " << s.batch << ", " << s.out_channels << "x" << s.in_channels << ": element " << worst_at
-                                      << " is " << a[worst_at] << ", oneDNN wrote " << b[worst_at];
+    EXPECT_LE(worst, 1e-6f * largest) << "batch " << s.batch << ", " << s.out_channels << "x" << s.in_channels << ": element "
+                                      << worst_at << " is " << a[worst_at] << ", oneDNN wrote " << b[worst_at];
     ++checked;
   }
   if (checked == 0) GTEST_SKIP() << "oneDNN has no f32 Winograd convolution with these layouts on this CPU";

@@ -163,7 +163,8 @@ class Emitter {
     // Host functions of the JIT; a bundle's oneDNN steps call into bundle_native.c.
     llvm::FunctionCallee run_kernel_fn, failed_fn;
     if (bundle) {
-      run_kernel_fn = m_.getOrInsertFunction("kiln_bundle_native_execute", llvm::FunctionType::get(i32_, {ptr_, i32_, ptr_}, false));
+      run_kernel_fn =
+          m_.getOrInsertFunction("kiln_bundle_native_execute", llvm::FunctionType::get(i32_, {ptr_, i32_, ptr_}, false));
     } else {
       run_kernel_fn = m_.getOrInsertFunction("kiln_cpu_run_kernel", llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_}, false));
       failed_fn = m_.getOrInsertFunction("kiln_cpu_call_failed",
@@ -199,8 +200,9 @@ class Emitter {
           case Buffer::Kind::Input: where = load_ptr(io, buf.index); break;
           case Buffer::Kind::Output: where = load_ptr(io, num_inputs + buf.index); break;
           case Buffer::Kind::Constant:
-            where = bundle ? b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), weights, uint64_t(bundle_constants->at(size_t(buf.index))))
-                           : load_ptr(constants, buf.index);
+            where =
+                bundle ? b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), weights, uint64_t(bundle_constants->at(size_t(buf.index))))
+                       : load_ptr(constants, buf.index);
             break;
         }
         b_.CreateStore(where, b_.CreateConstInBoundsGEP1_64(ptr_, args, a));
@@ -311,9 +313,7 @@ class Emitter {
     return b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, table, uint64_t(index)));
   }
 
-  llvm::Value* intrinsic(llvm::Intrinsic::ID id, std::vector<llvm::Value*> args) {
-    return b_.CreateIntrinsic(id, {f32_}, args);
-  }
+  llvm::Value* intrinsic(llvm::Intrinsic::ID id, std::vector<llvm::Value*> args) { return b_.CreateIntrinsic(id, {f32_}, args); }
   llvm::Constant* f(float v) { return llvm::ConstantFP::get(f32_, v); }
   llvm::Value* select_positive(llvm::Value* x, llvm::Value* pos, llvm::Value* neg) {
     return b_.CreateSelect(b_.CreateFCmpOGT(x, f(0)), pos, neg);
@@ -371,7 +371,8 @@ class Emitter {
     return b_.CreateSelect(b_.CreateFCmpOLT(ax, f(0.5f)), near, far);
   }
   llvm::Value* tanh(llvm::Value* x) {
-    llvm::Value* near = odd_series(x, {1.0f, -1.0f / 3, 2.0f / 15, -17.0f / 315, 62.0f / 2835, -1382.0f / 155925, 21844.0f / 6081075});
+    llvm::Value* near =
+        odd_series(x, {1.0f, -1.0f / 3, 2.0f / 15, -17.0f / 315, 62.0f / 2835, -1382.0f / 155925, 21844.0f / 6081075});
     // 1 - 2 / (e^2|x| + 1): 1 once e^2|x| overflows.
     llvm::Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
     llvm::Value* far = b_.CreateFSub(f(1), b_.CreateFDiv(f(2), b_.CreateFAdd(exp(b_.CreateFAdd(ax, ax)), f(1))));
@@ -405,7 +406,8 @@ class Emitter {
       case Op::Reciprocal: return b_.CreateFDiv(f(1), a);
       case Op::Floor: return intrinsic(llvm::Intrinsic::floor, {a});
       case Op::Ceil: return intrinsic(llvm::Intrinsic::ceil, {a});
-      case Op::Clip: return intrinsic(llvm::Intrinsic::minnum, {intrinsic(llvm::Intrinsic::maxnum, {a, f(in.alpha)}), f(in.beta)});
+      case Op::Clip:
+        return intrinsic(llvm::Intrinsic::minnum, {intrinsic(llvm::Intrinsic::maxnum, {a, f(in.alpha)}), f(in.beta)});
       case Op::HardSigmoid: {
         auto* lin = b_.CreateFAdd(b_.CreateFMul(a, f(in.alpha)), f(in.beta));
         return intrinsic(llvm::Intrinsic::maxnum, {f(0), intrinsic(llvm::Intrinsic::minnum, {f(1), lin})});
@@ -428,8 +430,7 @@ class Emitter {
   // constants; returns the kernel's status (0 for kernels without one).
   llvm::Function* call_function(const Call& call, size_t num_args, const std::string& name) {
     llvm::Function* kernel = m_.getFunction(call.function);
-    if (!kernel)
-      ir::fail(ir::ErrorKind::Internal, "portable kernel '" + call.function + "' is not in the kernel library");
+    if (!kernel) ir::fail(ir::ErrorKind::Internal, "portable kernel '" + call.function + "' is not in the kernel library");
     llvm::FunctionType* type = kernel->getFunctionType();
     auto mismatch = [&](const std::string& what) {
       ir::fail(ir::ErrorKind::Internal, "call of portable kernel '" + call.function + "': " + what);
@@ -437,7 +438,8 @@ class Emitter {
     if (type->getNumParams() != call.args.size() + 1)
       mismatch(std::to_string(call.args.size() + 1) + " arguments for " + std::to_string(type->getNumParams()) + " parameters");
     auto* saved = b_.GetInsertBlock();
-    auto* fn = llvm::Function::Create(llvm::FunctionType::get(i64_, {ptr_, ptr_}, false), llvm::Function::ExternalLinkage, name, m_);
+    auto* fn =
+        llvm::Function::Create(llvm::FunctionType::get(i64_, {ptr_, ptr_}, false), llvm::Function::ExternalLinkage, name, m_);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
     std::vector<llvm::Value*> values{fn->getArg(0)};
@@ -453,13 +455,25 @@ class Emitter {
           v = load_ptr(fn->getArg(1), a.value);
           if (a.byte_offset) v = b_.CreateInBoundsGEP(b_.getInt8Ty(), v, b_.getInt64(uint64_t(a.byte_offset)));
           break;
-        case Call::Arg::Kind::Null: have = ptr_; v = llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(ctx_)); break;
-        case Call::Arg::Kind::Int64: have = i64_; v = b_.getInt64(uint64_t(a.value)); break;
-        case Call::Arg::Kind::Int32: have = i32_; v = b_.getInt32(uint32_t(a.value)); break;
-        case Call::Arg::Kind::Float: have = f32_; v = f(a.real); break;
+        case Call::Arg::Kind::Null:
+          have = ptr_;
+          v = llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(ctx_));
+          break;
+        case Call::Arg::Kind::Int64:
+          have = i64_;
+          v = b_.getInt64(uint64_t(a.value));
+          break;
+        case Call::Arg::Kind::Int32:
+          have = i32_;
+          v = b_.getInt32(uint32_t(a.value));
+          break;
+        case Call::Arg::Kind::Float:
+          have = f32_;
+          v = f(a.real);
+          break;
         case Call::Arg::Kind::Int64Array: {
-          auto* init = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint64_t>(
-                                                              reinterpret_cast<const uint64_t*>(a.values.data()), a.values.size()));
+          auto* init = llvm::ConstantDataArray::get(
+              ctx_, llvm::ArrayRef<uint64_t>(reinterpret_cast<const uint64_t*>(a.values.data()), a.values.size()));
           v = new llvm::GlobalVariable(m_, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init, name + "_c");
           have = ptr_;
           break;

@@ -112,7 +112,8 @@ class CpuExecutable : public Executable {
         objects_(std::move(objects)),
         step_symbols_(std::move(step_symbols)),
         jit_(std::move(jit)),
-        calls_kernels_(std::any_of(program_.steps.begin(), program_.steps.end(), [](const cpu::Step& s) { return bool(s.call); })),
+        calls_kernels_(
+            std::any_of(program_.steps.begin(), program_.steps.end(), [](const cpu::Step& s) { return bool(s.call); })),
         threads_(program_.family == cpu::KernelFamily::Portable ? cpu::tbb_threads() : cpu::team_threads()),
         code_(cpu::link_program(objects_, step_symbols_, calls_kernels_, *jit_, kernels_object)),
         budget_(std::move(budget)),
@@ -126,19 +127,24 @@ class CpuExecutable : public Executable {
     profile_.print(std::to_string(program_.steps.size()) + " steps", [&](size_t s) {
       const cpu::Step& step = program_.steps[s];
       // "ref" marks the nodes that fell back to the reference kernels: the first place to look.
-      const char* kind = step.loop ? "loop  " : step.call ? "call  " : dynamic_cast<const cpu::ReferenceKernel*>(step.kernel.get()) ? "ref   " : "kernel";
+      const char* kind = step.loop                                                      ? "loop  "
+                         : step.call                                                    ? "call  "
+                         : dynamic_cast<const cpu::ReferenceKernel*>(step.kernel.get()) ? "ref   "
+                                                                                        : "kernel";
       return std::string(kind) + " " + step.label;
     });
   }
 
   ExecutableStats stats() const override {
-    return {program_.graph_nodes, program_.compiled_nodes, program_.fallback_nodes, program_.arena_bytes, program_.intermediate_bytes};
+    return {program_.graph_nodes, program_.compiled_nodes, program_.fallback_nodes, program_.arena_bytes,
+            program_.intermediate_bytes};
   }
 
   Artifact save() const override {
     // The kernel library goes along, so that a warm start compiles nothing.
     cpu::SavedProgram saved = cpu::save_program(
-        program_, step_symbols_, calls_kernels_ ? std::string_view(jit_->portable_kernels_object()) : std::string_view(), objects_.loops);
+        program_, step_symbols_, calls_kernels_ ? std::string_view(jit_->portable_kernels_object()) : std::string_view(),
+        objects_.loops);
     Artifact a;
     a.object = objects_.entry;
     a.program = std::move(saved.bytes);
@@ -156,8 +162,8 @@ class CpuExecutable : public Executable {
 
   void run_into(const std::map<std::string, ir::Tensor>& inputs, std::vector<ir::Tensor>& outputs) const override {
     if (outputs.size() != program_.outputs.size())
-      ir::fail(ir::ErrorKind::InvalidArgument, std::to_string(outputs.size()) + " output buffers for " +
-                                                   std::to_string(program_.outputs.size()) + " outputs");
+      ir::fail(ir::ErrorKind::InvalidArgument,
+               std::to_string(outputs.size()) + " output buffers for " + std::to_string(program_.outputs.size()) + " outputs");
     check_output_buffers(outputs, program_.output_dtypes, program_.output_dims, program_.outputs);
     execute(inputs, outputs);
   }
@@ -172,7 +178,9 @@ class CpuExecutable : public Executable {
     void** io = n_io > small.size() ? large.data() : small.data();
     for (size_t i = 0; i < program_.inputs.size(); ++i) {
       auto it = inputs.find(program_.inputs[i]);
-      const ir::Tensor* t = it != inputs.end() ? &it->second : program_.input_defaults[i].defined() ? &program_.input_defaults[i] : nullptr;
+      const ir::Tensor* t = it != inputs.end()                     ? &it->second
+                            : program_.input_defaults[i].defined() ? &program_.input_defaults[i]
+                                                                   : nullptr;
       if (!t) ir::fail(ir::ErrorKind::InvalidArgument, "input '" + program_.inputs[i] + "' is missing");
       io[i] = const_cast<void*>(t->raw());
     }
@@ -182,7 +190,7 @@ class CpuExecutable : public Executable {
     budget_->hold([&] {
       ArenaPool::Lease arena(arenas_);
       rc = !profile_.enabled() ? code_.entry(kernels_.data(), constants_.data(), io, arena.get(), &status, threads_)
-                            : run_profiled(io, arena.get(), status);
+                               : run_profiled(io, arena.get(), status);
     });
     if (rc == 0) return;
     if (status.step >= 0 && size_t(status.step) < program_.steps.size() && program_.steps[size_t(status.step)].call) {
@@ -232,7 +240,7 @@ class CpuExecutable : public Executable {
   cpu::ProgramObjects objects_;  // what the cache stores
   std::vector<std::string> step_symbols_;
   std::shared_ptr<cpu::Jit> jit_;
-  bool calls_kernels_;         // of the portable kernel library
+  bool calls_kernels_;  // of the portable kernel library
   // Where parallel loops run: beside oneDNN, on its OpenMP team (omp_team.hpp
   // says why); in a portable program, on TBB.
   const kiln_pk_threads* threads_;
@@ -252,7 +260,8 @@ class BudgetThreads : public HostThreads {
   void run_in_turn(const std::function<void()>& f) override { budget_->hold(f); }
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body) override {
     budget_->arena.execute([&] {
-      tbb::parallel_for(tbb::blocked_range<int64_t>(0, n), [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
+      tbb::parallel_for(tbb::blocked_range<int64_t>(0, n),
+                        [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
     });
   }
 
@@ -300,7 +309,8 @@ class CpuBackend : public Backend {
     cpu::ProgramObjects objects;
     generate_code(program, deferred, objects, step_symbols);
     cpu::choose_implementations(program, trials, *budget_, cpu::trial_policy(options));
-    return std::make_unique<CpuExecutable>(std::move(program), std::move(objects), std::move(step_symbols), jit_shared(), budget_);
+    return std::make_unique<CpuExecutable>(std::move(program), std::move(objects), std::move(step_symbols), jit_shared(),
+                                           budget_);
   }
 
   std::unique_ptr<Executable> load(const LoadedArtifact& artifact, std::shared_ptr<const ir::Graph> graph,

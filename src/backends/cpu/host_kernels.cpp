@@ -39,8 +39,8 @@ void ConcatKernel::run(void* const* args) const {
 ChannelsLastMeanKernel::ChannelsLastMeanKernel(int64_t pixels, int64_t channels, int64_t parts)
     : pixels_(pixels), channels_(channels), parts_(parts) {
   if (pixels < 1 || channels < 0 || parts < 1)
-    ir::fail(ir::ErrorKind::InvalidModel, "a channels-last mean needs pixels and parts (" + std::to_string(pixels) + ", " +
-                                              std::to_string(parts) + ")");
+    ir::fail(ir::ErrorKind::InvalidModel,
+             "a channels-last mean needs pixels and parts (" + std::to_string(pixels) + ", " + std::to_string(parts) + ")");
 }
 
 void ChannelsLastMeanKernel::run(void* const* args) const {
@@ -185,12 +185,12 @@ void GatherKernel::run(void* const* args) const {
   auto* dst = static_cast<char*>(args[2]);
   for (int64_t o = 0; o < outer_; ++o)
     for (int64_t j = 0; j < num_indices_; ++j) {
-      int64_t i = index_type_ == ir::DType::Int64 ? static_cast<const int64_t*>(args[1])[j]
-                                                   : static_cast<const int32_t*>(args[1])[j];
+      int64_t i =
+          index_type_ == ir::DType::Int64 ? static_cast<const int64_t*>(args[1])[j] : static_cast<const int32_t*>(args[1])[j];
       if (i < -axis_dim_ || i >= axis_dim_)
-        ir::fail(ir::ErrorKind::InvalidArgument, node_ + ": index " + std::to_string(i) + " is out of range for an axis of size " +
-                                                     std::to_string(axis_dim_) + " (expected -" + std::to_string(axis_dim_) +
-                                                     " to " + std::to_string(axis_dim_ - 1) + ")");
+        ir::fail(ir::ErrorKind::InvalidArgument,
+                 node_ + ": index " + std::to_string(i) + " is out of range for an axis of size " + std::to_string(axis_dim_) +
+                     " (expected -" + std::to_string(axis_dim_) + " to " + std::to_string(axis_dim_ - 1) + ")");
       if (i < 0) i += axis_dim_;
       std::memcpy(dst, data + (o * axis_dim_ + i) * inner_bytes_, size_t(inner_bytes_));
       dst += inner_bytes_;
@@ -207,8 +207,7 @@ ReferenceKernel::ReferenceKernel(const ir::Node& node, std::vector<Value> reads,
 
 void ReferenceKernel::run(void* const* args) const {
   std::map<std::string, ir::Tensor> inputs;
-  for (size_t i = 0; i < reads_.size(); ++i)
-    inputs[reads_[i].name] = ir::Tensor::view(reads_[i].dtype, reads_[i].dims, args[i]);
+  for (size_t i = 0; i < reads_.size(); ++i) inputs[reads_[i].name] = ir::Tensor::view(reads_[i].dtype, reads_[i].dims, args[i]);
   std::vector<ir::Tensor> outs = ref::run_graph(graph_, inputs, &interpreter_kernels());
   for (size_t i = 0; i < writes_.size(); ++i) {
     const Value& w = writes_[i];
@@ -224,8 +223,8 @@ void ReferenceKernel::run(void* const* args) const {
 
 // ---- saving and loading (the on-disk cache) ---------------------------------
 
-using nlohmann::json;
 using ir::json_field;
+using nlohmann::json;
 
 void CopyKernel::save(json& out, WeightsWriter&, BlockWriter&) const { out = {{"kind", "copy"}, {"bytes", bytes_}}; }
 
@@ -249,8 +248,8 @@ void ChannelsLastMeanKernel::save(json& out, WeightsWriter&, BlockWriter&) const
 }
 
 std::unique_ptr<Kernel> ChannelsLastMeanKernel::load(const json& j, const std::string& what) {
-  return std::make_unique<ChannelsLastMeanKernel>(json_field<int64_t>(j, "pixels", what), json_field<int64_t>(j, "channels", what),
-                                                  json_field<int64_t>(j, "parts", what));
+  return std::make_unique<ChannelsLastMeanKernel>(
+      json_field<int64_t>(j, "pixels", what), json_field<int64_t>(j, "channels", what), json_field<int64_t>(j, "parts", what));
 }
 
 void InstanceNormKernel::save(json& out, WeightsWriter&, BlockWriter&) const {
@@ -275,8 +274,13 @@ std::unique_ptr<Kernel> StridedCopyKernel::load(const json& j, const std::string
 }
 
 void GatherKernel::save(json& out, WeightsWriter&, BlockWriter&) const {
-  out = {{"kind", "gather"}, {"node", node_}, {"outer", outer_}, {"axis_dim", axis_dim_}, {"inner_bytes", inner_bytes_},
-         {"num_indices", num_indices_}, {"index_type", int(index_type_)}};
+  out = {{"kind", "gather"},
+         {"node", node_},
+         {"outer", outer_},
+         {"axis_dim", axis_dim_},
+         {"inner_bytes", inner_bytes_},
+         {"num_indices", num_indices_},
+         {"index_type", int(index_type_)}};
 }
 
 std::unique_ptr<Kernel> GatherKernel::load(const json& j, const std::string& what) {
@@ -311,7 +315,9 @@ std::vector<ReferenceKernel::Value> values_from_json(const json& j, const std::s
 }  // namespace
 
 void ReferenceKernel::save(json& out, WeightsWriter&, BlockWriter&) const {
-  out = {{"kind", "reference"}, {"node", ir::node_to_json(graph_.nodes[0])}, {"reads", values_json(reads_)},
+  out = {{"kind", "reference"},
+         {"node", ir::node_to_json(graph_.nodes[0])},
+         {"reads", values_json(reads_)},
          {"writes", values_json(writes_)}};
 }
 

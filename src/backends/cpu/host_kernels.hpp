@@ -59,8 +59,7 @@ class StridedCopyKernel : public Kernel {
 // InvalidArgument error naming the node. args: data, indices, destination.
 class GatherKernel : public Kernel {
  public:
-  GatherKernel(std::string node, const ir::Dims& data, int axis, int64_t num_indices, ir::DType index_type,
-               size_t element_size);
+  GatherKernel(std::string node, const ir::Dims& data, int axis, int64_t num_indices, ir::DType index_type, size_t element_size);
   void run(void* const* args) const override;
   void save(nlohmann::json& out, WeightsWriter& weights, BlockWriter& blocks) const override;
   static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);

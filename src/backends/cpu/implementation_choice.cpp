@@ -37,7 +37,8 @@ using md = dnnl::memory::desc;
 // first run in a process (tens of milliseconds), and the reference ones.
 std::unique_ptr<OneDnnKernel> other_implementation(const OneDnnKernel& current, const ImplementationTrial& trial) {
   const dnnl::primitive_desc_base& pd = current.descriptor();
-  if (pd.get_kind() != dnnl::primitive::kind::convolution && pd.get_kind() != dnnl::primitive::kind::deconvolution) return nullptr;
+  if (pd.get_kind() != dnnl::primitive::kind::convolution && pd.get_kind() != dnnl::primitive::kind::deconvolution)
+    return nullptr;
   const void* op_desc = nullptr;
   const_dnnl_primitive_attr_t attr = nullptr;
   dnnl::error::wrap_c_api(dnnl_primitive_desc_query(pd.get(), dnnl_query_op_d, 0, &op_desc), "query operation descriptor");
@@ -84,7 +85,8 @@ std::unique_ptr<OneDnnKernel> other_implementation(const OneDnnKernel& current, 
     }
     if (!fits || !constants.count(DNNL_ARG_WEIGHTS)) continue;
     reorder_constant(trial.user_weights, trial.weights, constants[DNNL_ARG_WEIGHTS]);
-    auto kernel = std::make_unique<OneDnnKernel>(other, std::move(runtime), std::move(constants), current.sum_from(), all.index());
+    auto kernel =
+        std::make_unique<OneDnnKernel>(other, std::move(runtime), std::move(constants), current.sum_from(), all.index());
     kernel->create_primitive();
     return kernel;
   } while (all.next());

@@ -1,7 +1,7 @@
 #include "backends/cpu/interpreter_backend.hpp"
 
-#include "backends/artifact_weights.hpp"
 #include <mutex>
+#include "backends/artifact_weights.hpp"
 
 #include "backends/cpu/interpreter_kernels.hpp"
 #include "backends/cpu/step_profile.hpp"
@@ -12,8 +12,8 @@ namespace kiln::backends {
 
 namespace {
 
-using nlohmann::json;
 using ir::Tensor;
+using nlohmann::json;
 
 constexpr int kFormat = 1;
 
@@ -22,7 +22,8 @@ constexpr int kFormat = 1;
 class InterpreterExecutable : public Executable {
  public:
   // `unsaved`: why save() must refuse, if it must.
-  InterpreterExecutable(std::shared_ptr<const ir::Graph> graph, std::shared_ptr<cpu::ThreadBudget> budget, std::string unsaved = {})
+  InterpreterExecutable(std::shared_ptr<const ir::Graph> graph, std::shared_ptr<cpu::ThreadBudget> budget,
+                        std::string unsaved = {})
       : graph_(std::move(graph)), budget_(std::move(budget)), unsaved_(std::move(unsaved)), profile_(graph_->nodes.size()) {}
   ~InterpreterExecutable() override {
     profile_.print(std::to_string(graph_->nodes.size()) + " interpreted nodes",

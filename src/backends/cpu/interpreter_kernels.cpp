@@ -5,9 +5,9 @@
 // wrong. tests/unit/interpreter_test.cpp holds each against the reference.
 #include "backends/cpu/interpreter_kernels.hpp"
 
-#include <oneapi/dnnl/dnnl.hpp>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -119,8 +119,8 @@ void gemm_kernel(ref::KernelContext& ctx) {
   const memory::desc src = desc({m, k}, ta ? Dims{1, m} : Dims{k, 1});
   const memory::desc weights = desc({k, n}, tb ? Dims{1, k} : Dims{n, 1});
   const memory::desc addend = has_c ? desc(c_dims, {c_dims[1], 1}) : memory::desc();
-  matmul(src, a.raw(), weights, b.raw(), has_c ? &addend : nullptr, has_c ? ctx.input(2).raw() : nullptr,
-         desc({m, n}, {n, 1}), out.raw(), ctx.attr_float("alpha", 1.0f));
+  matmul(src, a.raw(), weights, b.raw(), has_c ? &addend : nullptr, has_c ? ctx.input(2).raw() : nullptr, desc({m, n}, {n, 1}),
+         out.raw(), ctx.attr_float("alpha", 1.0f));
   ctx.set_output(0, std::move(out));
 }
 
@@ -139,8 +139,8 @@ void matmul_kernel(ref::KernelContext& ctx) {
   out_dims.insert(out_dims.end(), {m, n});
   Tensor out(DType::Float32, out_dims);
   if (batch_b.empty()) {  // one weight matrix: the stack is one taller product
-    matmul(desc({batch * m, k}, {k, 1}), a.raw(), desc({k, n}, {n, 1}), b.raw(), nullptr, nullptr,
-           desc({batch * m, n}, {n, 1}), out.raw(), 1.0f);
+    matmul(desc({batch * m, k}, {k, 1}), a.raw(), desc({k, n}, {n, 1}), b.raw(), nullptr, nullptr, desc({batch * m, n}, {n, 1}),
+           out.raw(), 1.0f);
   } else {
     matmul(desc({batch, m, k}, {m * k, k, 1}), a.raw(), desc({batch, k, n}, {k * n, n, 1}), b.raw(), nullptr, nullptr,
            desc({batch, m, n}, {m * n, n, 1}), out.raw(), 1.0f);
@@ -427,11 +427,13 @@ void pad_from_input(ref::KernelContext& ctx, const std::string& mode) {
   Tensor out = Tensor::uninitialized(x.dtype(), out_dims);
   std::vector<std::vector<int64_t>> from(static_cast<size_t>(rank));
   for (int64_t d = 0; d < rank; ++d)
-    for (int64_t o = 0; o < out_dims[size_t(d)]; ++o) from[size_t(d)].push_back(ref::pad_source(mode, o - pads[d], x.dim(int(d))));
+    for (int64_t o = 0; o < out_dims[size_t(d)]; ++o)
+      from[size_t(d)].push_back(ref::pad_source(mode, o - pads[d], x.dim(int(d))));
   const size_t esize = ir::dtype_size(x.dtype());
   const int64_t width = out_dims.back(), rows = width ? out.numel() / width : 0, n_last = x.dim(-1);
   // Where the last axis reads the input row unshifted: one copy.
-  const int64_t copy_lo = std::clamp<int64_t>(pads[rank - 1], 0, width), copy_hi = std::clamp<int64_t>(pads[rank - 1] + n_last, copy_lo, width);
+  const int64_t copy_lo = std::clamp<int64_t>(pads[rank - 1], 0, width),
+                copy_hi = std::clamp<int64_t>(pads[rank - 1] + n_last, copy_lo, width);
   const std::vector<int64_t>& last = from.back();
   const char* src = static_cast<const char*>(x.raw());
   char* dst = static_cast<char*>(out.raw());
@@ -487,7 +489,8 @@ void pad_kernel(ref::KernelContext& ctx) {
   std::function<void(int64_t, int64_t, int64_t)> copy = [&](int64_t d, int64_t from, int64_t to) {
     const size_t a = size_t(d);
     if (d == rank - 1) {
-      std::memcpy(dst + (to + lo[a] + pads[d]) * int64_t(esize), src + (from + lo[a]) * int64_t(esize), size_t(hi[a] - lo[a]) * esize);
+      std::memcpy(dst + (to + lo[a] + pads[d]) * int64_t(esize), src + (from + lo[a]) * int64_t(esize),
+                  size_t(hi[a] - lo[a]) * esize);
       return;
     }
     for (int64_t i = lo[a]; i < hi[a]; ++i) copy(d + 1, from + i * in_stride[a], to + (i + pads[d]) * out_stride[a]);
@@ -633,7 +636,9 @@ void resize_kernel(ref::KernelContext& ctx) {
   // into the output. A single tap of weight 1 (nearest) is a copy.
   std::vector<char> needed(static_cast<size_t>(H), 0);
   for (int64_t i : rows.index) needed[size_t(i)] = 1;
-  auto single = [](const AxisTaps& a, int64_t o) { return a.first[size_t(o + 1)] - a.first[size_t(o)] == 1 && a.weight[size_t(a.first[size_t(o)])] == 1.0f; };
+  auto single = [](const AxisTaps& a, int64_t o) {
+    return a.first[size_t(o + 1)] - a.first[size_t(o)] == 1 && a.weight[size_t(a.first[size_t(o)])] == 1.0f;
+  };
   bool cols_copy = true;
   for (int64_t o = 0; o < OW && cols_copy; ++o) cols_copy = single(cols, o);
   std::vector<float> across(size_t(planes * H * OW));
@@ -648,7 +653,8 @@ void resize_kernel(ref::KernelContext& ctx) {
       }
       for (int64_t o = 0; o < OW; ++o) {
         float acc = 0;
-        for (int64_t k = cols.first[size_t(o)]; k < cols.first[size_t(o + 1)]; ++k) acc += cols.weight[size_t(k)] * row[cols.index[size_t(k)]];
+        for (int64_t k = cols.first[size_t(o)]; k < cols.first[size_t(o + 1)]; ++k)
+          acc += cols.weight[size_t(k)] * row[cols.index[size_t(k)]];
         t[o] = acc;
       }
     }
@@ -697,8 +703,10 @@ void comparison_kernel(ref::KernelContext& ctx) {
         o[i] = cmp(x[a_one && !same ? 0 : i], y[b_one && !same ? 0 : i]);
     });
   };
-  if (a.dtype() == DType::Float32) run(float{});
-  else run(int64_t{});
+  if (a.dtype() == DType::Float32)
+    run(float{});
+  else
+    run(int64_t{});
   ctx.set_output(0, std::move(out));
 }
 
@@ -708,8 +716,8 @@ void comparison_kernel(ref::KernelContext& ctx) {
 // element cost more than the scan: retinanet's scores are 8 million).
 void nonzero_kernel(ref::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  if (x.rank() == 0 || (x.dtype() != DType::Bool && x.dtype() != DType::Float32 && x.dtype() != DType::Int64 &&
-                        x.dtype() != DType::Int32))
+  if (x.rank() == 0 ||
+      (x.dtype() != DType::Bool && x.dtype() != DType::Float32 && x.dtype() != DType::Int64 && x.dtype() != DType::Int32))
     return run_reference(ctx);
   constexpr int64_t kChunk = 1 << 16;
   const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk, rank = x.rank();
@@ -717,7 +725,8 @@ void nonzero_kernel(ref::KernelContext& ctx) {
   Tensor out;
   ir::dispatch_dtype(x.dtype(), [&](auto type) {
     using T = decltype(type);
-    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, float> || std::is_same_v<T, int64_t> || std::is_same_v<T, int32_t>) {
+    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, float> || std::is_same_v<T, int64_t> ||
+                  std::is_same_v<T, int32_t>) {
       const T* v = x.data<T>();
       on_budget(chunks, [&](int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c) {

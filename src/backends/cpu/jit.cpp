@@ -10,8 +10,8 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
-#include <llvm/Target/TargetMachine.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 
 #include <algorithm>
@@ -234,7 +234,8 @@ std::string optimise_and_emit(llvm::Module& m, llvm::TargetMachine& machine, Jit
   std::string problems;
   llvm::raw_string_ostream os(problems);
   // Debian builds LLVM without assertions: verify here, or bad IR crashes later.
-  if (llvm::verifyModule(m, &os)) ir::fail(ir::ErrorKind::Internal, "generated module '" + m.getName().str() + "' is invalid: " + os.str());
+  if (llvm::verifyModule(m, &os))
+    ir::fail(ir::ErrorKind::Internal, "generated module '" + m.getName().str() + "' is invalid: " + os.str());
   const bool wide = vectors_of(machine).bytes == 64;
   for (llvm::Function& f : m) {
     if (f.isDeclaration() || f.hasFnAttribute(kKeepTargetAttribute)) continue;
@@ -280,10 +281,9 @@ std::string optimise_and_emit(llvm::Module& m, llvm::TargetMachine& machine, Jit
   // full O2 pipeline gave the same loops at twice the compile time.
   llvm::ModulePassManager mpm;
   const char* pipeline = level == Jit::Optimise::Full ? "default<O3>"
-                                                 : "function(instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(licm),"
-                                                   "loop-vectorize,instcombine,simplifycfg)";
-  if (auto err = pb.parsePassPipeline(mpm, pipeline))
-    fail_llvm("cannot build the optimisation pipeline", std::move(err));
+                                                      : "function(instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(licm),"
+                                                        "loop-vectorize,instcombine,simplifycfg)";
+  if (auto err = pb.parsePassPipeline(mpm, pipeline)) fail_llvm("cannot build the optimisation pipeline", std::move(err));
   mpm.run(m, mam);
   return emit(m, machine);
 }

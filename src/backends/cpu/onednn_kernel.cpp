@@ -20,7 +20,8 @@ const dnnl::engine& cpu_engine() {
 
 void reorder_constant(const dnnl::memory::desc& user, const void* data, dnnl::memory dst) {
   const dnnl::memory::dims d = user.dims();
-  if (d.size() == 4 && d[2] == 3 && d[3] == 3 && user == dnnl::memory::desc(d, dnnl::memory::data_type::f32, dnnl::memory::format_tag::oihw) &&
+  if (d.size() == 4 && d[2] == 3 && d[3] == 3 &&
+      user == dnnl::memory::desc(d, dnnl::memory::data_type::f32, dnnl::memory::format_tag::oihw) &&
       winograd_weights(static_cast<const float*>(data), d[0], d[1], dst))
     return;
   OmpThreads one(1);
@@ -171,7 +172,8 @@ void OneDnnKernel::save(json& out, WeightsWriter& weights, BlockWriter& blocks) 
     prim["axis"] = axis;
   } else {
     const size_t size = op_desc_size(kind);
-    if (size == 0) ir::fail(ir::ErrorKind::Unsupported, "oneDNN primitive kind " + std::to_string(int(kind)) + " cannot be saved");
+    if (size == 0)
+      ir::fail(ir::ErrorKind::Unsupported, "oneDNN primitive kind " + std::to_string(int(kind)) + " cannot be saved");
     const void* desc = nullptr;
     dnnl::error::wrap_c_api(dnnl_primitive_desc_query(pd, dnnl_query_op_d, 0, &desc), "query operation descriptor");
     prim["desc"] = blocks.add(desc, size);
@@ -213,7 +215,8 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
   const json prim = ir::json_field<json>(j, "primitive", what);
   dnnl::post_ops ops;
   for (const json& op : ir::json_field<json>(prim, "post_ops", what)) {
-    if (op.contains("sum")) ops.append_sum(ir::json_field<float>(op, "sum", what));
+    if (op.contains("sum"))
+      ops.append_sum(ir::json_field<float>(op, "sum", what));
     else
       ops.append_eltwise(ir::json_field<float>(op, "scale", what), dnnl::algorithm(ir::json_field<int>(op, "eltwise", what)),
                          ir::json_field<float>(op, "alpha", what), ir::json_field<float>(op, "beta", what));
@@ -238,9 +241,11 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
                                                attr.get(), engine);
   } else {
     const size_t size = op_desc_size(kind);
-    if (size == 0) ir::fail(ir::ErrorKind::InvalidModel, what + ": a oneDNN primitive of unknown kind " + std::to_string(int(kind)));
-    const std::string_view desc = blocks.block(ir::json_field<json>(prim, "desc", what),
-                                               what + ": oneDNN operation descriptor of kind " + std::to_string(int(kind)), int64_t(size));
+    if (size == 0)
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": a oneDNN primitive of unknown kind " + std::to_string(int(kind)));
+    const std::string_view desc =
+        blocks.block(ir::json_field<json>(prim, "desc", what),
+                     what + ": oneDNN operation descriptor of kind " + std::to_string(int(kind)), int64_t(size));
     std::vector<int64_t> aligned((size + 7) / 8);  // the descriptors hold 64-bit fields
     std::memcpy(aligned.data(), desc.data(), size);
     if (!prim.contains("implementation")) {
@@ -267,13 +272,14 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
     }
   }
   if (status != dnnl_success)
-    ir::fail(ir::ErrorKind::InvalidModel, what + ": oneDNN cannot create the saved primitive again (status " +
-                                              std::to_string(int(status)) + ")");
+    ir::fail(ir::ErrorKind::InvalidModel,
+             what + ": oneDNN cannot create the saved primitive again (status " + std::to_string(int(status)) + ")");
   if (!owned) owned = dnnl::primitive_desc_base(pd);
 
   std::unordered_map<int, dnnl::memory> constants;
   for (const json& c : ir::json_field<json>(j, "constants", what)) {
-    if (!c.is_array() || c.size() != 4) ir::fail(ir::ErrorKind::InvalidModel, what + ": a constant must be [id, desc, offset, bytes]");
+    if (!c.is_array() || c.size() != 4)
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": a constant must be [id, desc, offset, bytes]");
     const int id = c[0].get<int>();
     const dnnl_memory_desc_t saved = md_from_json(c[1], blocks, what);
     // The weights were reordered for the layout the primitive chose when it

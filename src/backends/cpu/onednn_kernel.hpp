@@ -56,7 +56,7 @@ class OneDnnKernel : public Kernel {
   std::vector<std::pair<int, dnnl::memory::desc>> runtime_args_;
   std::unordered_map<int, dnnl::memory> constant_args_;
   mutable std::vector<dnnl::memory> bound_;  // per runtime argument (empty for kNotBound)
-  std::vector<dnnl_exec_arg_t> exec_args_;  // constants and bound_, ready for dnnl_primitive_execute
+  std::vector<dnnl_exec_arg_t> exec_args_;   // constants and bound_, ready for dnnl_primitive_execute
   mutable dnnl::stream stream_;
   int sum_from_ = -1;
   int dst_index_ = -1;

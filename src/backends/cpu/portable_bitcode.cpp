@@ -65,7 +65,8 @@ std::unique_ptr<llvm::Module> load(const llvm::Module& m, BitcodeLibrary library
   if (!bc) {
     std::string known;
     for (const auto& a : bitcode_architectures()) known += (known.empty() ? "" : ", ") + a;
-    ir::fail(ir::ErrorKind::Unsupported, "no portable kernels for target '" + m.getTargetTriple() + "' (built for: " + known + ")");
+    ir::fail(ir::ErrorKind::Unsupported,
+             "no portable kernels for target '" + m.getTargetTriple() + "' (built for: " + known + ")");
   }
   auto buffer = llvm::MemoryBufferRef(llvm::StringRef(bc->begin, size_t(bc->end - bc->begin)), "kiln-portable-kernels");
   auto parsed = lazy ? llvm::getLazyBitcodeModule(buffer, m.getContext()) : llvm::parseBitcodeFile(buffer, m.getContext());
@@ -106,7 +107,8 @@ void link_bitcode(llvm::Module& m, BitcodeLibrary library, VectorConfig vectors,
   // constants, the variants not taken fold away.
   if (library == BitcodeLibrary::Kernels) {
     auto* i32 = llvm::Type::getInt32Ty(ctx);
-    for (auto [name, value] : {std::pair{"kiln_pk_vector_bytes", vectors.bytes}, {"kiln_pk_vector_registers", vectors.registers}}) {
+    for (auto [name, value] :
+         {std::pair{"kiln_pk_vector_bytes", vectors.bytes}, {"kiln_pk_vector_registers", vectors.registers}}) {
       auto* g = new llvm::GlobalVariable(m, i32, true, llvm::GlobalValue::ExternalLinkage,
                                          llvm::ConstantInt::get(i32, uint64_t(value)), name);
       defined.insert(g->getName().str());

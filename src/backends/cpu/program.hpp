@@ -46,7 +46,7 @@ class Kernel {
 struct Buffer {
   enum class Kind { Arena, Input, Output, Constant };
   Kind kind = Kind::Arena;
-  int index = 0;       // position among inputs, outputs or constants
+  int index = 0;  // position among inputs, outputs or constants
   int64_t bytes = 0;
   int64_t offset = 0;  // in the arena, once planned
   std::string name;    // the value it holds first, for the plan and messages
@@ -56,14 +56,36 @@ struct Buffer {
 // over `shape`. `code` is in SSA form: instruction i produces value i.
 struct Loop {
   enum class Op {
-    Load,  // operand `a`
+    Load,      // operand `a`
     Constant,  // alpha
-    Add, Sub, Mul, Div, Max, Min, Pow,
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
     PRelu,  // a if a > 0 else a * b
-    Neg, Abs, Relu, LeakyRelu, Sigmoid, Tanh, Exp, Log, Sqrt, Erf, Reciprocal, Floor, Ceil,
+    Neg,
+    Abs,
+    Relu,
+    LeakyRelu,
+    Sigmoid,
+    Tanh,
+    Exp,
+    Log,
+    Sqrt,
+    Erf,
+    Reciprocal,
+    Floor,
+    Ceil,
     Clip,         // min alpha, max beta
     HardSigmoid,  // max(0, min(1, alpha * x + beta))
-    HardSwish, Softplus, Elu, Selu, Softsign,
+    HardSwish,
+    Softplus,
+    Elu,
+    Selu,
+    Softsign,
   };
   struct Operand {
     int arg = 0;                   // the step's argument holding it
@@ -91,8 +113,8 @@ struct Call {
     std::vector<int64_t> values;  // Int64Array (a pointer to constants)
     int64_t byte_offset = 0;      // Buffer: where in it (a Concat input's place in the output)
   };
-  std::string function;    // "kiln_pk_conv2d"
-  std::vector<Arg> args;   // after the leading `const kiln_pk_threads*`
+  std::string function;         // "kiln_pk_conv2d"
+  std::vector<Arg> args;        // after the leading `const kiln_pk_threads*`
   bool returns_status = false;  // returns int64_t, non-zero on failure (kiln_pk_gather)
 
   static Arg buffer(int arg, int64_t byte_offset = 0) { return {Arg::Kind::Buffer, arg, 0, {}, byte_offset}; }
@@ -104,9 +126,9 @@ struct Call {
 };
 
 struct Step {
-  std::string label;  // the node(s) it runs, for messages
-  std::vector<int> args;          // buffer ids
-  std::vector<char> writes;       // per argument
+  std::string label;         // the node(s) it runs, for messages
+  std::vector<int> args;     // buffer ids
+  std::vector<char> writes;  // per argument
   // Exactly one of these: a host kernel, a generated loop, a portable call.
   std::unique_ptr<Kernel> kernel;
   std::unique_ptr<Loop> loop;
@@ -127,17 +149,17 @@ struct Program {
   KernelFamily family = KernelFamily::Native;
   std::vector<Buffer> buffers;
   std::vector<Step> steps;
-  std::vector<std::string> inputs;   // graph input names, in io order
+  std::vector<std::string> inputs;         // graph input names, in io order
   std::vector<ir::Tensor> input_defaults;  // per input: its initializer, if it has one
-  std::vector<std::string> outputs;  // graph output names, in io order (after the inputs)
+  std::vector<std::string> outputs;        // graph output names, in io order (after the inputs)
   std::vector<ir::DType> output_dtypes;
   std::vector<ir::Dims> output_dims;
   std::vector<ir::Tensor> constants;  // what Constant buffers point at
   int64_t arena_bytes = 0;
   int64_t intermediate_bytes = 0;
-  int graph_nodes = 0;      // nodes of the specialized graph
-  int compiled_nodes = 0;   // graph nodes lowered to oneDNN primitives or generated loops
-  int fallback_nodes = 0;   // graph nodes run by the reference kernels
+  int graph_nodes = 0;     // nodes of the specialized graph
+  int compiled_nodes = 0;  // graph nodes lowered to oneDNN primitives or generated loops
+  int fallback_nodes = 0;  // graph nodes run by the reference kernels
 };
 
 // Compile work that nothing else in the compile waits for: each oneDNN

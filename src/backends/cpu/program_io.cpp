@@ -11,8 +11,8 @@
 
 namespace kiln::cpu {
 
-using nlohmann::json;
 using ir::json_field;
+using nlohmann::json;
 
 namespace {
 
@@ -21,7 +21,8 @@ constexpr int kFormat = 3;
 json loop_to_json(const Loop& loop) {
   json operands = json::array(), code = json::array();
   for (const auto& o : loop.operands) operands.push_back({{"arg", o.arg}, {"strides", o.strides}});
-  for (const auto& i : loop.code) code.push_back({{"op", int(i.op)}, {"a", i.a}, {"b", i.b}, {"alpha", i.alpha}, {"beta", i.beta}});
+  for (const auto& i : loop.code)
+    code.push_back({{"op", int(i.op)}, {"a", i.a}, {"b", i.b}, {"alpha", i.alpha}, {"beta", i.beta}});
   return {{"shape", loop.shape}, {"operands", operands}, {"code", code}, {"stores", loop.stores}};
 }
 
@@ -53,15 +54,19 @@ std::unique_ptr<Call> call_from_json(const json& j, const std::string& what) {
   call->function = json_field<std::string>(j, "function", what);
   call->returns_status = json_field<bool>(j, "returns_status", what);
   for (const json& a : json_field<json>(j, "args", what)) {
-    if (!a.is_array() || a.size() != 5) ir::fail(ir::ErrorKind::InvalidModel, what + ": a call argument must be [kind, value, real, values, offset]");
+    if (!a.is_array() || a.size() != 5)
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": a call argument must be [kind, value, real, values, offset]");
     const int kind = a[0].get<int>();
-    if (kind < 0 || kind > int(Call::Arg::Kind::Int64Array)) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown call argument");
-    call->args.push_back({Call::Arg::Kind(kind), a[1].get<int64_t>(), a[2].get<float>(), a[3].get<std::vector<int64_t>>(), a[4].get<int64_t>()});
+    if (kind < 0 || kind > int(Call::Arg::Kind::Int64Array))
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown call argument");
+    call->args.push_back(
+        {Call::Arg::Kind(kind), a[1].get<int64_t>(), a[2].get<float>(), a[3].get<std::vector<int64_t>>(), a[4].get<int64_t>()});
   }
   return call;
 }
 
-std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights, const BlockReader& blocks, const std::string& what) {
+std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights, const BlockReader& blocks,
+                                    const std::string& what) {
   const std::string kind = json_field<std::string>(j, "kind", what);
   if (kind == "onednn") return OneDnnKernel::load(j, weights, blocks, what);
   if (kind == "copy") return CopyKernel::load(j, what);
@@ -102,8 +107,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
     }
     steps.push_back(std::move(j));
   }
-  for (const ir::Tensor& c : program.constants)
-    constants.push_back(backends::save_constant(c, saved.weights));
+  for (const ir::Tensor& c : program.constants) constants.push_back(backends::save_constant(c, saved.weights));
   json defaults = json::array();
   for (const ir::Tensor& t : program.input_defaults) defaults.push_back(t.defined());
   json out_dtypes = json::array();
@@ -153,14 +157,15 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
       const int kind = b.at(0).get<int>();
       if (kind < int(Buffer::Kind::Arena) || kind > int(Buffer::Kind::Constant))
         ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown buffer kind");
-      p.buffers.push_back({Buffer::Kind(kind), b.at(1).get<int>(), b.at(2).get<int64_t>(), b.at(3).get<int64_t>(),
-                           b.at(4).get<std::string>()});
+      p.buffers.push_back(
+          {Buffer::Kind(kind), b.at(1).get<int>(), b.at(2).get<int64_t>(), b.at(3).get<int64_t>(), b.at(4).get<std::string>()});
     }
     step_symbols.clear();
     DeferredWork kernel_loads;
     // By reference: the kernels are made from the document after this loop.
     const auto steps = j.find("steps");
-    if (steps == j.end() || !steps->is_array()) ir::fail(ir::ErrorKind::InvalidModel, what + ": field 'steps' is missing or not a list");
+    if (steps == j.end() || !steps->is_array())
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": field 'steps' is missing or not a list");
     for (const json& s : *steps) {
       Step step;
       step.label = json_field<std::string>(s, "label", what);
@@ -169,8 +174,10 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
       step.writes = json_field<std::vector<char>>(s, "writes", where);
       for (int a : step.args)
         if (a < 0 || size_t(a) >= p.buffers.size()) ir::fail(ir::ErrorKind::InvalidModel, where + ": buffer out of range");
-      if (s.contains("loop")) step.loop = loop_from_json(s["loop"], where);
-      else if (s.contains("call")) step.call = call_from_json(s["call"], where);
+      if (s.contains("loop"))
+        step.loop = loop_from_json(s["loop"], where);
+      else if (s.contains("call"))
+        step.call = call_from_json(s["call"], where);
       else {
         // Made once every step is read (by index: the vector grows until
         // then), possibly on other threads.
@@ -181,7 +188,8 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
         });
       }
       step_symbols.push_back(json_field<std::string>(s, "symbol", where));
-      if (!s.contains("kernel") && step_symbols.back().empty()) ir::fail(ir::ErrorKind::InvalidModel, where + ": a step without a function");
+      if (!s.contains("kernel") && step_symbols.back().empty())
+        ir::fail(ir::ErrorKind::InvalidModel, where + ": a step without a function");
       for (const auto& a : step.call ? step.call->args : std::vector<Call::Arg>{})
         if (a.kind == Call::Arg::Kind::Buffer && (a.value < 0 || size_t(a.value) >= step.args.size()))
           ir::fail(ir::ErrorKind::InvalidModel, where + ": a call argument names no buffer");
@@ -189,7 +197,8 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
     }
     p.inputs = json_field<std::vector<std::string>>(j, "inputs", what);
     const auto has_default = json_field<std::vector<bool>>(j, "input_has_default", what);
-    if (has_default.size() != p.inputs.size()) ir::fail(ir::ErrorKind::InvalidModel, what + ": input defaults do not match the inputs");
+    if (has_default.size() != p.inputs.size())
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": input defaults do not match the inputs");
     for (size_t i = 0; i < p.inputs.size(); ++i) {
       auto it = graph.initializers.find(p.inputs[i]);
       if (has_default[i] && it == graph.initializers.end())
@@ -205,9 +214,12 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
       // Read only: generated code and kernels never write a constant.
       p.constants.push_back(backends::load_constant(c, weights, keep_alive, what));
     for (const Buffer& b : p.buffers) {
-      const size_t limit = b.kind == Buffer::Kind::Input ? p.inputs.size() : b.kind == Buffer::Kind::Output ? p.outputs.size()
-                           : b.kind == Buffer::Kind::Constant ? p.constants.size() : SIZE_MAX;
-      if (b.index < 0 || size_t(b.index) >= limit) ir::fail(ir::ErrorKind::InvalidModel, what + ": buffer '" + b.name + "' has a bad index");
+      const size_t limit = b.kind == Buffer::Kind::Input      ? p.inputs.size()
+                           : b.kind == Buffer::Kind::Output   ? p.outputs.size()
+                           : b.kind == Buffer::Kind::Constant ? p.constants.size()
+                                                              : SIZE_MAX;
+      if (b.index < 0 || size_t(b.index) >= limit)
+        ir::fail(ir::ErrorKind::InvalidModel, what + ": buffer '" + b.name + "' has a bad index");
     }
     p.arena_bytes = json_field<int64_t>(j, "arena_bytes", what);
     p.intermediate_bytes = json_field<int64_t>(j, "intermediate_bytes", what);
@@ -225,7 +237,8 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
     for (const Buffer& b : p.buffers)
       if (b.kind == Buffer::Kind::Arena && (b.offset < 0 || b.bytes < 0 || b.offset + b.bytes > p.arena_bytes))
         ir::fail(ir::ErrorKind::InvalidModel, what + ": buffer '" + b.name + "' lies outside the arena");
-    if (run_all) run_all(kernel_loads);
+    if (run_all)
+      run_all(kernel_loads);
     else
       for (auto& load : kernel_loads) load();
     return p;

@@ -29,11 +29,16 @@ constexpr int kLanes = 16;
 using V = pk::Vec<kLanes>;
 
 const std::pair<const char*, Act> kActivations[] = {
-    {"sigmoid", Act::Sigmoid},       {"tanh", Act::Tanh},
-    {"relu", Act::Relu},             {"affine", Act::Affine},
-    {"leakyrelu", Act::LeakyRelu},   {"thresholdedrelu", Act::ThresholdedRelu},
-    {"scaledtanh", Act::ScaledTanh}, {"hardsigmoid", Act::HardSigmoid},
-    {"elu", Act::Elu},               {"softsign", Act::Softsign},
+    {"sigmoid", Act::Sigmoid},
+    {"tanh", Act::Tanh},
+    {"relu", Act::Relu},
+    {"affine", Act::Affine},
+    {"leakyrelu", Act::LeakyRelu},
+    {"thresholdedrelu", Act::ThresholdedRelu},
+    {"scaledtanh", Act::ScaledTanh},
+    {"hardsigmoid", Act::HardSigmoid},
+    {"elu", Act::Elu},
+    {"softsign", Act::Softsign},
     {"softplus", Act::Softplus},
 };
 
@@ -89,9 +94,9 @@ KILN_PK_INLINE void activate(float* x, int64_t n, const Layer::Activation& a, fl
 // One LSTM row: gates g (i, o, f, c: input projections and biases) plus
 // pr (the state's product with R), peepholes p (i, o, f), the cell state c
 // updated in place, the new hidden state into h. tmp: 4 * H floats.
-KILN_VECTOR_CLONES void lstm_row(int64_t H, const Layer::Activation* act, float clip, bool input_forget, const float* __restrict g,
-                                 const float* __restrict pr, const float* __restrict p, float* __restrict c, float* __restrict h,
-                                 float* __restrict tmp) {
+KILN_VECTOR_CLONES void lstm_row(int64_t H, const Layer::Activation* act, float clip, bool input_forget,
+                                 const float* __restrict g, const float* __restrict pr, const float* __restrict p,
+                                 float* __restrict c, float* __restrict h, float* __restrict tmp) {
   float *ti = tmp, *tf = tmp + H, *tc = tmp + 2 * H, *to = tmp + 3 * H;
   for (int64_t j = 0; j < H; ++j) ti[j] = g[j] + pr[j] + p[j] * c[j];
   activate(ti, H, act[0], clip);
@@ -206,7 +211,8 @@ class Runner {
             for (int64_t i = 0; i < rows; ++i) {
               float* zr = tmp + i * 4 * H_;
               gru_gates_row(H_, act, l_.clip, g + i * ldg, prod + i * 3 * H_, nullptr, zr, nullptr);
-              gru_update_row(H_, act, l_.clip, g + i * ldg + 2 * H_, prod + i * 3 * H_ + 2 * H_, rbh, zr, zr + 2 * H_, h + i * H_);
+              gru_update_row(H_, act, l_.clip, g + i * ldg + 2 * H_, prod + i * 3 * H_ + 2 * H_, rbh, zr, zr + 2 * H_,
+                             h + i * H_);
             }
           } else {
             for (int64_t i = 0; i < rows; ++i)
@@ -237,9 +243,7 @@ class Runner {
     p.kernel->run(args);
   }
   int64_t row(int64_t t, int64_t b) const { return l_.batch_major ? b * l_.seq + t : t * l_.batch + b; }
-  int64_t state_index(int64_t d, int64_t b) const {
-    return (l_.batch_major ? b * l_.directions + d : d * l_.batch + b) * H_;
-  }
+  int64_t state_index(int64_t d, int64_t b) const { return (l_.batch_major ? b * l_.directions + d : d * l_.batch + b) * H_; }
 
   const Layer& l_;
   const Operands& o_;
@@ -274,8 +278,8 @@ RecurrentKernel::RecurrentKernel(std::string node, RecurrentLayer layer, Recurre
     : node_(std::move(node)), l_(std::move(layer)), projection_(std::move(projection)), steps_(std::move(steps)) {
   const int64_t items = l_.directions * l_.chunks + (l_.sequence_lens ? l_.directions : 0);
   if (l_.seq < 1 || l_.batch < 1 || l_.input < 1 || l_.hidden < 1 || l_.directions < 1 || l_.directions > 2 || l_.chunks < 1 ||
-      l_.chunks > l_.batch || int64_t(l_.activations.size()) != l_.activations_per_direction() * l_.directions || !projection_.kernel ||
-      int64_t(steps_.size()) != items * products_per_item(l_))
+      l_.chunks > l_.batch || int64_t(l_.activations.size()) != l_.activations_per_direction() * l_.directions ||
+      !projection_.kernel || int64_t(steps_.size()) != items * products_per_item(l_))
     ir::fail(ir::ErrorKind::InvalidModel, node_ + ": a recurrent layer's sizes, activations or products are inconsistent");
   for (const auto& s : steps_)
     if (!s.kernel) ir::fail(ir::ErrorKind::InvalidModel, node_ + ": a recurrent layer's product is missing");
@@ -392,7 +396,8 @@ std::unique_ptr<Kernel> RecurrentKernel::load(const nlohmann::json& j, const Wei
   l.cell = Cell(cell);
   const auto sizes = json_field<std::vector<int64_t>>(j, "sizes", what);
   const auto flags = json_field<std::vector<bool>>(j, "flags", what);
-  if (sizes.size() != 6 || flags.size() != 9) ir::fail(ir::ErrorKind::InvalidModel, what + ": a recurrent kernel's fields are incomplete");
+  if (sizes.size() != 6 || flags.size() != 9)
+    ir::fail(ir::ErrorKind::InvalidModel, what + ": a recurrent kernel's fields are incomplete");
   l.seq = sizes[0], l.batch = sizes[1], l.input = sizes[2], l.hidden = sizes[3], l.directions = sizes[4], l.chunks = sizes[5];
   l.reverse = flags[0], l.batch_major = flags[1], l.linear_before_reset = flags[2], l.input_forget = flags[3];
   l.sequence_lens = flags[4], l.sequence_lens_int64 = flags[5], l.y = flags[6], l.y_h = flags[7], l.y_c = flags[8];

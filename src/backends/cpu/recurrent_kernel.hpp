@@ -26,12 +26,12 @@ struct RecurrentLayer {
   bool reverse = false;      // direction "reverse" (a bidirectional layer's second runs backwards)
   bool batch_major = false;  // layout 1: X [batch, seq, input], Y [batch, seq, directions, hidden]
   bool linear_before_reset = false, input_forget = false;
-  float clip = 0;                        // none when <= 0
-  std::vector<Activation> activations;  // per direction: f, g (GRU, LSTM), h (LSTM)
-  bool sequence_lens = false;        // the node has them: rows of different lengths may come
-  bool sequence_lens_int64 = false;  // else int32
+  float clip = 0;                            // none when <= 0
+  std::vector<Activation> activations;       // per direction: f, g (GRU, LSTM), h (LSTM)
+  bool sequence_lens = false;                // the node has them: rows of different lengths may come
+  bool sequence_lens_int64 = false;          // else int32
   bool y = false, y_h = false, y_c = false;  // the outputs wanted
-  int64_t chunks = 1;  // groups of batch rows per direction, run in parallel
+  int64_t chunks = 1;                        // groups of batch rows per direction, run in parallel
 
   int64_t gates() const { return cell == Cell::Lstm ? 4 : cell == Cell::Gru ? 3 : 1; }
   int64_t activations_per_direction() const { return cell == Cell::Lstm ? 3 : cell == Cell::Gru ? 2 : 1; }

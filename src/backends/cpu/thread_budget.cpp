@@ -14,8 +14,7 @@ constexpr uint32_t kWaiting = 0, kSignalling = 1, kSignalled = 2;
 
 }  // namespace
 
-ThreadBudget::ThreadBudget(int n)
-    : threads(n), arena(n), runner_(n > 1 ? std::thread([this] { serve(); }) : std::thread()) {}
+ThreadBudget::ThreadBudget(int n) : threads(n), arena(n), runner_(n > 1 ? std::thread([this] { serve(); }) : std::thread()) {}
 
 ThreadBudget::~ThreadBudget() {
   if (!runner_.joinable()) return;

@@ -86,7 +86,7 @@ class ThreadBudget {
     const void* fn;
     std::exception_ptr error;
     std::atomic<uint32_t> state{0};  // thread_budget.cpp
-    bool turn = false;  // N = 1: signalled to run itself (and those after it), not done
+    bool turn = false;               // N = 1: signalled to run itself (and those after it), not done
     Job* next = nullptr;
   };
   void execute(Job& job);

@@ -88,12 +88,22 @@ bool winograd_weights(const float* oihw, int64_t out_channels, int64_t in_channe
   // aaOio is aaOBiOo with blocks of one output block.
   const bool aaOio = w.wino_format == dnnl_wino_wei_aaOio;
   const bool tile2 = aaOio || w.wino_format == dnnl_wino_wei_aaOBiOo, tile4 = w.wino_format == dnnl_wino_wei_OBaaIBOIio;
-  const Plan p{oihw, static_cast<float*>(dst.get_data_handle()), tile2 ? &kG2x3[0][0] : &kG4x3[0][0], tile2, out_channels, in_channels,
-               w.alpha, w.oc_block, w.ic_block, aaOio ? 1 : w.oc2_block, tile4 ? w.ic2_block : 1};
+  const Plan p{oihw,
+               static_cast<float*>(dst.get_data_handle()),
+               tile2 ? &kG2x3[0][0] : &kG4x3[0][0],
+               tile2,
+               out_channels,
+               in_channels,
+               w.alpha,
+               w.oc_block,
+               w.ic_block,
+               aaOio ? 1 : w.oc2_block,
+               tile4 ? w.ic2_block : 1};
   // Padded channels, and any layout not described here, are left to oneDNN.
   if (!(tile2 || tile4) || w.r != 3 || p.alpha != (tile2 ? 4 : 6) || w.oc != out_channels || w.ic != in_channels || p.ocb != 16 ||
       p.icb <= 0 || p.oc2 <= 0 || p.ic2 <= 0 || out_channels % (p.ocb * p.oc2) != 0 || in_channels % (p.icb * p.ic2) != 0 ||
-      desc.get_size() != size_t(p.alpha * p.alpha * out_channels * in_channels) * sizeof(float) || !__builtin_cpu_supports("avx512f"))
+      desc.get_size() != size_t(p.alpha * p.alpha * out_channels * in_channels) * sizeof(float) ||
+      !__builtin_cpu_supports("avx512f"))
     return false;
   transform(p);
   return true;

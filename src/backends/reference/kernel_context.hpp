@@ -9,14 +9,13 @@
 
 namespace kiln::ref {
 
-using ir::DType;
 using ir::Dims;
+using ir::DType;
 using ir::Tensor;
 
 class KernelContext {
  public:
-  using SubgraphRunner =
-      std::function<std::vector<Tensor>(const ir::Graph&, const std::vector<Tensor>& inputs)>;
+  using SubgraphRunner = std::function<std::vector<Tensor>(const ir::Graph&, const std::vector<Tensor>& inputs)>;
 
   KernelContext(const ir::Node& node, std::vector<const Tensor*> inputs, SubgraphRunner runner);
 

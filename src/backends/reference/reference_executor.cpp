@@ -2,9 +2,9 @@
 
 #include <chrono>
 #include <new>
+#include <set>
 #include <stdexcept>
 #include <string_view>
-#include <set>
 
 #include "backends/reference/kernel_registry.hpp"
 
@@ -64,7 +64,6 @@ static std::vector<Tensor> run_subgraph(const ir::Graph& g, const std::vector<Te
 
 static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry,
                                         const NodeTimer* timer) {
-
   // Last use of each value in this graph, so intermediates are freed early.
   std::map<std::string, size_t> last_use;
   for (size_t i = 0; i < graph.nodes.size(); ++i)
@@ -118,8 +117,8 @@ static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, co
   return outs;
 }
 
-std::vector<Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
-                              const KernelRegistry* kernels, const NodeTimer* timer) {
+std::vector<Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs, const KernelRegistry* kernels,
+                              const NodeTimer* timer) {
   Scope scope(nullptr);
   for (const auto& [name, t] : graph.initializers) scope.set(name, t);
   for (const auto& [name, t] : inputs) scope.set(name, t);

@@ -26,12 +26,12 @@ extern "C" {
  * bundle's own prefix). */
 enum {
   KILN_BUNDLE_OK = 0,
-  KILN_BUNDLE_ERROR_ARGUMENT = 1,  /* a null pointer, a bad batch size or batch rule */
-  KILN_BUNDLE_ERROR_WEIGHTS = 2,   /* the weights are missing, unreadable, truncated or not this bundle's */
-  KILN_BUNDLE_ERROR_MEMORY = 3,    /* an allocation failed */
-  KILN_BUNDLE_ERROR_INDEX = 4,     /* an index input (Gather) was out of range */
-  KILN_BUNDLE_ERROR_NATIVE = 5,    /* native bundles: oneDNN failed, or cannot make the frozen primitives here */
-  KILN_BUNDLE_ERROR_CPU = 6        /* this CPU lacks instruction-set extensions the code was compiled for */
+  KILN_BUNDLE_ERROR_ARGUMENT = 1, /* a null pointer, a bad batch size or batch rule */
+  KILN_BUNDLE_ERROR_WEIGHTS = 2,  /* the weights are missing, unreadable, truncated or not this bundle's */
+  KILN_BUNDLE_ERROR_MEMORY = 3,   /* an allocation failed */
+  KILN_BUNDLE_ERROR_INDEX = 4,    /* an index input (Gather) was out of range */
+  KILN_BUNDLE_ERROR_NATIVE = 5,   /* native bundles: oneDNN failed, or cannot make the frozen primitives here */
+  KILN_BUNDLE_ERROR_CPU = 6       /* this CPU lacks instruction-set extensions the code was compiled for */
 };
 
 /* The weights file: this header, then the data at KILN_BUNDLE_ALIGNMENT. */
@@ -49,8 +49,8 @@ typedef struct kiln_bundle_weights_header {
  * that failed (KILN_BUNDLE_ERROR_INDEX or _NATIVE). io: the inputs, then the
  * outputs, each for `batch` items. native: the spec's state made by
  * kiln_bundle_desc.native_create (NULL in portable bundles). */
-typedef int32_t (*kiln_bundle_entry_fn)(const uint8_t* weights, void* const* io, uint8_t* arena,
-                                        const kiln_pk_threads* threads, void* native);
+typedef int32_t (*kiln_bundle_entry_fn)(const uint8_t* weights, void* const* io, uint8_t* arena, const kiln_pk_threads* threads,
+                                        void* native);
 
 /* Native bundles (bundle_native.c, which links libdnnl): makes the oneDNN
  * primitives of one spec from its table (kiln_bundle_spec.native), their
@@ -84,7 +84,7 @@ typedef struct kiln_bundle_desc {
   const kiln_bundle_spec* specs; /* ascending batch sizes */
   uint64_t weights_bytes;
   uint64_t weights_checksum;
-  const uint8_t* embedded_weights; /* the data itself, or NULL when weights live in a file */
+  const uint8_t* embedded_weights;            /* the data itself, or NULL when weights live in a file */
   kiln_bundle_native_create_fn native_create; /* NULL in portable bundles */
   kiln_bundle_native_destroy_fn native_destroy;
   const char* cpu;          /* the target CPU the code was compiled for ("znver5"), for messages */

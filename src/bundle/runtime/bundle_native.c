@@ -62,8 +62,10 @@ static dnnl_primitive_attr_t make_attr(const kiln_bundle_native_primitive* p) {
   int ok = 1;
   for (int32_t i = 0; i < p->num_post_ops && ok; ++i) {
     const kiln_bundle_native_post_op* op = &p->post_ops[i];
-    if (op->kind == KILN_BUNDLE_NATIVE_POST_SUM) ok = dnnl_post_ops_append_sum(ops, op->scale) == dnnl_success;
-    else ok = dnnl_post_ops_append_eltwise(ops, op->scale, (dnnl_alg_kind_t)op->alg, op->alpha, op->beta) == dnnl_success;
+    if (op->kind == KILN_BUNDLE_NATIVE_POST_SUM)
+      ok = dnnl_post_ops_append_sum(ops, op->scale) == dnnl_success;
+    else
+      ok = dnnl_post_ops_append_eltwise(ops, op->scale, (dnnl_alg_kind_t)op->alg, op->alpha, op->beta) == dnnl_success;
   }
   /* The scratchpad is a step buffer in the caller's arena: oneDNN's own
      belongs to the thread that created the primitive. */
@@ -111,7 +113,8 @@ static int32_t make_primitive(native_state* s, const kiln_bundle_native_primitiv
   out->num_memories = p->num_constants + p->num_runtime;
   out->memories = (dnnl_memory_t*)calloc((size_t)out->num_memories + 1, sizeof(dnnl_memory_t));
   out->exec_args = (dnnl_exec_arg_t*)calloc((size_t)out->num_memories + 1, sizeof(dnnl_exec_arg_t));
-  if (status != dnnl_success) rc = fail(error, error_size, p->label, "oneDNN cannot create the primitive", status);
+  if (status != dnnl_success)
+    rc = fail(error, error_size, p->label, "oneDNN cannot create the primitive", status);
   else if (!out->memories || !out->exec_args) {
     fail(error, error_size, p->label, "out of memory", 0);
     rc = KILN_BUNDLE_ERROR_MEMORY;
@@ -123,9 +126,10 @@ static int32_t make_primitive(native_state* s, const kiln_bundle_native_primitiv
     const dnnl_memory_desc_t* want = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, a->id);
     if (!want || !dnnl_memory_desc_equal(want, (const dnnl_memory_desc_t*)a->md) ||
         (int64_t)dnnl_memory_desc_get_size(want) != a->bytes) {
-      rc = fail(error, error_size, p->label,
-                "oneDNN on this CPU wants the weights in another layout than when the bundle was frozen (freeze it on this machine)",
-                0);
+      rc = fail(
+          error, error_size, p->label,
+          "oneDNN on this CPU wants the weights in another layout than when the bundle was frozen (freeze it on this machine)",
+          0);
       break;
     }
     status = dnnl_memory_create(&out->memories[c], want, s->engine, (void*)(uintptr_t)(weights + a->offset));

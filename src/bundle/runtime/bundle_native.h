@@ -68,8 +68,7 @@ typedef struct kiln_bundle_native_table {
 KILN_BUNDLE_STATIC_ASSERT(sizeof(kiln_bundle_native_arg) == 32, "native argument layout");
 KILN_BUNDLE_STATIC_ASSERT(sizeof(kiln_bundle_native_post_op) == 24, "native post-op layout");
 KILN_BUNDLE_STATIC_ASSERT(offsetof(kiln_bundle_native_primitive, desc) == 32 &&
-                              offsetof(kiln_bundle_native_primitive, label) == 80 &&
-                              sizeof(kiln_bundle_native_primitive) == 88,
+                              offsetof(kiln_bundle_native_primitive, label) == 80 && sizeof(kiln_bundle_native_primitive) == 88,
                           "native primitive layout");
 KILN_BUNDLE_STATIC_ASSERT(sizeof(kiln_bundle_native_table) == 24, "native table layout");
 

@@ -45,7 +45,7 @@ struct kiln_bundle {
   uint8_t* staging; /* padded copies of every input and output for the largest batch */
   kiln_pk_threads threads;
   void* native[KILN_BUNDLE_MAX_SPECS]; /* per spec: its oneDNN primitives (native bundles) */
-  int32_t ready; /* create succeeded */
+  int32_t ready;                       /* create succeeded */
   int32_t num_rules;
   rule rules[MAX_RULES];
   char error[512]; /* room to name every AVX-512 extension a CPU lacks */
@@ -390,7 +390,8 @@ int32_t kiln_bundle_set_batch_rule(kiln_bundle* b, const char* text) {
       return KILN_BUNDLE_ERROR_ARGUMENT;
     }
     parsed[n++] = r;
-    if (*p == ';') ++p;
+    if (*p == ';')
+      ++p;
     else if (*p) {
       set_error(b, "a batch rule is BATCH:SIZE,SIZE,... (rules separated by ';')", text);
       return KILN_BUNDLE_ERROR_ARGUMENT;

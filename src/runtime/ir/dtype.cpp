@@ -32,12 +32,12 @@ struct Named {
   const char* name;
 };
 constexpr Named kNames[] = {
-    {DType::Float32, "float32"}, {DType::UInt8, "uint8"},     {DType::Int8, "int8"},
-    {DType::UInt16, "uint16"},   {DType::Int16, "int16"},     {DType::Int32, "int32"},
-    {DType::Int64, "int64"},     {DType::String, "string"},   {DType::Bool, "bool"},
-    {DType::Float16, "float16"}, {DType::Float64, "float64"}, {DType::UInt32, "uint32"},
-    {DType::UInt64, "uint64"},   {DType::Complex64, "complex64"},
-    {DType::Complex128, "complex128"}, {DType::BFloat16, "bfloat16"},
+    {DType::Float32, "float32"},   {DType::UInt8, "uint8"},         {DType::Int8, "int8"},
+    {DType::UInt16, "uint16"},     {DType::Int16, "int16"},         {DType::Int32, "int32"},
+    {DType::Int64, "int64"},       {DType::String, "string"},       {DType::Bool, "bool"},
+    {DType::Float16, "float16"},   {DType::Float64, "float64"},     {DType::UInt32, "uint32"},
+    {DType::UInt64, "uint64"},     {DType::Complex64, "complex64"}, {DType::Complex128, "complex128"},
+    {DType::BFloat16, "bfloat16"},
 };
 }  // namespace
 
@@ -56,16 +56,11 @@ std::optional<DType> dtype_from_name(std::string_view name) {
 }
 
 bool dtype_supported(DType t) {
-  return t != DType::Undefined && t != DType::String && t != DType::Complex64 &&
-         t != DType::Complex128 && dtype_size(t) != 0;
+  return t != DType::Undefined && t != DType::String && t != DType::Complex64 && t != DType::Complex128 && dtype_size(t) != 0;
 }
 
-bool dtype_is_float(DType t) {
-  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
-}
-bool dtype_is_signed_int(DType t) {
-  return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64;
-}
+bool dtype_is_float(DType t) { return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16; }
+bool dtype_is_signed_int(DType t) { return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64; }
 bool dtype_is_unsigned_int(DType t) {
   return t == DType::UInt8 || t == DType::UInt16 || t == DType::UInt32 || t == DType::UInt64;
 }
@@ -106,7 +101,7 @@ uint16_t float_to_half(float f) {
     return sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0);
   }
   if (absx >= 0x477ff000u) return sign | 0x7c00;  // rounds to inf
-  if (absx < 0x38800000u) {                        // subnormal half or zero
+  if (absx < 0x38800000u) {                       // subnormal half or zero
     if (absx < 0x33000000u) return sign;
     uint32_t mant = (absx & 0x7fffff) | 0x800000;
     // A half subnormal is m * 2^-24, so m = mant >> (126 - biased exponent).

@@ -62,19 +62,59 @@ struct BFloat16 {
 };
 static_assert(sizeof(Half) == 2 && sizeof(BFloat16) == 2);
 
-template <typename T> struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::Float32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::Float64; };
-template <> struct DTypeOf<Half> { static constexpr DType value = DType::Float16; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = DType::BFloat16; };
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::Int8; };
-template <> struct DTypeOf<int16_t> { static constexpr DType value = DType::Int16; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::Int32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::Int64; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::UInt8; };
-template <> struct DTypeOf<uint16_t> { static constexpr DType value = DType::UInt16; };
-template <> struct DTypeOf<uint32_t> { static constexpr DType value = DType::UInt32; };
-template <> struct DTypeOf<uint64_t> { static constexpr DType value = DType::UInt64; };
-template <> struct DTypeOf<bool> { static constexpr DType value = DType::Bool; };
+template <typename T>
+struct DTypeOf;
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::Float32;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = DType::Float64;
+};
+template <>
+struct DTypeOf<Half> {
+  static constexpr DType value = DType::Float16;
+};
+template <>
+struct DTypeOf<BFloat16> {
+  static constexpr DType value = DType::BFloat16;
+};
+template <>
+struct DTypeOf<int8_t> {
+  static constexpr DType value = DType::Int8;
+};
+template <>
+struct DTypeOf<int16_t> {
+  static constexpr DType value = DType::Int16;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::Int32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::Int64;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = DType::UInt8;
+};
+template <>
+struct DTypeOf<uint16_t> {
+  static constexpr DType value = DType::UInt16;
+};
+template <>
+struct DTypeOf<uint32_t> {
+  static constexpr DType value = DType::UInt32;
+};
+template <>
+struct DTypeOf<uint64_t> {
+  static constexpr DType value = DType::UInt64;
+};
+template <>
+struct DTypeOf<bool> {
+  static constexpr DType value = DType::Bool;
+};
 
 }  // namespace kiln::ir

@@ -60,9 +60,7 @@ const Attribute* Node::attr(const std::string& key) const {
   return it == attributes.end() ? nullptr : &it->second;
 }
 
-std::string Node::describe() const {
-  return "node '" + name + "' (" + (domain.empty() ? "" : domain + ".") + op_type + ")";
-}
+std::string Node::describe() const { return "node '" + name + "' (" + (domain.empty() ? "" : domain + ".") + op_type + ")"; }
 
 const ValueInfo* Graph::find_input(const std::string& n) const {
   for (const auto& v : inputs)

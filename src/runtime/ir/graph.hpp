@@ -36,7 +36,7 @@ struct Shape {
   static Shape from_dims(const Dims& d);
   int rank() const { return int(dims.size()); }
   bool is_concrete() const;
-  Dims concrete() const;  // requires is_concrete()
+  Dims concrete() const;          // requires is_concrete()
   std::string to_string() const;  // "[batch,3,224,224]", "[?]" style
 };
 
@@ -68,10 +68,10 @@ Attribute int_attribute(int64_t value);
 Attribute ints_attribute(std::vector<int64_t> values);
 
 struct Node {
-  std::string name;     // may be empty in the file; importer assigns "<op>_<index>"
+  std::string name;  // may be empty in the file; importer assigns "<op>_<index>"
   std::string op_type;
-  std::string domain;   // "" for ai.onnx
-  int opset = 0;        // version of the node's domain in the model
+  std::string domain;                // "" for ai.onnx
+  int opset = 0;                     // version of the node's domain in the model
   std::vector<std::string> inputs;   // "" marks an omitted optional input
   std::vector<std::string> outputs;  // "" marks an omitted optional output
   std::map<std::string, Attribute> attributes;
@@ -83,9 +83,9 @@ struct Node {
 
 struct Graph {
   std::string name;
-  std::vector<ValueInfo> inputs;   // graph inputs, including ones that have an initializer
+  std::vector<ValueInfo> inputs;  // graph inputs, including ones that have an initializer
   std::vector<ValueInfo> outputs;
-  std::vector<Node> nodes;         // topologically sorted
+  std::vector<Node> nodes;  // topologically sorted
   std::map<std::string, Tensor> initializers;
   std::map<std::string, ValueInfo> value_info;  // declared or inferred intermediate types
 
@@ -125,8 +125,8 @@ struct Model {
   int64_t ir_version = 0;
   std::string producer_name;
   std::string producer_version;
-  std::string source_path;  // where it was loaded from, for messages ("<memory>" if none)
-  std::string content_hash; // XXH3-128 (hex) of the file and its external weights: the model part of cache keys
+  std::string source_path;   // where it was loaded from, for messages ("<memory>" if none)
+  std::string content_hash;  // XXH3-128 (hex) of the file and its external weights: the model part of cache keys
   // Set while initializers are still read-only views of the model file
   // (onnx_import::own_weights copies them out).
   std::shared_ptr<void> mapped_file;

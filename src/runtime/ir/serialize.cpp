@@ -20,14 +20,19 @@ Shape shape_from_json(const json& j, const std::string& what) {
   if (!j.is_array()) fail(ErrorKind::InvalidModel, what + ": a shape must be an array or null");
   Shape s;
   for (const json& d : j) {
-    if (d.is_number_integer()) s.dims.push_back(Dim::known(d.get<int64_t>()));
-    else if (d.is_string()) s.dims.push_back(d.get<std::string>().empty() ? Dim::unknown() : Dim::named(d.get<std::string>()));
-    else fail(ErrorKind::InvalidModel, what + ": a dimension must be a number or a symbol");
+    if (d.is_number_integer())
+      s.dims.push_back(Dim::known(d.get<int64_t>()));
+    else if (d.is_string())
+      s.dims.push_back(d.get<std::string>().empty() ? Dim::unknown() : Dim::named(d.get<std::string>()));
+    else
+      fail(ErrorKind::InvalidModel, what + ": a dimension must be a number or a symbol");
   }
   return s;
 }
 
-json value_info_to_json(const ValueInfo& v) { return {{"name", v.name}, {"dtype", int(v.dtype)}, {"shape", shape_to_json(v.shape)}}; }
+json value_info_to_json(const ValueInfo& v) {
+  return {{"name", v.name}, {"dtype", int(v.dtype)}, {"shape", shape_to_json(v.shape)}};
+}
 
 ValueInfo value_info_from_json(const json& j, const std::string& what) {
   ValueInfo v;
@@ -124,7 +129,7 @@ Tensor tensor_from_json(const json& j) {
 json node_to_json(const Node& n) {
   json attrs = json::object();
   for (const auto& [key, a] : n.attributes) attrs[key] = attribute_to_json(a);
-  return {{"name", n.name}, {"op", n.op_type}, {"domain", n.domain}, {"opset", n.opset},
+  return {{"name", n.name},     {"op", n.op_type},      {"domain", n.domain}, {"opset", n.opset},
           {"inputs", n.inputs}, {"outputs", n.outputs}, {"attributes", attrs}};
 }
 
@@ -144,8 +149,8 @@ Node node_from_json(const json& j) {
 }
 
 json graph_to_json(const Graph& g) {
-  json j = {{"name", g.name}, {"inputs", json::array()}, {"outputs", json::array()}, {"nodes", json::array()},
-            {"initializers", json::object()}, {"value_info", json::array()}};
+  json j = {{"name", g.name},         {"inputs", json::array()},        {"outputs", json::array()},
+            {"nodes", json::array()}, {"initializers", json::object()}, {"value_info", json::array()}};
   for (const auto& v : g.inputs) j["inputs"].push_back(value_info_to_json(v));
   for (const auto& v : g.outputs) j["outputs"].push_back(value_info_to_json(v));
   for (const auto& n : g.nodes) j["nodes"].push_back(node_to_json(n));

@@ -22,8 +22,8 @@ std::vector<ValueInfo> infer_node(const NodeView& n, const Graph& graph) {
   const std::string& op = n.node.op_type;
   // Every standard operator but these needs its first input; the backends
   // may then take input 0 as given.
-  static const std::set<std::string> first_input_optional = {"Constant", "RandomNormal", "RandomUniform", "Loop", "Scan",
-                                                             "Optional", "SequenceEmpty"};
+  static const std::set<std::string> first_input_optional = {"Constant", "RandomNormal", "RandomUniform", "Loop",
+                                                             "Scan",     "Optional",     "SequenceEmpty"};
   if (!n.input(0) && n.node.domain.empty() && !first_input_optional.count(op)) n.fail("its first input is required but missing");
   if (shape_rules::ShapeRule rule = shape_rules::ShapeRuleTable::instance().find(op)) return rule(n);
   // No rule: fall back on the model's own annotations, if any.
@@ -72,8 +72,9 @@ ValueInfo reconcile(const Node& node, const std::string& name, ValueInfo inferre
 }  // namespace
 
 bool may_fold(const Node& node) {
-  static const std::set<std::string> never = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                                              "Multinomial", "Bernoulli", "If", "Loop", "Scan", "Dropout"};
+  static const std::set<std::string> never = {
+      "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "If",
+      "Loop",         "Scan",          "Dropout"};
   return node.domain.empty() && !never.count(node.op_type);
 }
 
@@ -146,9 +147,9 @@ InferenceResult infer_shapes(const Graph& graph, const std::vector<ValueInfo>& i
       if (node.op_type == "Shape" && node.domain.empty() && first && first->shape.is_concrete() && !node.outputs.empty()) {
         Dims d = first->shape.concrete();
         auto [start, end] = shape_range(view, int64_t(d.size()));
-        r.constants[node.outputs[0]] = Tensor::from_vector<int64_t>({end - start}, std::vector<int64_t>(d.begin() + start, d.begin() + end));
-      } else if (node.op_type == "Size" && node.domain.empty() && first && first->shape.is_concrete() &&
-                 !node.outputs.empty()) {
+        r.constants[node.outputs[0]] =
+            Tensor::from_vector<int64_t>({end - start}, std::vector<int64_t>(d.begin() + start, d.begin() + end));
+      } else if (node.op_type == "Size" && node.domain.empty() && first && first->shape.is_concrete() && !node.outputs.empty()) {
         r.constants[node.outputs[0]] = Tensor::scalar<int64_t>(checked_numel(first->shape.concrete()));
       }
     }
@@ -179,11 +180,13 @@ Specialization specialize(const Graph& graph, const std::map<std::string, std::p
       fail(ErrorKind::InvalidArgument, "input '" + name + "' must be " + dtype_name(decl->dtype) + ", got " + dtype_name(dtype));
     if (decl->shape.rank_known) {
       if (decl->shape.rank() != int(dims.size()))
-        fail(ErrorKind::InvalidArgument, "input '" + name + "' must have shape " + decl->shape.to_string() + ", got " + dims_to_string(dims));
+        fail(ErrorKind::InvalidArgument,
+             "input '" + name + "' must have shape " + decl->shape.to_string() + ", got " + dims_to_string(dims));
       for (size_t i = 0; i < dims.size(); ++i) {
         const Dim& d = decl->shape.dims[i];
         if (d.is_known() && *d.value != dims[i])
-          fail(ErrorKind::InvalidArgument, "input '" + name + "' must have shape " + decl->shape.to_string() + ", got " + dims_to_string(dims));
+          fail(ErrorKind::InvalidArgument,
+               "input '" + name + "' must have shape " + decl->shape.to_string() + ", got " + dims_to_string(dims));
         if (!d.is_known() && !d.symbol.empty()) {
           auto [it, fresh] = symbols.emplace(d.symbol, dims[i]);
           if (!fresh && it->second != dims[i])

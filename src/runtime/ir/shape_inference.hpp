@@ -25,8 +25,8 @@ using ConstantEvaluator = std::function<std::optional<std::vector<Tensor>>(const
 bool may_fold(const Node& node);
 
 struct InferenceResult {
-  std::map<std::string, ValueInfo> values;   // every value of the graph
-  std::map<std::string, Tensor> constants;   // values known at compile time (initializers included)
+  std::map<std::string, ValueInfo> values;  // every value of the graph
+  std::map<std::string, Tensor> constants;  // values known at compile time (initializers included)
 };
 
 // `inputs` overrides the declared type of graph inputs (e.g. concrete shapes

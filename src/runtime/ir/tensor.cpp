@@ -35,7 +35,8 @@ std::string dims_to_string(const Dims& dims) {
 Tensor::Tensor(DType dtype, Dims dims) : Tensor(dtype, std::move(dims), true) {}
 
 Tensor::Tensor(DType dtype, Dims dims, bool zeroed) : dtype_(dtype), dims_(std::move(dims)) {
-  if (!dtype_supported(dtype)) fail(ErrorKind::Unsupported, std::string("tensors of ") + dtype_name(dtype) + " are not supported");
+  if (!dtype_supported(dtype))
+    fail(ErrorKind::Unsupported, std::string("tensors of ") + dtype_name(dtype) + " are not supported");
   numel_ = checked_numel(dims_);
   // Refuse sizes whose byte count would overflow; aligned_alloc then reports
   // anything merely too large for the machine.
@@ -58,7 +59,8 @@ Tensor::Tensor(DType dtype, Dims dims, bool zeroed) : dtype_(dtype), dims_(std::
 
 Tensor Tensor::view(DType dtype, Dims dims, void* data, std::shared_ptr<void> owner) {
   Tensor t;
-  if (!dtype_supported(dtype)) fail(ErrorKind::Unsupported, std::string("tensors of ") + dtype_name(dtype) + " are not supported");
+  if (!dtype_supported(dtype))
+    fail(ErrorKind::Unsupported, std::string("tensors of ") + dtype_name(dtype) + " are not supported");
   t.dtype_ = dtype;
   t.dims_ = std::move(dims);
   t.numel_ = checked_numel(t.dims_);
@@ -118,8 +120,7 @@ Tensor Tensor::clone() const {
 Tensor Tensor::reshaped(Dims dims) const {
   Tensor t = *this;
   int64_t n = checked_numel(dims);
-  if (n != numel_)
-    fail(ErrorKind::InvalidArgument, "cannot reshape " + dims_to_string(dims_) + " to " + dims_to_string(dims));
+  if (n != numel_) fail(ErrorKind::InvalidArgument, "cannot reshape " + dims_to_string(dims_) + " to " + dims_to_string(dims));
   t.dims_ = std::move(dims);
   return t;
 }

@@ -32,7 +32,9 @@ class Tensor {
   template <typename T>
   static Tensor from_vector(Dims dims, const std::vector<T>& values);
   template <typename T>
-  static Tensor scalar(T value) { return from_vector<T>({}, {value}); }
+  static Tensor scalar(T value) {
+    return from_vector<T>({}, {value});
+  }
 
   bool defined() const { return dtype_ != DType::Undefined; }
   DType dtype() const { return dtype_; }
@@ -46,8 +48,16 @@ class Tensor {
   const void* raw() const { return data_; }
   // The handle keeping the bytes alive (null for unowned views).
   const std::shared_ptr<void>& owner() const { return storage_; }
-  template <typename T> T* data() { check_type(DTypeOf<T>::value); return static_cast<T*>(data_); }
-  template <typename T> const T* data() const { check_type(DTypeOf<T>::value); return static_cast<const T*>(data_); }
+  template <typename T>
+  T* data() {
+    check_type(DTypeOf<T>::value);
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* data() const {
+    check_type(DTypeOf<T>::value);
+    return static_cast<const T*>(data_);
+  }
 
   // Element i converted to double / int64 whatever the dtype (for small
   // tensors of shapes, indices and attributes).
@@ -97,8 +107,8 @@ template <typename T>
 Tensor Tensor::from_vector(Dims dims, const std::vector<T>& values) {
   Tensor t(DTypeOf<T>::value, std::move(dims));
   if (int64_t(values.size()) != t.numel())
-    fail(ErrorKind::Internal, "Tensor::from_vector: " + std::to_string(values.size()) +
-                                  " values for shape " + dims_to_string(t.dims()));
+    fail(ErrorKind::Internal,
+         "Tensor::from_vector: " + std::to_string(values.size()) + " values for shape " + dims_to_string(t.dims()));
   T* out = t.data<T>();
   for (size_t i = 0; i < values.size(); ++i) out[i] = values[i];
   return t;

@@ -8,20 +8,20 @@
 
 #include <xxhash.h>
 
-#include <algorithm>
-#include <atomic>
-#include <climits>
-#include <ctime>
-#include <cstring>
-#include <filesystem>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
 
 #include <fstream>
-#include <optional>
 #include <map>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -49,18 +49,20 @@ int open_regular(const std::string& path, const std::string& what, struct stat& 
     const int err = errno;
     ::close(fd);
     if (S_ISDIR(st.st_mode)) fail(ErrorKind::Io, "cannot read " + what + " '" + path + "': is a directory");
-    fail(ErrorKind::Io, "cannot read " + what + " '" + path + "': " + (S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file"));
+    fail(ErrorKind::Io,
+         "cannot read " + what + " '" + path + "': " + (S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file"));
   }
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;
 }
 
 std::string read_file(const std::string& path, const char* what) {
-  struct stat st {};
+  struct stat st{};
   const int fd = open_regular(path, what, st);
   if (st.st_size > INT_MAX) {
     ::close(fd);
-    fail(ErrorKind::InvalidModel, "'" + path + "' is larger than 2 GiB; protobuf files cannot be; store the weights as external data");
+    fail(ErrorKind::InvalidModel,
+         "'" + path + "' is larger than 2 GiB; protobuf files cannot be; store the weights as external data");
   }
   std::string bytes(size_t(st.st_size), '\0');
   size_t at = 0;
@@ -188,12 +190,12 @@ std::shared_ptr<MappedFile> map_external(const std::string& path, const std::str
   const timespec looked_at = ir::coarse_now();
   auto file = std::make_shared<MappedFile>();
   file->path = path;
-  struct stat st {};
+  struct stat st{};
   file->fd = open_regular(path, where + "external data file", st);
   const std::string real = real_path_of(file->fd, path);
   if (real.empty() || real.rfind(inside == "/" ? inside : inside + "/", 0) != 0)
-    fail(ErrorKind::InvalidModel, where + "external data file '" + path + "' is really '" + real + "', outside the model's directory '" +
-                                      inside + "' (through a symbolic link)");
+    fail(ErrorKind::InvalidModel, where + "external data file '" + path + "' is really '" + real +
+                                      "', outside the model's directory '" + inside + "' (through a symbolic link)");
   file->size = size_t(st.st_size);
   if (file->size > 0) {
     void* map = ::mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, file->fd, 0);
@@ -308,8 +310,8 @@ class Importer {
                                           std::to_string(o.version()) + "; versions start at 1");
       // A later opset may have changed what an operator means: not guessed at.
       if (d.empty() && o.version() > kMaxOpset)
-        fail(ErrorKind::Unsupported, label_ + ": the model needs ai.onnx opset " + std::to_string(o.version()) + "; Kiln implements opsets 1 to " +
-                                         std::to_string(kMaxOpset));
+        fail(ErrorKind::Unsupported, label_ + ": the model needs ai.onnx opset " + std::to_string(o.version()) +
+                                         "; Kiln implements opsets 1 to " + std::to_string(kMaxOpset));
       m.opsets.push_back({d, o.version()});
       opsets_[d] = o.version();
     }
@@ -382,21 +384,17 @@ class Importer {
     if (have != numel) count_error(size_t(have));
     ir::Tensor t(dt, dims);
     switch (dt) {
-      case DType::Float32:
-        std::copy(tp.float_data().begin(), tp.float_data().end(), t.data<float>());
-        break;
-      case DType::Float64:
-        std::copy(tp.double_data().begin(), tp.double_data().end(), t.data<double>());
-        break;
-      case DType::Int64:
-        std::copy(tp.int64_data().begin(), tp.int64_data().end(), t.data<int64_t>());
-        break;
+      case DType::Float32: std::copy(tp.float_data().begin(), tp.float_data().end(), t.data<float>()); break;
+      case DType::Float64: std::copy(tp.double_data().begin(), tp.double_data().end(), t.data<double>()); break;
+      case DType::Int64: std::copy(tp.int64_data().begin(), tp.int64_data().end(), t.data<int64_t>()); break;
       case DType::UInt32:
       case DType::UInt64: {
         for (int64_t i = 0; i < numel; ++i) {
           uint64_t v = tp.uint64_data(int(i));
-          if (dt == DType::UInt32) t.data<uint32_t>()[i] = uint32_t(v);
-          else t.data<uint64_t>()[i] = v;
+          if (dt == DType::UInt32)
+            t.data<uint32_t>()[i] = uint32_t(v);
+          else
+            t.data<uint64_t>()[i] = v;
         }
         break;
       }
@@ -413,7 +411,9 @@ class Importer {
             case DType::Bool: t.data<bool>()[i] = v != 0; break;
             case DType::Float16: t.data<ir::Half>()[i].bits = uint16_t(v); break;
             case DType::BFloat16: t.data<ir::BFloat16>()[i].bits = uint16_t(v); break;
-            default: fail(ErrorKind::Unsupported, where_msg(where, tp.name()) + "element type " + ir::dtype_name(dt) + " is not supported");
+            default:
+              fail(ErrorKind::Unsupported,
+                   where_msg(where, tp.name()) + "element type " + ir::dtype_name(dt) + " is not supported");
           }
         }
       }
@@ -431,7 +431,8 @@ class Importer {
       fail(ErrorKind::InvalidModel, label_ + ": " + where + " has unknown element type code " + std::to_string(code));
     DType dt = DType(code);
     if (!ir::dtype_supported(dt))
-      fail(ErrorKind::Unsupported, label_ + ": " + where + " has element type " + ir::dtype_name(dt) + ", which Kiln does not support");
+      fail(ErrorKind::Unsupported,
+           label_ + ": " + where + " has element type " + ir::dtype_name(dt) + ", which Kiln does not support");
     return dt;
   }
 
@@ -441,11 +442,15 @@ class Importer {
     int64_t offset = 0, length = -1;
     for (const auto& kv : tp.external_data()) {
       try {
-        if (kv.key() == "location") location = kv.value();
-        else if (kv.key() == "offset") offset = std::stoll(kv.value());
-        else if (kv.key() == "length") length = std::stoll(kv.value());
+        if (kv.key() == "location")
+          location = kv.value();
+        else if (kv.key() == "offset")
+          offset = std::stoll(kv.value());
+        else if (kv.key() == "length")
+          length = std::stoll(kv.value());
       } catch (const std::exception&) {
-        fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data field '" + kv.key() + "' is not a number: '" + kv.value() + "'");
+        fail(ErrorKind::InvalidModel,
+             where_msg(where, tp.name()) + "external data field '" + kv.key() + "' is not a number: '" + kv.value() + "'");
       }
     }
     std::string dir = options_.external_data_dir;
@@ -456,23 +461,29 @@ class Importer {
     fs::path rel(location);
     // Keep external data inside the model's directory: a hostile file must not read /etc/passwd.
     if (rel.is_absolute() || location.find("..") != std::string::npos)
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data location '" + location + "' must be a relative path inside the model's directory");
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data location '" + location +
+                                        "' must be a relative path inside the model's directory");
     const std::string full = (fs::path(dir) / rel).string();
     std::shared_ptr<MappedFile>& file = external_[full];
     if (!file) {
       std::error_code ec;
       const std::string inside = fs::canonical(dir, ec).string();
-      if (ec) fail(ErrorKind::Io, where_msg(where, tp.name()) + "cannot open the external data directory '" + dir + "': " + ec.message());
+      if (ec)
+        fail(ErrorKind::Io,
+             where_msg(where, tp.name()) + "cannot open the external data directory '" + dir + "': " + ec.message());
       file = map_external(full, inside, options_, where_msg(where, tp.name()));
       if (file_) file_->external.push_back(file);
     }
     const uint64_t file_size = file->size;
     if (offset < 0 || uint64_t(offset) > file_size)
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data offset " + std::to_string(offset) + " is outside '" + full + "' (" + std::to_string(file_size) + " bytes)");
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data offset " + std::to_string(offset) +
+                                        " is outside '" + full + "' (" + std::to_string(file_size) + " bytes)");
     if (length >= 0 && uint64_t(length) != want_bytes)
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data length " + std::to_string(length) + " does not match the " + std::to_string(want_bytes) + " bytes its shape needs");
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data length " + std::to_string(length) +
+                                        " does not match the " + std::to_string(want_bytes) + " bytes its shape needs");
     if (file_size - uint64_t(offset) < want_bytes)
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data file '" + full + "' is too short: needs " + std::to_string(want_bytes) + " bytes at offset " + std::to_string(offset));
+      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data file '" + full + "' is too short: needs " +
+                                        std::to_string(want_bytes) + " bytes at offset " + std::to_string(offset));
     // The file's identity and where in it: each file is read once however
     // many tensors it holds, and not at all when its hash is remembered.
     hash_file(file->hash);
@@ -494,7 +505,10 @@ class Importer {
     const auto& type = vp.type();
     if (type.has_sequence_type() || type.has_optional_type() || type.has_map_type() || type.has_sparse_tensor_type())
       fail(ErrorKind::Unsupported, label_ + ": " + where + " '" + vp.name() + "' is " +
-                                       (type.has_sequence_type() ? "a sequence" : type.has_optional_type() ? "an optional" : type.has_map_type() ? "a map" : "a sparse tensor") +
+                                       (type.has_sequence_type()   ? "a sequence"
+                                        : type.has_optional_type() ? "an optional"
+                                        : type.has_map_type()      ? "a map"
+                                                                   : "a sparse tensor") +
                                        "; Kiln supports dense tensors only");
     if (!type.has_tensor_type()) return v;
     const auto& tt = type.tensor_type();
@@ -504,7 +518,8 @@ class Importer {
       for (const auto& d : tt.shape().dim()) {
         if (d.has_dim_value()) {
           if (d.dim_value() < 0)
-            fail(ErrorKind::InvalidModel, label_ + ": " + where + " '" + vp.name() + "' has negative dimension " + std::to_string(d.dim_value()));
+            fail(ErrorKind::InvalidModel,
+                 label_ + ": " + where + " '" + vp.name() + "' has negative dimension " + std::to_string(d.dim_value()));
           v.shape.dims.push_back(ir::Dim::known(d.dim_value()));
         } else if (d.has_dim_param() && !d.dim_param().empty()) {
           v.shape.dims.push_back(ir::Dim::named(d.dim_param()));
@@ -521,14 +536,38 @@ class Importer {
     using K = ir::Attribute::Kind;
     const std::string where = "attribute '" + ap.name() + "' of " + node.describe();
     switch (ap.type()) {
-      case onnx::AttributeProto::FLOAT: a.kind = K::Float; a.f = ap.f(); break;
-      case onnx::AttributeProto::INT: a.kind = K::Int; a.i = ap.i(); break;
-      case onnx::AttributeProto::STRING: a.kind = K::String; a.s = ap.s(); break;
-      case onnx::AttributeProto::TENSOR: a.kind = K::Tensor; a.t = tensor(ap.t(), where); break;
-      case onnx::AttributeProto::GRAPH: a.kind = K::Graph; a.g = import_graph(ap.g(), where); break;
-      case onnx::AttributeProto::FLOATS: a.kind = K::Floats; a.floats.assign(ap.floats().begin(), ap.floats().end()); break;
-      case onnx::AttributeProto::INTS: a.kind = K::Ints; a.ints.assign(ap.ints().begin(), ap.ints().end()); break;
-      case onnx::AttributeProto::STRINGS: a.kind = K::Strings; a.strings.assign(ap.strings().begin(), ap.strings().end()); break;
+      case onnx::AttributeProto::FLOAT:
+        a.kind = K::Float;
+        a.f = ap.f();
+        break;
+      case onnx::AttributeProto::INT:
+        a.kind = K::Int;
+        a.i = ap.i();
+        break;
+      case onnx::AttributeProto::STRING:
+        a.kind = K::String;
+        a.s = ap.s();
+        break;
+      case onnx::AttributeProto::TENSOR:
+        a.kind = K::Tensor;
+        a.t = tensor(ap.t(), where);
+        break;
+      case onnx::AttributeProto::GRAPH:
+        a.kind = K::Graph;
+        a.g = import_graph(ap.g(), where);
+        break;
+      case onnx::AttributeProto::FLOATS:
+        a.kind = K::Floats;
+        a.floats.assign(ap.floats().begin(), ap.floats().end());
+        break;
+      case onnx::AttributeProto::INTS:
+        a.kind = K::Ints;
+        a.ints.assign(ap.ints().begin(), ap.ints().end());
+        break;
+      case onnx::AttributeProto::STRINGS:
+        a.kind = K::Strings;
+        a.strings.assign(ap.strings().begin(), ap.strings().end());
+        break;
       case onnx::AttributeProto::TENSORS:
         a.kind = K::Tensors;
         for (const auto& t : ap.tensors()) a.tensors.push_back(tensor(t, where));
@@ -539,33 +578,53 @@ class Importer {
         break;
       case onnx::AttributeProto::UNDEFINED: {
         // Files written before IR version 2 carry no type: infer it from the populated field.
-        if (ap.has_f()) { a.kind = K::Float; a.f = ap.f(); }
-        else if (ap.has_i()) { a.kind = K::Int; a.i = ap.i(); }
-        else if (ap.has_s()) { a.kind = K::String; a.s = ap.s(); }
-        else if (ap.has_t()) { a.kind = K::Tensor; a.t = tensor(ap.t(), where); }
-        else if (ap.has_g()) { a.kind = K::Graph; a.g = import_graph(ap.g(), where); }
-        else if (ap.floats_size()) { a.kind = K::Floats; a.floats.assign(ap.floats().begin(), ap.floats().end()); }
-        else if (ap.ints_size()) { a.kind = K::Ints; a.ints.assign(ap.ints().begin(), ap.ints().end()); }
-        else if (ap.strings_size()) { a.kind = K::Strings; a.strings.assign(ap.strings().begin(), ap.strings().end()); }
-        else fail(ErrorKind::InvalidModel, label_ + ": " + where + " has no type and no value");
+        if (ap.has_f()) {
+          a.kind = K::Float;
+          a.f = ap.f();
+        } else if (ap.has_i()) {
+          a.kind = K::Int;
+          a.i = ap.i();
+        } else if (ap.has_s()) {
+          a.kind = K::String;
+          a.s = ap.s();
+        } else if (ap.has_t()) {
+          a.kind = K::Tensor;
+          a.t = tensor(ap.t(), where);
+        } else if (ap.has_g()) {
+          a.kind = K::Graph;
+          a.g = import_graph(ap.g(), where);
+        } else if (ap.floats_size()) {
+          a.kind = K::Floats;
+          a.floats.assign(ap.floats().begin(), ap.floats().end());
+        } else if (ap.ints_size()) {
+          a.kind = K::Ints;
+          a.ints.assign(ap.ints().begin(), ap.ints().end());
+        } else if (ap.strings_size()) {
+          a.kind = K::Strings;
+          a.strings.assign(ap.strings().begin(), ap.strings().end());
+        } else
+          fail(ErrorKind::InvalidModel, label_ + ": " + where + " has no type and no value");
         break;
       }
       default:
-        fail(ErrorKind::Unsupported, label_ + ": " + where + " has attribute type " + std::to_string(int(ap.type())) + ", which Kiln does not support");
+        fail(ErrorKind::Unsupported,
+             label_ + ": " + where + " has attribute type " + std::to_string(int(ap.type())) + ", which Kiln does not support");
     }
     return a;
   }
 
   // The value of a Constant node; sparse and string constants are unsupported.
   ir::Tensor constant_value(const ir::Node& n) {
-    if (n.attributes.size() != 1) fail(ErrorKind::InvalidModel, label_ + ": " + n.describe() + " must have exactly one value attribute");
+    if (n.attributes.size() != 1)
+      fail(ErrorKind::InvalidModel, label_ + ": " + n.describe() + " must have exactly one value attribute");
     const auto& [key, a] = *n.attributes.begin();
     if (key == "value") return a.t;
     if (key == "value_float") return ir::Tensor::scalar<float>(a.f);
     if (key == "value_floats") return ir::Tensor::from_vector<float>({int64_t(a.floats.size())}, a.floats);
     if (key == "value_int") return ir::Tensor::scalar<int64_t>(a.i);
     if (key == "value_ints") return ir::Tensor::from_vector<int64_t>({int64_t(a.ints.size())}, a.ints);
-    fail(ErrorKind::Unsupported, label_ + ": " + n.describe() + ": constant attribute '" + key + "' is not supported (dense numeric tensors only)");
+    fail(ErrorKind::Unsupported,
+         label_ + ": " + n.describe() + ": constant attribute '" + key + "' is not supported (dense numeric tensors only)");
   }
 
   std::shared_ptr<ir::Graph> import_graph(const onnx::GraphProto& gp, const std::string& where) {
@@ -607,15 +666,18 @@ class Importer {
       ++index;
       auto os = opsets_.find(n.domain);
       if (os == opsets_.end())
-        fail(ErrorKind::InvalidModel, label_ + ": " + n.describe() + " uses domain '" + n.domain + "', which the model does not import");
+        fail(ErrorKind::InvalidModel,
+             label_ + ": " + n.describe() + " uses domain '" + n.domain + "', which the model does not import");
       n.opset = int(std::min<int64_t>(os->second, INT_MAX));
-      if (n.op_type.empty()) fail(ErrorKind::InvalidModel, label_ + ": node " + std::to_string(index - 1) + " of " + gwhere + " has no op_type");
+      if (n.op_type.empty())
+        fail(ErrorKind::InvalidModel, label_ + ": node " + std::to_string(index - 1) + " of " + gwhere + " has no op_type");
       n.inputs.assign(np.input().begin(), np.input().end());
       n.outputs.assign(np.output().begin(), np.output().end());
       for (const auto& ap : np.attribute()) {
         if (ap.name().empty()) fail(ErrorKind::InvalidModel, label_ + ": " + n.describe() + " has an attribute without a name");
         if (!ap.ref_attr_name().empty())
-          fail(ErrorKind::Unsupported, label_ + ": " + n.describe() + " refers to a function attribute; functions are not supported");
+          fail(ErrorKind::Unsupported,
+               label_ + ": " + n.describe() + " refers to a function attribute; functions are not supported");
         n.attributes[ap.name()] = attribute(ap, n);
       }
       for (const auto& o : n.outputs) {
@@ -649,7 +711,8 @@ ir::Model import_model_bytes(const void* data, size_t size, const std::string& l
   onnx::ModelProto mp;
   if (size == 0) fail(ErrorKind::InvalidModel, label + ": the file is empty, not an ONNX model");
   if (!parse_proto(mp, data, size))
-    fail(ErrorKind::InvalidModel, label + ": not a valid ONNX model (protobuf parse failed: the file is truncated, corrupt or not ONNX)");
+    fail(ErrorKind::InvalidModel,
+         label + ": not a valid ONNX model (protobuf parse failed: the file is truncated, corrupt or not ONNX)");
   Importer importer(label, options);
   importer.hash_file(hash_blocks(static_cast<const uint8_t*>(data), size, options.hash_threads));
   return importer.import(mp);
@@ -664,11 +727,12 @@ ir::Model import_model_file(const std::string& path, const ImportOptions& option
   const timespec looked_at = ir::coarse_now();  // before the file is examined (see ImportOptions::remember_file_hash)
   auto file = std::make_shared<MappedFile>();
   file->path = path;
-  struct stat st {};
+  struct stat st{};
   file->fd = open_regular(path, "model", st);
   if (st.st_size == 0) fail(ErrorKind::InvalidModel, path + ": the file is empty, not an ONNX model");
   if (uint64_t(st.st_size) > uint64_t(INT_MAX))
-    fail(ErrorKind::InvalidModel, "'" + path + "' is larger than 2 GiB; protobuf files cannot be; store the weights as external data");
+    fail(ErrorKind::InvalidModel,
+         "'" + path + "' is larger than 2 GiB; protobuf files cannot be; store the weights as external data");
   file->size = size_t(st.st_size);
   void* map = ::mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, file->fd, 0);
   if (map == MAP_FAILED) fail(ErrorKind::Io, "cannot map model '" + path + "': " + std::strerror(errno));
@@ -677,7 +741,8 @@ ir::Model import_model_file(const std::string& path, const ImportOptions& option
   if (!options.keep_weights_in_file) return import_model_bytes(file->data, file->size, path, opts);
   onnx::ModelProto mp;
   RawSpans raw;
-  if (!parse_model_keeping_weights(file->data, file->size, mp, raw)) return import_model_bytes(file->data, file->size, path, opts);
+  if (!parse_model_keeping_weights(file->data, file->size, mp, raw))
+    return import_model_bytes(file->data, file->size, path, opts);
   Importer importer(path, opts);
   identify(*file, st, looked_at, opts);
   importer.hash_file(file->hash);
@@ -692,9 +757,12 @@ void own_weights(ir::Model& model) {
   // was computed from. A file rewritten in place (rather than replaced by a
   // rename) is an error, not a silently different model.
   auto check = [](const MappedFile& f, const std::string& what) {
-    struct stat st {};
-    if (::fstat(f.fd, &st) != 0 || uint64_t(st.st_size) != f.size || !XXH128_isEqual(hash_blocks(f.data, f.size, f.hash_threads), f.hash))
-      fail(ErrorKind::Io, what + " '" + f.path + "' was changed on disk after the model was loaded; load it again (replace model files by renaming a new file over them, not by rewriting them in place)");
+    struct stat st{};
+    if (::fstat(f.fd, &st) != 0 || uint64_t(st.st_size) != f.size ||
+        !XXH128_isEqual(hash_blocks(f.data, f.size, f.hash_threads), f.hash))
+      fail(ErrorKind::Io, what + " '" + f.path +
+                              "' was changed on disk after the model was loaded; load it again (replace model files by renaming "
+                              "a new file over them, not by rewriting them in place)");
   };
   check(file, "model");
   for (const auto& e : file.external) check(*e, "external data file");
@@ -713,7 +781,8 @@ void own_weights(ir::Model& model) {
   for (auto& [name, t] : model.graph->initializers)
     if (t.owner() == model.mapped_file) total += padded(t);
   std::shared_ptr<void> block(ir::allocate_buffer(total), &std::free);
-  if (!block) fail(ErrorKind::Internal, "out of memory copying the weights of '" + file.path + "' (" + std::to_string(total) + " bytes)");
+  if (!block)
+    fail(ErrorKind::Internal, "out of memory copying the weights of '" + file.path + "' (" + std::to_string(total) + " bytes)");
   char* to = static_cast<char*>(block.get());
   for (auto& [name, t] : model.graph->initializers) {
     if (t.owner() != model.mapped_file) continue;
@@ -722,15 +791,15 @@ void own_weights(ir::Model& model) {
     t = ir::Tensor::view(t.dtype(), t.dims(), to, block);
     to += padded(t);
   }
-  for_each_on_threads(pieces.size(), file.hash_threads, [&](size_t i) { std::memcpy(pieces[i].to, pieces[i].from, pieces[i].bytes); });
+  for_each_on_threads(pieces.size(), file.hash_threads,
+                      [&](size_t i) { std::memcpy(pieces[i].to, pieces[i].from, pieces[i].bytes); });
   model.mapped_file.reset();
 }
 
 ir::Tensor import_tensor_bytes(const void* data, size_t size, const std::string& label) {
   onnx::TensorProto tp;
   if (!parse_proto(tp, data, size)) fail(ErrorKind::InvalidModel, label + ": not a valid ONNX TensorProto");
-  if (tp.data_type() == int32_t(DType::String))
-    fail(ErrorKind::Unsupported, label + ": string tensors are not supported");
+  if (tp.data_type() == int32_t(DType::String)) fail(ErrorKind::Unsupported, label + ": string tensors are not supported");
   return Importer(label, {}).tensor(tp, label + ": tensor");
 }
 

@@ -40,8 +40,7 @@ struct ImportOptions {
 };
 
 ir::Model import_model_file(const std::string& path, const ImportOptions& options = {});
-ir::Model import_model_bytes(const void* data, size_t size, const std::string& label,
-                             const ImportOptions& options = {});
+ir::Model import_model_bytes(const void* data, size_t size, const std::string& label, const ImportOptions& options = {});
 // Copies the weights a model still views in its file into memory of its own
 // (nothing to do unless imported with keep_weights_in_file), after checking
 // that the file still holds the bytes it was loaded from.

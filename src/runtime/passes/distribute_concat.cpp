@@ -27,8 +27,10 @@ class Distributor {
     std::vector<ir::Node> nodes = std::move(g_.nodes);
     g_.nodes.clear();
     for (ir::Node& n : nodes) {
-      if (push_pool(n) || split_conv(n)) ++changed;
-      else add(std::move(n));
+      if (push_pool(n) || split_conv(n))
+        ++changed;
+      else
+        add(std::move(n));
     }
     if (changed) remove_dead_nodes(g_);
     return changed;
@@ -150,8 +152,9 @@ class Distributor {
       add_node.op_type = "Add";
       add_node.opset = conv.opset;
       add_node.inputs = {partial, sum};
-      add_node.outputs = {last ? conv.outputs[0] : new_value(conv.outputs[0] + "/sum" + std::to_string(i), ir::DType::Float32,
-                                                             out->shape.concrete())};
+      add_node.outputs = {
+          last ? conv.outputs[0]
+               : new_value(conv.outputs[0] + "/sum" + std::to_string(i), ir::DType::Float32, out->shape.concrete())};
       sum = add_node.outputs[0];
       add(std::move(add_node));
     }

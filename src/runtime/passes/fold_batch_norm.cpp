@@ -49,8 +49,10 @@ std::string add_weight(ir::Graph& graph, ir::Specialization& spec, const std::st
                        const std::vector<double>& values) {
   ir::Tensor t(dtype, dims);
   for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == ir::DType::Float32) t.data<float>()[i] = float(values[i]);
-    else t.data<double>()[i] = values[i];
+    if (dtype == ir::DType::Float32)
+      t.data<float>()[i] = float(values[i]);
+    else
+      t.data<double>()[i] = values[i];
   }
   const std::string name = new_value(graph, spec, base, dtype, dims);
   graph.initializers[name] = t;
@@ -89,7 +91,8 @@ int fold_batch_norm(ir::Graph& graph, ir::Specialization& spec) {
     std::vector<double> new_w(static_cast<size_t>(w->numel())), new_b(static_cast<size_t>(m));
     for (int64_t c = 0; c < m; ++c) {
       new_b[size_t(c)] = (bias ? bias->as_double(c) : 0.0) * a->s[size_t(c)] + a->t[size_t(c)];
-      for (int64_t k = 0; k < per_channel; ++k) new_w[size_t(c * per_channel + k)] = w->as_double(c * per_channel + k) * a->s[size_t(c)];
+      for (int64_t k = 0; k < per_channel; ++k)
+        new_w[size_t(c * per_channel + k)] = w->as_double(c * per_channel + k) * a->s[size_t(c)];
     }
     conv.inputs.resize(3);
     conv.inputs[1] = add_weight(graph, spec, conv.name + "_bn_weight", w->dtype(), w->dims(), new_w);

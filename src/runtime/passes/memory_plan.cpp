@@ -93,7 +93,8 @@ std::string check_memory_plan(const MemoryPlan& plan) {
       const auto& a = *all[i].second;
       const auto& b = *all[j].second;
       bool bytes_overlap = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
-      if (bytes_overlap && lifetimes_overlap(a, b)) return "'" + all[i].first + "' and '" + all[j].first + "' overlap while both are alive";
+      if (bytes_overlap && lifetimes_overlap(a, b))
+        return "'" + all[i].first + "' and '" + all[j].first + "' overlap while both are alive";
     }
   return {};
 }

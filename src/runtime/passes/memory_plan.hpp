@@ -20,8 +20,8 @@ struct MemoryPlan {
   };
   static constexpr int64_t kAlignment = 64;
   std::map<std::string, Slot> slots;
-  int64_t arena_bytes = 0;         // the arena's size
-  int64_t intermediate_bytes = 0;  // what the intermediates would take without reuse
+  int64_t arena_bytes = 0;           // the arena's size
+  int64_t intermediate_bytes = 0;    // what the intermediates would take without reuse
   std::vector<std::string> dynamic;  // shapes unknown until run time: not planned
 };
 

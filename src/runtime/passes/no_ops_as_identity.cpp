@@ -47,7 +47,8 @@ class NoOps {
   // Dropout returns its input unless it trains with a ratio above zero. Some
   // exporters (torchvision's Swin) write training_mode = true with ratio 0.
   bool is_identity_dropout(const ir::Node& n) const {
-    if (n.op_type != "Dropout" || (!n.domain.empty() && n.domain != "ai.onnx") || n.inputs.empty() || n.inputs[0].empty()) return false;
+    if (n.op_type != "Dropout" || (!n.domain.empty() && n.domain != "ai.onnx") || n.inputs.empty() || n.inputs[0].empty())
+      return false;
     const ir::ValueInfo* in = info(n.inputs[0]);
     if (!in || !in->shape.is_concrete()) return false;
     if (n.opset < 7) {

@@ -18,8 +18,7 @@ int fold_constants(ir::Graph& graph, const ir::ConstantEvaluator& evaluator, int
 // Replaces every node whose outputs are all known (e.g. the constants a
 // specialization computed: Shape -> Gather -> Concat on concrete shapes) by
 // initializers holding those values.
-int bake_constants(ir::Graph& graph, const std::map<std::string, ir::Tensor>& constants,
-                   int64_t max_elements = int64_t(1) << 24);
+int bake_constants(ir::Graph& graph, const std::map<std::string, ir::Tensor>& constants, int64_t max_elements = int64_t(1) << 24);
 
 // Removes nodes none of whose outputs reach a graph output, and initializers
 // nothing uses.

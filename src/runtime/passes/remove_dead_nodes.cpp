@@ -18,8 +18,10 @@ int remove_dead_nodes(ir::Graph& graph) {
   std::set<std::string> inputs;
   for (const auto& in : graph.inputs) inputs.insert(in.name);
   for (auto it = graph.initializers.begin(); it != graph.initializers.end();) {
-    if (!live.count(it->first) && !inputs.count(it->first)) it = graph.initializers.erase(it);
-    else ++it;
+    if (!live.count(it->first) && !inputs.count(it->first))
+      it = graph.initializers.erase(it);
+    else
+      ++it;
   }
   return removed;
 }

@@ -68,7 +68,7 @@ Program Context::run() {
     try {
       native = lower_node(*this, graph.nodes[i]);
     } catch (const dnnl::error&) {
-      native = false;  // oneDNN has no implementation for this case: the reference kernel runs it
+      native = false;                  // oneDNN has no implementation for this case: the reference kernel runs it
     } catch (const std::bad_alloc&) {  // a table the node's sizes ask for (a resize's taps)
       ir::fail(ir::ErrorKind::Internal, graph.nodes[i].describe() + ": out of memory allocating what its compile needs");
     }
@@ -95,7 +95,9 @@ const ir::ValueInfo& Context::info(const std::string& name) const {
 int64_t Context::bytes_of(const std::string& name) const {
   return ir::checked_numel(dims(name)) * int64_t(ir::dtype_size(dtype(name)));
 }
-const ir::Tensor* Context::constant(const std::string& name) const { return input_index_.count(name) ? nullptr : graph.constant(name); }
+const ir::Tensor* Context::constant(const std::string& name) const {
+  return input_index_.count(name) ? nullptr : graph.constant(name);
+}
 std::optional<float> Context::scalar_constant(const std::string& name) const {
   const ir::Tensor* t = constant(name);
   if (!t || t->numel() != 1 || t->dtype() != DType::Float32) return std::nullopt;
@@ -296,7 +298,8 @@ void Context::finish_output(int k) {
     add_reorder("output " + name, v.buffer, target, v.layout, plain_md(dims(name)));
   } else if (!host_kernels) {
     add_call("output " + name, {v.buffer, target}, {0, 1},
-             {"kiln_pk_copy_rows", {Call::i64(1), Call::i64(bytes_of(name)), Call::buffer(0), Call::i64(0), Call::buffer(1), Call::i64(0)}});
+             {"kiln_pk_copy_rows",
+              {Call::i64(1), Call::i64(bytes_of(name)), Call::buffer(0), Call::i64(0), Call::buffer(1), Call::i64(0)}});
   } else {
     add_kernel("output " + name, {v.buffer, target}, {0, 1}, std::make_unique<CopyKernel>(bytes_of(name)));
   }

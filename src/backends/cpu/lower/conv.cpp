@@ -112,8 +112,8 @@ void emit_silu(Context& cx, const std::string& label, const std::string& from, c
 
 // A convolution's step (either direction): its weights reordered once into
 // the layout the primitive chose, the source read in the layout it wants.
-void emit_weighted(Context& cx, const ir::Node& n, const dnnl::primitive_desc_base& pd, int src, const md& user_wei, const ir::Tensor* w,
-                   const ir::Tensor* b, const md& bias_md, const Fused& f) {
+void emit_weighted(Context& cx, const ir::Node& n, const dnnl::primitive_desc_base& pd, int src, const md& user_wei,
+                   const ir::Tensor* w, const ir::Tensor* b, const md& bias_md, const Fused& f) {
   std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, cx.constant_memory(user_wei, w->raw(), pd.weights_desc(0))}};
   if (b) constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, b->raw(), bias_md);
   cx.compiled();
@@ -126,7 +126,10 @@ void emit_conv(Context& cx, const ir::Node& n, const dnnl::convolution_forward::
                const ir::Tensor* b, const dnnl::memory::dims& wei, const md& bias_md, int64_t group, const Fused& f) {
   const Dims wdims = w->dims();
   const size_t rank = wdims.size();
-  md user_wei = group > 1 ? md(wei, dt::f32, rank == 3 ? dnnl::memory::format_tag::goiw : rank == 4 ? dnnl::memory::format_tag::goihw : dnnl::memory::format_tag::goidhw)
+  md user_wei = group > 1 ? md(wei, dt::f32,
+                               rank == 3   ? dnnl::memory::format_tag::goiw
+                               : rank == 4 ? dnnl::memory::format_tag::goihw
+                                           : dnnl::memory::format_tag::goidhw)
                           : plain_md(wdims);
   emit_weighted(cx, n, pd, src, user_wei, w, b, bias_md, f);
 }
@@ -145,7 +148,9 @@ bool lower_conv_transpose_by_taps(Context& cx, const ir::Node& n, const ir::Tens
   // In channel blocks where a convolution would compute so, or where the input already is.
   const bool blocked =
       channels % 16 == 0 && (prefers_channel_blocks(cx.tuning, in, out) || channel_block(cx.val(n.inputs[0]).layout) == 16);
-  auto layout = [&](const Dims& d) { return blocked ? md(to_dnnl(d), dt::f32, channel_blocked_tag(d.size())) : channels_last(d); };
+  auto layout = [&](const Dims& d) {
+    return blocked ? md(to_dnnl(d), dt::f32, channel_blocked_tag(d.size())) : channels_last(d);
+  };
   Dims taps_dims = in;
   taps_dims[1] = wide;
   const md taps_md = layout(taps_dims);
@@ -364,8 +369,8 @@ bool lower_conv_transpose(Context& cx, const ir::Node& n) {
   Fused f = fuse_after(cx, n.outputs[0], true);
   auto any = [](const Dims& d) { return md(to_dnnl(d), dt::f32, dnnl::memory::format_tag::any); };
   dnnl::deconvolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, any(in),
-                                         md(wei, dt::f32, dnnl::memory::format_tag::any), bias_md, any(out), to_dnnl(geo.strides), dil,
-                                         to_dnnl(geo.pad_begin), to_dnnl(geo.pad_end));
+                                         md(wei, dt::f32, dnnl::memory::format_tag::any), bias_md, any(out), to_dnnl(geo.strides),
+                                         dil, to_dnnl(geo.pad_begin), to_dnnl(geo.pad_end));
   dnnl::deconvolution_forward::primitive_desc pd(desc, post_op_attr(f), cpu_engine());
   emit_weighted(cx, n, pd, cx.as_layout(n.inputs[0], pd.src_desc()), user_wei, w, b, bias_md, f);
   return true;
@@ -397,15 +402,36 @@ bool portable_conv(Context& cx, const ir::Node& n) {
   }
   int dst = -1;
   const Call::Arg residual = epilogue_args(cx, e, args, writes, dst);
-  const size_t scratch_bytes = kiln_pk_conv2d_scratch_bytes(in[0], in[1], hw[0], hw[1], wd[0], o[0], o[1], k[0], k[1], st[0], st[1],
-                                                            dil[0], dil[1], group);
+  const size_t scratch_bytes = kiln_pk_conv2d_scratch_bytes(in[0], in[1], hw[0], hw[1], wd[0], o[0], o[1], k[0], k[1], st[0],
+                                                            st[1], dil[0], dil[1], group);
   const Call::Arg work = cx.scratch(args, writes, scratch_bytes, n.describe());
   Call call{"kiln_pk_conv2d",
-            {Call::i64(in[0]), Call::i64(in[1]), Call::i64(hw[0]), Call::i64(hw[1]), Call::i64(wd[0]), Call::i64(o[0]),
-             Call::i64(o[1]), Call::i64(k[0]), Call::i64(k[1]), Call::i64(st[0]), Call::i64(st[1]), Call::i64(pad[0]),
-             Call::i64(pad[1]), Call::i64(dil[0]), Call::i64(dil[1]), Call::i64(group), Call::buffer(0), Call::buffer(1), bias,
-             residual, Call::buffer(dst), Call::i32(e.act), Call::f32(e.alpha), Call::f32(e.beta),
-             Call::i32(conv_split(cx, e.fused.value)), work},
+            {Call::i64(in[0]),
+             Call::i64(in[1]),
+             Call::i64(hw[0]),
+             Call::i64(hw[1]),
+             Call::i64(wd[0]),
+             Call::i64(o[0]),
+             Call::i64(o[1]),
+             Call::i64(k[0]),
+             Call::i64(k[1]),
+             Call::i64(st[0]),
+             Call::i64(st[1]),
+             Call::i64(pad[0]),
+             Call::i64(pad[1]),
+             Call::i64(dil[0]),
+             Call::i64(dil[1]),
+             Call::i64(group),
+             Call::buffer(0),
+             Call::buffer(1),
+             bias,
+             residual,
+             Call::buffer(dst),
+             Call::i32(e.act),
+             Call::f32(e.alpha),
+             Call::f32(e.beta),
+             Call::i32(conv_split(cx, e.fused.value)),
+             work},
             false};
   cx.compiled();
   absorb(cx, e.fused);

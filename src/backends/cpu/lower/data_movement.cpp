@@ -105,7 +105,6 @@ bool lower_alias(Context& cx, const ir::Node& n) {
   return true;
 }
 
-
 bool lower_transpose(Context& cx, const ir::Node& n) {
   return reorder_transpose(cx, n) || (!cx.host_kernels && portable_transpose(cx, n));
 }
@@ -115,9 +114,9 @@ bool lower_slice(Context& cx, const ir::Node& n) {
   const auto view = slice_view(cx, n);
   if (!view) return false;
   const int src = cx.plain(n.inputs[0]);
-  cx.add_kernel(n.describe(), {src, cx.define_plain(n.outputs[0])}, {0, 1},
-                std::make_unique<StridedCopyKernel>(view->out, view->offset, view->strides,
-                                                    ir::dtype_size(cx.dtype(n.inputs[0]))));
+  cx.add_kernel(
+      n.describe(), {src, cx.define_plain(n.outputs[0])}, {0, 1},
+      std::make_unique<StridedCopyKernel>(view->out, view->offset, view->strides, ir::dtype_size(cx.dtype(n.inputs[0]))));
   cx.compiled();
   return true;
 }
@@ -173,7 +172,8 @@ bool lower_concat(Context& cx, const ir::Node& n) {
   if (any_blocked) {
     std::vector<md> srcs;
     for (const auto& in : ins) srcs.push_back(cx.val(in).layout);
-    dnnl::concat::primitive_desc pd(md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any), int(axis), srcs, cpu_engine(), user_scratchpad());
+    dnnl::concat::primitive_desc pd(md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any), int(axis), srcs, cpu_engine(),
+                                    user_scratchpad());
     std::vector<std::pair<int, md>> rt;
     std::vector<int> bufs;
     for (size_t i = 0; i < ins.size(); ++i) {
@@ -183,8 +183,7 @@ bool lower_concat(Context& cx, const ir::Node& n) {
     Fused f;
     f.value = n.outputs[0];
     cx.compiled();
-    emit_with_dst(cx, n.describe(), pd, std::move(rt), std::move(bufs), {}, f, pd.dst_desc(),
-                  is_plain(pd.dst_desc(), out));
+    emit_with_dst(cx, n.describe(), pd, std::move(rt), std::move(bufs), {}, f, pd.dst_desc(), is_plain(pd.dst_desc(), out));
     return true;
   }
   if (!cx.host_kernels) return portable_concat(cx, n);
@@ -268,11 +267,12 @@ bool portable_gather(Context& cx, const ir::Node& n) {
   }
   const int src = cx.plain(n.inputs[0]), indices = cx.plain(n.inputs[1]);
   cx.compiled();
-  cx.add_call(n.describe(), {src, indices, cx.define_plain(n.outputs[0])}, {0, 0, 1},
-              {"kiln_pk_gather",
-               {Call::i64(outer), Call::i64(data[size_t(axis)]), Call::i64(inner), Call::i64(ir::checked_numel(cx.dims(n.inputs[1]))),
-                Call::i32(index_type == DType::Int64), Call::buffer(1), Call::buffer(0), Call::buffer(2)},
-               true});
+  cx.add_call(
+      n.describe(), {src, indices, cx.define_plain(n.outputs[0])}, {0, 0, 1},
+      {"kiln_pk_gather",
+       {Call::i64(outer), Call::i64(data[size_t(axis)]), Call::i64(inner), Call::i64(ir::checked_numel(cx.dims(n.inputs[1]))),
+        Call::i32(index_type == DType::Int64), Call::buffer(1), Call::buffer(0), Call::buffer(2)},
+       true});
   return true;
 }
 

@@ -70,15 +70,15 @@ bool lower_blocked_binary(Context& cx, const ir::Node& n) {
   // its scales took 3.5 ms instead of 0.03): the plain loop, after a
   // reorder, is far faster.
   if (reference_kernel(pd)) return false;
-  const int b1 = src1 == src0 ? cx.as_layout(other, src0)
+  const int b1 = src1 == src0  ? cx.as_layout(other, src0)
                  : per_channel ? (od[1] % block == 0 ? cx.plain(other) : cx.as_layout(other, src1))
                                : cx.plain(other);
   const int b0 = cx.val(full).buffer;
   Fused f;
   f.value = n.outputs[0];
   cx.compiled();
-  emit_with_dst(cx, n.describe(), pd, {{DNNL_ARG_SRC_0, src0}, {DNNL_ARG_SRC_1, src1}}, {b0, b1}, {}, f,
-                pd.dst_desc(), is_plain(pd.dst_desc(), out));
+  emit_with_dst(cx, n.describe(), pd, {{DNNL_ARG_SRC_0, src0}, {DNNL_ARG_SRC_1, src1}}, {b0, b1}, {}, f, pd.dst_desc(),
+                is_plain(pd.dst_desc(), out));
   return true;
 }
 
@@ -141,9 +141,9 @@ bool lower_loop(Context& cx, const ir::Node& first) {
     if (loop->shape.empty()) loop->shape.push_back(1);
   }
   std::vector<int> args;
-  std::map<std::string, int> ssa;       // values computed or loaded in the loop
+  std::map<std::string, int> ssa;      // values computed or loaded in the loop
   std::map<std::string, int> operand;  // external values, by operand index
-  std::set<std::string> computed;       // outputs of the loop's nodes
+  std::set<std::string> computed;      // outputs of the loop's nodes
   std::vector<size_t> members;
 
   auto load = [&](const std::string& name) -> int {
@@ -223,8 +223,10 @@ bool lower_loop(Context& cx, const ir::Node& first) {
     if (cx.absorbed[i] || !loop_candidate(cx, n, shape)) continue;
     bool uses_group = false, ok = true;
     for (const auto& in : loaded(n)) {
-      if (computed.count(in)) uses_group = true;
-      else if (!cx.available(in) || !broadcastable(in)) ok = false;
+      if (computed.count(in))
+        uses_group = true;
+      else if (!cx.available(in) || !broadcastable(in))
+        ok = false;
     }
     if (!ok || !uses_group) continue;
     add(n);

@@ -27,7 +27,8 @@ std::optional<std::pair<std::string, std::vector<size_t>>> match_gated(Context& 
     const ir::Node& gate = cx.graph.nodes[cs[size_t(s)]];
     const ir::Node& mul = cx.graph.nodes[cs[size_t(1 - s)]];
     if (gate.op_type != gate_op || mul.op_type != "Mul" || !gate.domain.empty() || !mul.domain.empty()) continue;
-    if (!only_consumer(cx, gate.outputs[0], "Mul") || index_of(cx, only_consumer(cx, gate.outputs[0], "Mul")) != cs[size_t(1 - s)])
+    if (!only_consumer(cx, gate.outputs[0], "Mul") ||
+        index_of(cx, only_consumer(cx, gate.outputs[0], "Mul")) != cs[size_t(1 - s)])
       continue;
     if (gate.op_type == "HardSigmoid") {
       ref::KernelContext ctx(gate, {}, nullptr);
@@ -167,18 +168,22 @@ Fused fuse_chain(Context& cx, const std::string& value, bool allow_sum, size_t m
       ref::KernelContext ctx(n, {}, nullptr);
       f.eltwise.push_back({dnnl::algorithm::eltwise_linear, ctx.attr_float("alpha", 0.2f), ctx.attr_float("beta", 0.5f)});
       f.eltwise.push_back({dnnl::algorithm::eltwise_clip_v2, 0, 1});
-    } else if ((n.op_type == "Add" || n.op_type == "Mul" || n.op_type == "Sub" || n.op_type == "Div") &&
-               n.inputs.size() == 2) {
+    } else if ((n.op_type == "Add" || n.op_type == "Mul" || n.op_type == "Sub" || n.op_type == "Div") && n.inputs.size() == 2) {
       const bool first = n.inputs[0] == v;
       const std::string other = first ? n.inputs[1] : n.inputs[0];
       if (other == v) break;
       if (auto c_value = cx.scalar_constant(other)) {  // x op c is linear
         const float k = *c_value;
-        if (n.op_type == "Add") f.eltwise.push_back({dnnl::algorithm::eltwise_linear, 1, k});
-        else if (n.op_type == "Mul") f.eltwise.push_back({dnnl::algorithm::eltwise_linear, k, 0});
-        else if (n.op_type == "Sub") f.eltwise.push_back({dnnl::algorithm::eltwise_linear, first ? 1.0f : -1.0f, first ? -k : k});
-        else if (first) f.eltwise.push_back({dnnl::algorithm::eltwise_linear, 1 / k, 0});
-        else break;
+        if (n.op_type == "Add")
+          f.eltwise.push_back({dnnl::algorithm::eltwise_linear, 1, k});
+        else if (n.op_type == "Mul")
+          f.eltwise.push_back({dnnl::algorithm::eltwise_linear, k, 0});
+        else if (n.op_type == "Sub")
+          f.eltwise.push_back({dnnl::algorithm::eltwise_linear, first ? 1.0f : -1.0f, first ? -k : k});
+        else if (first)
+          f.eltwise.push_back({dnnl::algorithm::eltwise_linear, 1 / k, 0});
+        else
+          break;
       } else if (n.op_type == "Add" && allow_sum && f.sum_position < 0 && cx.is_f32(other) && cx.dims(other) == cx.dims(v) &&
                  cx.available(other)) {
         f.sum_position = int(f.eltwise.size());
@@ -228,9 +233,9 @@ void absorb(Context& cx, const Fused& f) {
   cx.compiled(int(f.nodes.size()));
 }
 
-void emit_with_dst(Context& cx, const std::string& label, const dnnl::primitive_desc_base& pd, std::vector<std::pair<int, md>> rt_args,
-                   std::vector<int> buffers, std::unordered_map<int, dnnl::memory> constants, const Fused& f,
-                   const md& dst_md, bool dst_plain) {
+void emit_with_dst(Context& cx, const std::string& label, const dnnl::primitive_desc_base& pd,
+                   std::vector<std::pair<int, md>> rt_args, std::vector<int> buffers,
+                   std::unordered_map<int, dnnl::memory> constants, const Fused& f, const md& dst_md, bool dst_plain) {
   int sum_from = -1;
   if (f.sum_position >= 0) {
     const md residual_md = dst_plain ? plain_md(cx.dims(f.residual)) : dst_md;

@@ -23,9 +23,9 @@ struct PostOp {
 };
 
 struct Fused {
-  std::string value;             // the chain's final value
-  std::vector<PostOp> eltwise;   // in order, interleaved with the sum below
-  int sum_position = -1;         // index in `eltwise` before which the residual is added
+  std::string value;            // the chain's final value
+  std::vector<PostOp> eltwise;  // in order, interleaved with the sum below
+  int sum_position = -1;        // index in `eltwise` before which the residual is added
   std::string residual;
   std::vector<size_t> nodes;
 };

@@ -69,17 +69,37 @@ struct Product {
   int64_t bias_rs = 0, bias_cs = 0;
 };
 
-void emit_product(Context& cx, const ir::Node& n, const Product& pr, std::vector<int> args, std::vector<char> writes, Call::Arg bias,
-                  const Epilogue& e) {
+void emit_product(Context& cx, const ir::Node& n, const Product& pr, std::vector<int> args, std::vector<char> writes,
+                  Call::Arg bias, const Epilogue& e) {
   int dst = -1;
   const Call::Arg residual = epilogue_args(cx, e, args, writes, dst);
   const Call::Arg work = cx.scratch(args, writes, kiln_pk_gemm_scratch_bytes(pr.batch, pr.m, pr.n, pr.k), n.describe());
   Call call{"kiln_pk_gemm",
-            {Call::i64(pr.batch), Call::i64(pr.m), Call::i64(pr.n), Call::i64(pr.k), Call::buffer(0), Call::i64(pr.lda),
-             Call::i64(pr.stride_a), Call::i32(pr.trans_a), Call::buffer(1), Call::i64(pr.ldb), Call::i64(pr.stride_b),
-             Call::i32(pr.trans_b), Call::buffer(dst), Call::i64(pr.n), Call::i64(pr.m * pr.n), Call::f32(pr.alpha), bias,
-             Call::i64(pr.bias_rs), Call::i64(pr.bias_cs), Call::f32(pr.beta), residual, Call::i32(e.act), Call::f32(e.alpha),
-             Call::f32(e.beta), work},
+            {Call::i64(pr.batch),
+             Call::i64(pr.m),
+             Call::i64(pr.n),
+             Call::i64(pr.k),
+             Call::buffer(0),
+             Call::i64(pr.lda),
+             Call::i64(pr.stride_a),
+             Call::i32(pr.trans_a),
+             Call::buffer(1),
+             Call::i64(pr.ldb),
+             Call::i64(pr.stride_b),
+             Call::i32(pr.trans_b),
+             Call::buffer(dst),
+             Call::i64(pr.n),
+             Call::i64(pr.m * pr.n),
+             Call::f32(pr.alpha),
+             bias,
+             Call::i64(pr.bias_rs),
+             Call::i64(pr.bias_cs),
+             Call::f32(pr.beta),
+             residual,
+             Call::i32(e.act),
+             Call::f32(e.alpha),
+             Call::f32(e.beta),
+             work},
             false};
   cx.compiled();
   absorb(cx, e.fused);

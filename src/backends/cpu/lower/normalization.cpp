@@ -62,8 +62,7 @@ bool lower_layer_norm(Context& cx, const ir::Node& n) {
   f.value = n.outputs[0];
   const int src = cx.plain(n.inputs[0]);
   cx.compiled();
-  emit_with_dst(cx, n.describe(), pd, {{DNNL_ARG_SRC, m}}, {src}, std::move(constants), f, m,
-                true);
+  emit_with_dst(cx, n.describe(), pd, {{DNNL_ARG_SRC, m}}, {src}, std::move(constants), f, m, true);
   return true;
 }
 
@@ -79,21 +78,22 @@ bool lower_batch_norm(Context& cx, const ir::Node& n) {
   ref::KernelContext ctx(n, {}, nullptr);
   if (ctx.attr_int("training_mode", 0) != 0) return false;
   if (n.opset < 9 && ctx.attr_int("spatial", 1) == 0) return false;  // statistics per element, not per channel
-  const ir::Tensor* params[4];  // scale, B, mean, var
+  const ir::Tensor* params[4];                                       // scale, B, mean, var
   for (size_t i = 0; i < 4; ++i) {
     params[i] = cx.constant(n.inputs[i + 1]);
     if (!params[i] || params[i]->dtype() != DType::Float32 || params[i]->numel() != d[1]) return false;
   }
   const Context::Val& x = cx.val(n.inputs[0]);
-  auto flags = dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
-               dnnl::normalization_flags::use_shift;
+  auto flags =
+      dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
   // oneDNN 2.6 takes no post-ops here, only a Relu of its own.
   Fused f = fuse_chain(cx, n.outputs[0], false, 1);
   if (f.eltwise.size() == 1 && f.eltwise[0].alg == dnnl::algorithm::eltwise_relu && f.eltwise[0].alpha == 0)
     flags = flags | dnnl::normalization_flags::fuse_norm_relu;
   else
     f = fuse_chain(cx, n.outputs[0], false, 0);
-  dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_inference, x.layout, ctx.attr_float("epsilon", 1e-5f), flags);
+  dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_inference, x.layout, ctx.attr_float("epsilon", 1e-5f),
+                                               flags);
   dnnl::batch_normalization_forward::primitive_desc pd(desc, user_scratchpad(), cpu_engine());
   const md vec = plain_md({d[1]});
   std::unordered_map<int, dnnl::memory> constants;

@@ -15,9 +15,7 @@ using Op = Loop::Op;
 constexpr OpLowering view(LowerFn lower) { return {StepKind::View, lower, lower}; }
 constexpr OpLowering primitive(LowerFn native, LowerFn portable) { return {StepKind::Primitive, native, portable}; }
 // An elementwise operator with `arity` inputs that a loop computes as `op`.
-constexpr OpLowering loop(Op op, int arity) {
-  return {StepKind::Loop, &lower_elementwise, &lower_loop, true, op, arity};
-}
+constexpr OpLowering loop(Op op, int arity) { return {StepKind::Loop, &lower_elementwise, &lower_loop, true, op, arity}; }
 
 const std::map<std::string, OpLowering, std::less<>>& op_table() {
   static const std::map<std::string, OpLowering, std::less<>> table = [] {

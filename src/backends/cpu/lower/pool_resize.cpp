@@ -78,7 +78,8 @@ bool lower_pool(Context& cx, const ir::Node& n) {
     geo = ref::forward_geometry(ctx, spatial, ctx.attr_ints("kernel_shape"), ctx.attr_int("ceil_mode", 0) != 0);
     // ceil_mode: oneDNN sizes its output by floor, so the extra window is end padding.
     for (size_t d = 0; d < spatial.size(); ++d)
-      geo.pad_end[d] = std::max(geo.pad_end[d], (geo.out[d] - 1) * geo.strides[d] + geo.extent(d) - spatial[d] - geo.pad_begin[d]);
+      geo.pad_end[d] =
+          std::max(geo.pad_end[d], (geo.out[d] - 1) * geo.strides[d] + geo.extent(d) - spatial[d] - geo.pad_begin[d]);
     if (alg == dnnl::algorithm::pooling_avg_include_padding && ctx.attr_int("ceil_mode", 0)) return false;
   }
   if (Dims(out.begin() + 2, out.end()) != geo.out) return false;
@@ -190,9 +191,9 @@ bool portable_pool(Context& cx, const ir::Node& n) {
   auto two = [&](const Dims& d, int64_t one) { return d.size() == 1 ? Dims{one, d[0]} : d; };
   const Dims hw = two(Dims(in.begin() + 2, in.end()), 1), k = two(geo.kernel, 1), st = two(geo.strides, 1),
              pad = two(geo.pad_begin, 0), dil = two(geo.dilations, 1), o = two(geo.out, 1);
-  std::vector<Call::Arg> a{Call::i64(in[0] * in[1]), Call::i64(hw[0]), Call::i64(hw[1]), Call::i64(o[0]), Call::i64(o[1]),
-                           Call::i64(k[0]), Call::i64(k[1]), Call::i64(st[0]), Call::i64(st[1]), Call::i64(pad[0]),
-                           Call::i64(pad[1])};
+  std::vector<Call::Arg> a{Call::i64(in[0] * in[1]), Call::i64(hw[0]),  Call::i64(hw[1]), Call::i64(o[0]),
+                           Call::i64(o[1]),          Call::i64(k[0]),   Call::i64(k[1]),  Call::i64(st[0]),
+                           Call::i64(st[1]),         Call::i64(pad[0]), Call::i64(pad[1])};
   if (n.op_type == "MaxPool") {
     a.push_back(Call::i64(dil[0]));
     a.push_back(Call::i64(dil[1]));

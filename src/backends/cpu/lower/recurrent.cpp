@@ -117,8 +117,9 @@ bool lower_recurrent(Context& cx, const ir::Node& n) {
     OmpThreads scope(threads);
     const md src = plain_md({rows, k}), dst = plain_md({rows, cols}), bias_md = plain_md({1, cols});
     const md any(to_dnnl({k, cols}), dt::f32, dnnl::memory::format_tag::any);
-    const dnnl::matmul::primitive_desc pd(with_bias ? dnnl::matmul::desc(src, any, bias_md, dst) : dnnl::matmul::desc(src, any, dst),
-                                          user_scratchpad(), cpu_engine());
+    const dnnl::matmul::primitive_desc pd(
+        with_bias ? dnnl::matmul::desc(src, any, bias_md, dst) : dnnl::matmul::desc(src, any, dst), user_scratchpad(),
+        cpu_engine());
     std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, cx.constant_memory(user, data, pd.weights_desc())}};
     if (with_bias) constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, bias->raw(), bias_md, bias);
     std::vector<std::pair<int, md>> runtime{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
@@ -134,14 +135,16 @@ bool lower_recurrent(Context& cx, const ir::Node& n) {
     return p;
   };
   // W [D * G * H, I] and each direction's R [G * H, H], read transposed.
-  RecurrentProduct projection = product(l.seq * l.batch, l.input, D * G * H, md(to_dnnl({l.input, D * G * H}), dt::f32, to_dnnl({1, l.input})),
-                                        w->raw(), true, omp_get_max_threads());
+  RecurrentProduct projection =
+      product(l.seq * l.batch, l.input, D * G * H, md(to_dnnl({l.input, D * G * H}), dt::f32, to_dnnl({1, l.input})), w->raw(),
+              true, omp_get_max_threads());
   std::vector<RecurrentProduct> steps;
   auto step_products = [&](int64_t d, int64_t rows) {
     const float* rd = r->data<float>() + d * G * H * H;
     const int64_t first = RecurrentKernel::products_per_item(l) == 2 ? 2 * H : G * H;  // columns of the first product
     steps.push_back(product(rows, H, first, md(to_dnnl({H, first}), dt::f32, to_dnnl({1, H})), rd, false, 1));
-    if (first != G * H) steps.push_back(product(rows, H, H, md(to_dnnl({H, H}), dt::f32, to_dnnl({1, H})), rd + 2 * H * H, false, 1));
+    if (first != G * H)
+      steps.push_back(product(rows, H, H, md(to_dnnl({H, H}), dt::f32, to_dnnl({1, H})), rd + 2 * H * H, false, 1));
   };
   for (int64_t d = 0; d < D; ++d)
     for (int64_t part = 0; part < l.chunks; ++part) step_products(d, (part + 1) * l.batch / l.chunks - part * l.batch / l.chunks);
@@ -204,19 +207,36 @@ bool portable_recurrent(Context& cx, const ir::Node& n) {
     return Call::buffer(int(args.size()) - 1);
   };
   static_assert(int(RecurrentLayer::Cell::Lstm) == KILN_PK_CELL_LSTM && int(RecurrentLayer::Cell::Gru) == KILN_PK_CELL_GRU &&
-                int(RecurrentLayer::Act::Softplus) == KILN_PK_RNN_SOFTPLUS && int(RecurrentLayer::Act::Affine) == KILN_PK_RNN_AFFINE);
+                int(RecurrentLayer::Act::Softplus) == KILN_PK_RNN_SOFTPLUS &&
+                int(RecurrentLayer::Act::Affine) == KILN_PK_RNN_AFFINE);
   const int32_t cell = int32_t(l.cell);
   // Braced lists evaluate in order: the buffers are numbered as listed.
-  std::vector<Call::Arg> call_args{
-      Call::i32(cell), Call::i64(l.seq), Call::i64(l.batch), Call::i64(l.input), Call::i64(l.hidden), Call::i64(l.directions),
-      Call::i32(l.reverse), Call::i32(l.batch_major), Call::i32(l.linear_before_reset), Call::i32(l.input_forget),
-      Call::f32(l.clip), Call::array(std::move(activations)),
-      operand(n.inputs, 0, false), operand(n.inputs, 1, false), operand(n.inputs, 2, false), operand(n.inputs, 3, false),
-      operand(n.inputs, 4, false), Call::i32(l.sequence_lens_int64),
-      operand(n.inputs, 5, false), operand(n.inputs, 6, false), operand(n.inputs, 7, false),  // only an LSTM has 6 and 7
-      operand(n.outputs, 0, true), operand(n.outputs, 1, true), operand(n.outputs, 2, true)};
-  call_args.push_back(cx.scratch(args, writes,
-                                 kiln_pk_recurrent_scratch_bytes(cell, l.seq, l.batch, l.input, l.hidden, l.directions), n.describe()));
+  std::vector<Call::Arg> call_args{Call::i32(cell),
+                                   Call::i64(l.seq),
+                                   Call::i64(l.batch),
+                                   Call::i64(l.input),
+                                   Call::i64(l.hidden),
+                                   Call::i64(l.directions),
+                                   Call::i32(l.reverse),
+                                   Call::i32(l.batch_major),
+                                   Call::i32(l.linear_before_reset),
+                                   Call::i32(l.input_forget),
+                                   Call::f32(l.clip),
+                                   Call::array(std::move(activations)),
+                                   operand(n.inputs, 0, false),
+                                   operand(n.inputs, 1, false),
+                                   operand(n.inputs, 2, false),
+                                   operand(n.inputs, 3, false),
+                                   operand(n.inputs, 4, false),
+                                   Call::i32(l.sequence_lens_int64),
+                                   operand(n.inputs, 5, false),
+                                   operand(n.inputs, 6, false),
+                                   operand(n.inputs, 7, false),  // only an LSTM has 6 and 7
+                                   operand(n.outputs, 0, true),
+                                   operand(n.outputs, 1, true),
+                                   operand(n.outputs, 2, true)};
+  call_args.push_back(cx.scratch(
+      args, writes, kiln_pk_recurrent_scratch_bytes(cell, l.seq, l.batch, l.input, l.hidden, l.directions), n.describe()));
   cx.compiled();
   cx.add_call(n.describe(), std::move(args), std::move(writes), {"kiln_pk_recurrent", std::move(call_args), true});
   return true;

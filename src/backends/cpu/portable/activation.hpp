@@ -72,9 +72,7 @@ KILN_PK_INLINE Vec<W> activate(Vec<W> x, const Activation& a) {
     case KILN_PK_ACT_LEAKY_RELU: return x >= 0.0f ? x : x * a.alpha;
     case KILN_PK_ACT_HARD_SIGMOID: return clamp01<W>(x * a.alpha + a.beta);
     case KILN_PK_ACT_HARD_SWISH: return x * clamp01<W>(x * (1.0f / 6.0f) + 0.5f);
-    default:
-      activate_transcendental<W>(&x, a);
-      return x;
+    default: activate_transcendental<W>(&x, a); return x;
   }
 }
 

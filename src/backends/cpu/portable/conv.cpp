@@ -154,9 +154,7 @@ struct DepthwiseOp {
     else
       for (int l = from; l < V; ++l) yp[l] = v[l];
   }
-  KILN_PK_INLINE float init_one(const WindowRows& d, int64_t o) const {
-    return res ? bias + res[d.oy * ow + d.c0 + o] : bias;
-  }
+  KILN_PK_INLINE float init_one(const WindowRows& d, int64_t o) const { return res ? bias + res[d.oy * ow + d.c0 + o] : bias; }
   KILN_PK_INLINE float combine_one(float acc, float x, float wv) const { return acc + x * wv; }
   KILN_PK_INLINE void finish_one(const WindowRows& d, int64_t o, float acc) const {
     y[d.oy * ow + d.c0 + o] = activate(acc, act);
@@ -165,16 +163,20 @@ struct DepthwiseOp {
 };
 
 template <int W>
-void depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, const ConvShape& s,
-               const float* x, const float* weights, const float* bias, const float* residual, float* y,
-               const Activation& act) {
+void depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, const ConvShape& s, const float* x,
+               const float* weights, const float* bias, const float* residual, float* y, const Activation& act) {
   const int64_t kg = k / c, in_plane = s.h * s.w, out_plane = s.oh * s.ow;
   const Window win{s.h, s.w, s.oh, s.ow, s.kh, s.kw, s.sh, s.sw, s.pt, s.pl, s.dh, s.dw};
   window_planes<W>(threads, win, n * k, [&](int64_t plane, const float*& xp) {
     const int64_t img = plane / k, o = plane - img * k;
     xp = x + (img * c + o / kg) * in_plane;
-    return DepthwiseOp{weights + o * s.kh * s.kw, residual ? residual + plane * out_plane : nullptr,
-                       y + plane * out_plane, s.ow, s.kw, bias ? bias[o] : 0.0f, act};
+    return DepthwiseOp{weights + o * s.kh * s.kw,
+                       residual ? residual + plane * out_plane : nullptr,
+                       y + plane * out_plane,
+                       s.ow,
+                       s.kw,
+                       bias ? bias[o] : 0.0f,
+                       act};
   });
 }
 
@@ -191,7 +193,7 @@ void depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, 
 // dominated. Outputs go two vectors at a time.
 constexpr int64_t kFlatBand = 1024;  // outputs per band (whole rows, at least one)
 constexpr int64_t kFlatMaxWidth = 128;
-constexpr int64_t kFlatMaxTaps = 5;  // kh and kw
+constexpr int64_t kFlatMaxTaps = 5;                   // kh and kw
 constexpr int64_t kFlatExtraRows = kFlatMaxTaps - 1;  // rows a band reads beyond its own, per plane
 constexpr int64_t kFlatMargin = kFlatMaxTaps + 2 * 16;
 
@@ -203,9 +205,8 @@ constexpr int64_t flat_buffer_floats() {
 KILN_PK_INLINE int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 bool is_flat_depthwise(const ConvShape& s) {
-  return (s.sh == 1 || s.sh == 2) && s.sw == s.sh && s.dh == 1 && s.dw == 1 && s.sw * s.ow >= s.w &&
-         s.w <= kFlatMaxWidth && s.kh <= kFlatMaxTaps && s.kw <= kFlatMaxTaps && s.pt >= 0 && s.pl >= 0 &&
-         s.pt < s.kh && s.pl < s.kw;
+  return (s.sh == 1 || s.sh == 2) && s.sw == s.sh && s.dh == 1 && s.dw == 1 && s.sw * s.ow >= s.w && s.w <= kFlatMaxWidth &&
+         s.kh <= kFlatMaxTaps && s.kw <= kFlatMaxTaps && s.pt >= 0 && s.pl >= 0 && s.pt < s.kh && s.pl < s.kw;
 }
 
 template <int K>
@@ -385,9 +386,8 @@ struct FlatPlane {
 };
 
 template <int W, int S, int KH, int KW, int P>
-void flat_depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, const ConvShape& s,
-                    const float* x, const float* weights, const float* bias, const float* residual, float* y,
-                    const Activation& act) {
+void flat_depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, const ConvShape& s, const float* x,
+                    const float* weights, const float* bias, const float* residual, float* y, const Activation& act) {
   const int64_t kg = k / c, in_plane = s.h * s.w, out_plane = s.oh * s.ow;
   // The masks depend on the shape alone: made once here and shared by the
   // tasks (made per task, they cost a quarter of a 28x28 convolution).
@@ -411,17 +411,16 @@ void flat_depthwise(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_
     for (int64_t p = begin; p < end; ++p) {
       const int64_t img = p / k, o = p - img * k;
       engine.plane(x + (img * c + o / kg) * in_plane,
-                   DepthwiseOp{weights + o * s.kh * s.kw, residual ? residual + p * out_plane : nullptr,
-                               y + p * out_plane, s.ow, s.kw, bias ? bias[o] : 0.0f, act},
+                   DepthwiseOp{weights + o * s.kh * s.kw, residual ? residual + p * out_plane : nullptr, y + p * out_plane, s.ow,
+                               s.kw, bias ? bias[o] : 0.0f, act},
                    p == begin);
     }
   });
 }
 
 template <int W>
-void flat_depthwise_any(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, const ConvShape& s,
-                        const float* x, const float* weights, const float* bias, const float* residual, float* y,
-                        const Activation& act) {
+void flat_depthwise_any(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, const ConvShape& s, const float* x,
+                        const float* weights, const float* bias, const float* residual, float* y, const Activation& act) {
   // The 3x3 "same" window of mobile networks, every tap offset a constant.
   const bool three = s.kh == 3 && s.kw == 3 && s.pt == 1 && s.pl == 1;
   if (s.sh == 1) {
@@ -435,24 +434,22 @@ void flat_depthwise_any(const kiln_pk_threads* threads, int64_t n, int64_t c, in
 // One input channel per group; with many outputs per group (group == c
 // == 1, say) a product is the better shape, and so is a window too large
 // for a few outputs' worth of padded rows in the window engine's ring.
-bool is_depthwise(int64_t c, int64_t k, int64_t group, int64_t kh, int64_t kw, int64_t sw, int64_t dh,
-                  int64_t dw) {
+bool is_depthwise(int64_t c, int64_t k, int64_t group, int64_t kh, int64_t kw, int64_t sw, int64_t dh, int64_t dw) {
   return group == c && k % c == 0 && k / c <= 4 && window_segment_width(kh, kw, sw, dh, dw) > 0;
 }
 
 // For one micro-kernel variant V (see with_variant).
 template <class V>
-void conv2d_variant(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int64_t group,
-                    const ConvShape& s, const float* x, const float* weights, const float* bias,
-                    const float* residual, float* y, const Activation& act, int32_t split, void* scratch) {
+void conv2d_variant(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int64_t group, const ConvShape& s,
+                    const float* x, const float* weights, const float* bias, const float* residual, float* y,
+                    const Activation& act, int32_t split, void* scratch) {
   if (is_depthwise(c, k, group, s.kh, s.kw, s.sw, s.dh, s.dw)) {
     if (is_flat_depthwise(s)) return flat_depthwise_any<V::W>(threads, n, c, k, s, x, weights, bias, residual, y, act);
     return depthwise<V::W>(threads, n, c, k, s, x, weights, bias, residual, y, act);
   }
   const int64_t cg = s.c, kg = k / group;
   const int64_t out_plane = s.oh * s.ow, in_plane = s.h * s.w, depth = cg * s.kh * s.kw;
-  const bool pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 &&
-                         s.oh == s.h && s.ow == s.w;
+  const bool pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.oh == s.h && s.ow == s.w;
   Problem pr;
   pr.m = kg, pr.n = out_plane, pr.k = depth;
   pr.lda = depth, pr.trans_a = false, pr.alpha = 1.0f;
@@ -477,12 +474,11 @@ void conv2d_variant(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_
 
 }  // namespace
 
-void conv2d_with_config(Config cfg, const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t h,
-                        int64_t w, int64_t k, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t stride_h,
-                        int64_t stride_w, int64_t pad_t, int64_t pad_l, int64_t dilation_h, int64_t dilation_w,
-                        int64_t group, const float* x, const float* weights, const float* bias,
-                        const float* residual, float* y, int32_t act, float act_alpha, float act_beta,
-                        int32_t split, void* scratch) {
+void conv2d_with_config(Config cfg, const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
+                        int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t,
+                        int64_t pad_l, int64_t dilation_h, int64_t dilation_w, int64_t group, const float* x,
+                        const float* weights, const float* bias, const float* residual, float* y, int32_t act, float act_alpha,
+                        float act_beta, int32_t split, void* scratch) {
   if (n <= 0 || k <= 0 || oh <= 0 || ow <= 0 || group <= 0) return;
   const ConvShape s{c / group, h, w, oh, ow, kh, kw, stride_h, stride_w, pad_t, pad_l, dilation_h, dilation_w};
   const Activation a{act, act_alpha, act_beta};
@@ -495,19 +491,18 @@ void conv2d_with_config(Config cfg, const kiln_pk_threads* threads, int64_t n, i
 
 extern "C" {
 
-void kiln_pk_conv2d(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
-                    int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w,
-                    int64_t pad_t, int64_t pad_l, int64_t dilation_h, int64_t dilation_w, int64_t group,
-                    const float* x, const float* weights, const float* bias, const float* residual, float* y,
-                    int32_t act, float act_alpha, float act_beta, int32_t split, void* scratch) {
-  kiln::pk::conv2d_with_config(kiln::pk::target_config(), threads, n, c, h, w, k, oh, ow, kh, kw, stride_h, stride_w,
-                               pad_t, pad_l, dilation_h, dilation_w, group, x, weights, bias, residual, y, act,
-                               act_alpha, act_beta, split, scratch);
+void kiln_pk_conv2d(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t oh, int64_t ow,
+                    int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l, int64_t dilation_h,
+                    int64_t dilation_w, int64_t group, const float* x, const float* weights, const float* bias,
+                    const float* residual, float* y, int32_t act, float act_alpha, float act_beta, int32_t split, void* scratch) {
+  kiln::pk::conv2d_with_config(kiln::pk::target_config(), threads, n, c, h, w, k, oh, ow, kh, kw, stride_h, stride_w, pad_t,
+                               pad_l, dilation_h, dilation_w, group, x, weights, bias, residual, y, act, act_alpha, act_beta,
+                               split, scratch);
 }
 
-size_t kiln_pk_conv2d_scratch_bytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t oh, int64_t ow,
-                                    int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t dilation_h,
-                                    int64_t dilation_w, int64_t group) {
+size_t kiln_pk_conv2d_scratch_bytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t oh, int64_t ow, int64_t kh,
+                                    int64_t kw, int64_t stride_h, int64_t stride_w, int64_t dilation_h, int64_t dilation_w,
+                                    int64_t group) {
   if (n <= 0 || k <= 0 || oh <= 0 || ow <= 0 || group <= 0) return 0;
   if (kiln::pk::is_depthwise(c, k, group, kh, kw, stride_w, dilation_h, dilation_w)) return 0;
   // Pads are not arguments, so this covers both the plain-product path of

@@ -51,8 +51,7 @@ struct Element<0> {  // any other size
 
 // Rows of the innermost dim, one element at a time (its source stride is not 1).
 template <int Size>
-void copy_elements(const kiln_pk_threads* threads, const View& v, int64_t base, int64_t es, const char* src,
-                   char* dst) {
+void copy_elements(const kiln_pk_threads* threads, const View& v, int64_t base, int64_t es, const char* src, char* dst) {
   const int64_t inner = v.dims[v.rank - 1], stride = v.src[v.rank - 1] * es;
   int64_t rows = 1;
   for (int d = 0; d + 1 < v.rank; ++d) rows *= v.dims[d];
@@ -71,8 +70,7 @@ void copy_elements(const kiln_pk_threads* threads, const View& v, int64_t base, 
 
 // d[j * d_stride + i] = s[i * s_stride + j] for i, j < 4.
 KILN_PK_INLINE void transpose4x4(const float* s, int64_t s_stride, float* d, int64_t d_stride) {
-  const Vec<4> r0 = load<4>(s), r1 = load<4>(s + s_stride), r2 = load<4>(s + 2 * s_stride),
-               r3 = load<4>(s + 3 * s_stride);
+  const Vec<4> r0 = load<4>(s), r1 = load<4>(s + s_stride), r2 = load<4>(s + 2 * s_stride), r3 = load<4>(s + 3 * s_stride);
   const Vec<4> t0 = KILN_PK_SHUFFLE4(r0, r1, 0, 4, 1, 5), t1 = KILN_PK_SHUFFLE4(r0, r1, 2, 6, 3, 7);
   const Vec<4> t2 = KILN_PK_SHUFFLE4(r2, r3, 0, 4, 1, 5), t3 = KILN_PK_SHUFFLE4(r2, r3, 2, 6, 3, 7);
   store<4>(d, KILN_PK_SHUFFLE4(t0, t2, 0, 1, 4, 5));
@@ -85,8 +83,7 @@ KILN_PK_INLINE void transpose4x4(const float* s, int64_t s_stride, float* d, int
 // Tiles of kTile x kTile elements, read along t and written along the
 // innermost dim.
 template <int Size>
-void copy_transposed(const kiln_pk_threads* threads, const View& v, int t, int64_t base, int64_t es,
-                     const char* src, char* dst) {
+void copy_transposed(const kiln_pk_threads* threads, const View& v, int t, int64_t base, int64_t es, const char* src, char* dst) {
   constexpr int64_t kTile = 16;
   const int last = v.rank - 1;
   const int64_t inner = v.dims[last], in_stride = v.src[last];
@@ -135,8 +132,7 @@ void copy_transposed(const kiln_pk_threads* threads, const View& v, int t, int64
 }
 
 template <int Size>
-void copy_strided(const kiln_pk_threads* threads, const View& v, int64_t base, int64_t es, const char* src,
-                  char* dst) {
+void copy_strided(const kiln_pk_threads* threads, const View& v, int64_t base, int64_t es, const char* src, char* dst) {
   const int last = v.rank - 1;
   if (v.dims[last] >= 4)
     for (int t = last - 1; t >= 0; --t)
@@ -205,8 +201,8 @@ void kiln_pk_strided_copy(const kiln_pk_threads* threads, int32_t rank, const in
   }
 }
 
-void kiln_pk_copy_rows(const kiln_pk_threads* threads, int64_t rows, int64_t row_bytes, const void* src,
-                       int64_t src_stride, void* dst, int64_t dst_stride) {
+void kiln_pk_copy_rows(const kiln_pk_threads* threads, int64_t rows, int64_t row_bytes, const void* src, int64_t src_stride,
+                       void* dst, int64_t dst_stride) {
   if (rows <= 0 || row_bytes <= 0) return;
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);

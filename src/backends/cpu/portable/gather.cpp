@@ -12,8 +12,8 @@ KILN_PK_INLINE int64_t index_at(const void* indices, bool is_64, int64_t i) {
 }
 
 template <int Size>
-void gather_rows(const kiln_pk_threads* threads, int64_t outer, int64_t axis_dim, int64_t inner_bytes,
-                 int64_t num_indices, bool is_64, const void* indices, const char* data, char* dst) {
+void gather_rows(const kiln_pk_threads* threads, int64_t outer, int64_t axis_dim, int64_t inner_bytes, int64_t num_indices,
+                 bool is_64, const void* indices, const char* data, char* dst) {
   parallel_for_grain(threads, outer * num_indices, grain_for(inner_bytes / 4 + 8), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t o = r / num_indices, i = r - o * num_indices;
@@ -32,8 +32,7 @@ void gather_rows(const kiln_pk_threads* threads, int64_t outer, int64_t axis_dim
 }  // namespace kiln::pk
 
 extern "C" int64_t kiln_pk_gather(const kiln_pk_threads* threads, int64_t outer, int64_t axis_dim, int64_t inner_bytes,
-                                  int64_t num_indices, int32_t index_is_64, const void* indices, const void* data,
-                                  void* dst) {
+                                  int64_t num_indices, int32_t index_is_64, const void* indices, const void* data, void* dst) {
   using namespace kiln::pk;
   const bool is_64 = index_is_64 != 0;
   for (int64_t i = 0; i < num_indices; ++i) {

@@ -15,9 +15,7 @@ void gemm_no_k(const Problem& pr) {
     }
 }
 
-int64_t gemm_scratch_floats(int64_t m, int64_t n, int64_t k) {
-  return max64(packed_scratch_floats(m, n, k), kSmallM * k);
-}
+int64_t gemm_scratch_floats(int64_t m, int64_t n, int64_t k) { return max64(packed_scratch_floats(m, n, k), kSmallM * k); }
 
 namespace {
 
@@ -25,9 +23,7 @@ namespace {
 constexpr int64_t kSmallProductFlops = int64_t(1) << 21;
 constexpr int64_t kBatchGroup = 16;  // products in flight at once (each with its own scratch)
 
-bool batch_parallel(int64_t batch, int64_t m, int64_t n, int64_t k) {
-  return batch > 1 && 2 * m * n * k <= kSmallProductFlops;
-}
+bool batch_parallel(int64_t batch, int64_t m, int64_t n, int64_t k) { return batch > 1 && 2 * m * n * k <= kSmallProductFlops; }
 
 int64_t item_scratch_floats(int64_t m, int64_t n, int64_t k) { return round_up(gemm_scratch_floats(m, n, k), 16); }
 
@@ -37,8 +33,8 @@ int64_t item_scratch_floats(int64_t m, int64_t n, int64_t k) { return round_up(g
 // template of V, so no runtime configuration crosses the parallel_for
 // boundary (where constant propagation could not follow it).
 template <class V>
-void gemm_batched(const kiln_pk_threads* threads, int64_t batch, const Problem& pr, int64_t stride_a, const float* b,
-                  int64_t ldb, int64_t stride_b, bool trans_b, int64_t stride_c, void* scratch) {
+void gemm_batched(const kiln_pk_threads* threads, int64_t batch, const Problem& pr, int64_t stride_a, const float* b, int64_t ldb,
+                  int64_t stride_b, bool trans_b, int64_t stride_c, void* scratch) {
   auto item = [&](int64_t i, const kiln_pk_threads* item_threads, float* work) {
     Problem q = pr;
     q.a = pr.a + i * stride_a;
@@ -61,17 +57,16 @@ void gemm_batched(const kiln_pk_threads* threads, int64_t batch, const Problem& 
   }
 }
 
-void gemm_with_config(Config cfg, const kiln_pk_threads* threads, int64_t batch, int64_t m, int64_t n,
-                      int64_t k, const float* a, int64_t lda, int64_t stride_a, int32_t trans_a, const float* b,
-                      int64_t ldb, int64_t stride_b, int32_t trans_b, float* c, int64_t ldc, int64_t stride_c,
-                      float alpha, const float* bias, int64_t bias_rs, int64_t bias_cs, float beta,
-                      const float* residual, int32_t act, float act_alpha, float act_beta, void* scratch) {
+void gemm_with_config(Config cfg, const kiln_pk_threads* threads, int64_t batch, int64_t m, int64_t n, int64_t k, const float* a,
+                      int64_t lda, int64_t stride_a, int32_t trans_a, const float* b, int64_t ldb, int64_t stride_b,
+                      int32_t trans_b, float* c, int64_t ldc, int64_t stride_c, float alpha, const float* bias, int64_t bias_rs,
+                      int64_t bias_cs, float beta, const float* residual, int32_t act, float act_alpha, float act_beta,
+                      void* scratch) {
   if (batch <= 0 || m <= 0 || n <= 0) return;
   // A stack of products against one B whose A and C blocks follow each
   // other is a single taller product (MatMul of [batch, m, k] by [k, n]),
   // unless the bias varies by row.
-  if (batch > 1 && stride_b == 0 && !trans_a && stride_a == m * lda && stride_c == m * ldc &&
-      (!bias || bias_rs == 0)) {
+  if (batch > 1 && stride_b == 0 && !trans_a && stride_a == m * lda && stride_c == m * ldc && (!bias || bias_rs == 0)) {
     m *= batch;
     batch = 1;
   }
@@ -90,14 +85,13 @@ void gemm_with_config(Config cfg, const kiln_pk_threads* threads, int64_t batch,
 
 extern "C" {
 
-void kiln_pk_gemm(const kiln_pk_threads* threads, int64_t batch, int64_t m, int64_t n, int64_t k, const float* a,
-                  int64_t lda, int64_t stride_a, int32_t trans_a, const float* b, int64_t ldb, int64_t stride_b,
-                  int32_t trans_b, float* c, int64_t ldc, int64_t stride_c, float alpha, const float* bias,
-                  int64_t bias_rs, int64_t bias_cs, float beta, const float* residual, int32_t act, float act_alpha,
-                  float act_beta, void* scratch) {
-  kiln::pk::gemm_with_config(kiln::pk::target_config(), threads, batch, m, n, k, a, lda, stride_a, trans_a, b, ldb,
-                             stride_b, trans_b, c, ldc, stride_c, alpha, bias, bias_rs, bias_cs, beta, residual, act,
-                             act_alpha, act_beta, scratch);
+void kiln_pk_gemm(const kiln_pk_threads* threads, int64_t batch, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  int64_t stride_a, int32_t trans_a, const float* b, int64_t ldb, int64_t stride_b, int32_t trans_b, float* c,
+                  int64_t ldc, int64_t stride_c, float alpha, const float* bias, int64_t bias_rs, int64_t bias_cs, float beta,
+                  const float* residual, int32_t act, float act_alpha, float act_beta, void* scratch) {
+  kiln::pk::gemm_with_config(kiln::pk::target_config(), threads, batch, m, n, k, a, lda, stride_a, trans_a, b, ldb, stride_b,
+                             trans_b, c, ldc, stride_c, alpha, bias, bias_rs, bias_cs, beta, residual, act, act_alpha, act_beta,
+                             scratch);
 }
 
 size_t kiln_pk_gemm_scratch_bytes(int64_t batch, int64_t m, int64_t n, int64_t k) {

@@ -20,12 +20,12 @@ namespace kiln::pk {
 
 // Blocking. These bound the scratch of every variant, so they are constants
 // and not functions of the target: a scratch size must not depend on it.
-constexpr int64_t kMaxMR = 8;     // tallest micro-tile of any variant
-constexpr int64_t kMaxNR = 48;    // widest micro-tile of any variant
-constexpr int64_t kKC = 384;      // depth of a packed panel (k is split into equal panels of at most this)
-constexpr int64_t kMC = 448;      // rows of A packed at once: kc x MC stays in L2
-constexpr int64_t kNC = 3072;     // columns of B packed at once: kc x NC stays in L3
-constexpr int64_t kSmallM = 4;    // at most this many rows (or columns): no packing, see gemm_small
+constexpr int64_t kMaxMR = 8;   // tallest micro-tile of any variant
+constexpr int64_t kMaxNR = 48;  // widest micro-tile of any variant
+constexpr int64_t kKC = 384;    // depth of a packed panel (k is split into equal panels of at most this)
+constexpr int64_t kMC = 448;    // rows of A packed at once: kc x MC stays in L2
+constexpr int64_t kNC = 3072;   // columns of B packed at once: kc x NC stays in L3
+constexpr int64_t kSmallM = 4;  // at most this many rows (or columns): no packing, see gemm_small
 
 struct Problem {
   int64_t m, n, k;
@@ -218,8 +218,8 @@ KILN_PK_INLINE Vec<W> relu_or_clip(Vec<W> v, int32_t act, Vec<W> lo, Vec<W> hi) 
 // finish_tile's whole-vector path for one activation (ACT: none, ReLU or
 // Clip; the only ones applied here).
 template <int W, int ACT>
-KILN_PK_INLINE void finish_whole(const Problem& pr, bool first, const float* tile, int64_t ld, int64_t i0,
-                                 int64_t rows, int64_t j0, int64_t cols) {
+KILN_PK_INLINE void finish_whole(const Problem& pr, bool first, const float* tile, int64_t ld, int64_t i0, int64_t rows,
+                                 int64_t j0, int64_t cols) {
   const Vec<W> lo = splat<W>(ACT == KILN_PK_ACT_CLIP ? pr.act.alpha : 0.0f);
   const Vec<W> hi = splat<W>(pr.act.beta);
   for (int64_t i = 0; i < rows; ++i) {
@@ -273,16 +273,14 @@ void finish_tile(const Problem& pr, int phase, const float* tile, int64_t ld, in
 // far apart, from the panel's first column (row). rows / cols <= the tile say how
 // much of it is inside C.
 template <int W, int MR, int NV>
-__attribute__((noinline)) void compute_tile(const Problem& pr, int phase, int64_t kc, const float* __restrict a,
-                                            int64_t lda, const float* __restrict b, int64_t ldb, int64_t i0,
-                                            int64_t rows,
-                                            int64_t j0, int64_t cols) {
+__attribute__((noinline)) void compute_tile(const Problem& pr, int phase, int64_t kc, const float* __restrict a, int64_t lda,
+                                            const float* __restrict b, int64_t ldb, int64_t i0, int64_t rows, int64_t j0,
+                                            int64_t cols) {
   constexpr int NR = NV * W;
   Vec<W> acc[MR][NV];
   KILN_PK_UNROLL
-  for (int i = 0; i < MR; ++i)
-    KILN_PK_UNROLL
-    for (int v = 0; v < NV; ++v) acc[i][v] = Vec<W>{};
+  for (int i = 0; i < MR; ++i) KILN_PK_UNROLL
+  for (int v = 0; v < NV; ++v) acc[i][v] = Vec<W>{};
   // Packed A: MR values per k step. Direct A: rows past the edge of C
   // repeat its last row (their sums are never stored).
   const float* row[MR];
@@ -328,9 +326,8 @@ __attribute__((noinline)) void compute_tile(const Problem& pr, int phase, int64_
   }
   float tile[MR * NR] __attribute__((aligned(64)));
   KILN_PK_UNROLL
-  for (int i = 0; i < MR; ++i)
-    KILN_PK_UNROLL
-    for (int v = 0; v < NV; ++v) store<W>(tile + i * NR + v * W, acc[i][v]);
+  for (int i = 0; i < MR; ++i) KILN_PK_UNROLL
+  for (int v = 0; v < NV; ++v) store<W>(tile + i * NR + v * W, acc[i][v]);
   finish_tile<W>(pr, phase, tile, NR, i0, rows, j0, cols);
 }
 
@@ -370,9 +367,8 @@ KILN_PK_INLINE int edge_height(int64_t rows) {
 }
 
 template <int W, int MR, int NV>
-KILN_PK_INLINE void compute_tile_nv(int nv, const Problem& pr, int phase, int64_t kc, const float* a, int64_t lda,
-                                    const float* b, int64_t ldb,
-                                    int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+KILN_PK_INLINE void compute_tile_nv(int nv, const Problem& pr, int phase, int64_t kc, const float* a, int64_t lda, const float* b,
+                                    int64_t ldb, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
   if constexpr (NV > 1) {
     if (nv < NV) return compute_tile_nv<W, MR, NV - 1>(nv, pr, phase, kc, a, lda, b, ldb, i0, rows, j0, cols);
   }
@@ -380,8 +376,8 @@ KILN_PK_INLINE void compute_tile_nv(int nv, const Problem& pr, int phase, int64_
 }
 
 template <int W, int MR, int NV>
-KILN_PK_INLINE void compute_tile_any(int mr, int nv, const Problem& pr, int phase, int64_t kc, const float* a,
-                                     int64_t lda, const float* b, int64_t ldb, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+KILN_PK_INLINE void compute_tile_any(int mr, int nv, const Problem& pr, int phase, int64_t kc, const float* a, int64_t lda,
+                                     const float* b, int64_t ldb, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
   constexpr int half = (MR + 1) / 2, quarter = (MR + 3) / 4;
   if (mr == MR)
     compute_tile_nv<W, MR, NV>(nv, pr, phase, kc, a, lda, b, ldb, i0, rows, j0, cols);
@@ -392,8 +388,7 @@ KILN_PK_INLINE void compute_tile_any(int mr, int nv, const Problem& pr, int phas
 }
 
 template <int MR>
-KILN_PK_INLINE void pack_a_any(int mr, float* dst, const Problem& pr, int64_t i0, int64_t rows, int64_t p0,
-                               int64_t kc) {
+KILN_PK_INLINE void pack_a_any(int mr, float* dst, const Problem& pr, int64_t i0, int64_t rows, int64_t p0, int64_t kc) {
   constexpr int half = (MR + 1) / 2, quarter = (MR + 3) / 4;
   if (mr == MR)
     pack_a<MR>(dst, pr, i0, rows, p0, kc);
@@ -404,8 +399,7 @@ KILN_PK_INLINE void pack_a_any(int mr, float* dst, const Problem& pr, int64_t i0
 }
 
 template <int W, int NV, class BSource>
-KILN_PK_INLINE void pack_b_any(int nv, const BSource& bsrc, float* dst, int64_t p0, int64_t kc, int64_t j0,
-                               int64_t cols) {
+KILN_PK_INLINE void pack_b_any(int nv, const BSource& bsrc, float* dst, int64_t p0, int64_t kc, int64_t j0, int64_t cols) {
   if constexpr (NV > 1) {
     if (nv < NV) return pack_b_any<W, NV - 1>(nv, bsrc, dst, p0, kc, j0, cols);
   }
@@ -431,11 +425,9 @@ KILN_PK_INLINE void pack_sliver(const BSource& bsrc, float* sliver, bool direct_
 // One tile of C from a packed B sliver (or B's rows in place when
 // in_place), with A read in place or from its packed sliver.
 template <int W, int MR, int NV>
-KILN_PK_INLINE void compute_any(const Problem& pr, int phase, int64_t kc, bool direct_a, const float* a,
-                                const float* b, bool in_place, int64_t ldb, int64_t i0, int64_t r, int64_t j0,
-                                int64_t c) {
-  if (!in_place && dot_edge<W>(direct_a, c))
-    return compute_dot_edge<W>(pr, phase, kc, a, pr.lda, b + W * kc, i0, r, j0, c);
+KILN_PK_INLINE void compute_any(const Problem& pr, int phase, int64_t kc, bool direct_a, const float* a, const float* b,
+                                bool in_place, int64_t ldb, int64_t i0, int64_t r, int64_t j0, int64_t c) {
+  if (!in_place && dot_edge<W>(direct_a, c)) return compute_dot_edge<W>(pr, phase, kc, a, pr.lda, b + W * kc, i0, r, j0, c);
   compute_tile_any<W, MR, NV>(edge_height<MR>(r), int(ceil_div(c, W)), pr, phase, kc, a, direct_a ? pr.lda : 0, b,
                               in_place ? ldb : 0, i0, r, j0, c);
 }
@@ -470,8 +462,8 @@ void gemm_whole_b(const kiln_pk_threads* threads, const Problem& pr, const BSour
       for (int64_t jt = 0; jt < nt; ++jt)
         for (int64_t it = begin; it < end; ++it) {
           const int64_t i0 = it * MR, r = min64(MR, m - i0);
-          compute_any<W, MR, NV>(pr, phase, kc, true, pr.a + i0 * pr.lda + p0, sliver(q, jt), false, 0, i0, r,
-                                 jt * NR, min64(NR, n - jt * NR));
+          compute_any<W, MR, NV>(pr, phase, kc, true, pr.a + i0 * pr.lda + p0, sliver(q, jt), false, 0, i0, r, jt * NR,
+                                 min64(NR, n - jt * NR));
         }
     }
   });
@@ -494,8 +486,8 @@ void gemm_sliver_local(const kiln_pk_threads* threads, const Problem& pr, const 
       pack_sliver<W, NV>(bsrc, sliver, true, 0, k, j0, c);
       for (int64_t it = 0; it < mt; ++it) {
         const int64_t i0 = it * MR;
-        compute_any<W, MR, NV>(pr, kFirstPanel | kLastPanel, k, true, pr.a + i0 * pr.lda, sliver, false, 0, i0,
-                               min64(MR, m - i0), j0, c);
+        compute_any<W, MR, NV>(pr, kFirstPanel | kLastPanel, k, true, pr.a + i0 * pr.lda, sliver, false, 0, i0, min64(MR, m - i0),
+                               j0, c);
       }
     }
   });

@@ -58,11 +58,9 @@ enum {
  * operand over the batch. bias may be NULL (then beta is ignored); a bias
  * stride of 0 broadcasts it along that dimension. The residual has C's
  * layout (it may alias C). */
-void kiln_pk_gemm(const kiln_pk_threads* threads, int64_t batch, int64_t m, int64_t n, int64_t k,
-                  const float* a, int64_t lda, int64_t stride_a, int32_t trans_a,
-                  const float* b, int64_t ldb, int64_t stride_b, int32_t trans_b,
-                  float* c, int64_t ldc, int64_t stride_c,
-                  float alpha, const float* bias, int64_t bias_rs, int64_t bias_cs, float beta,
+void kiln_pk_gemm(const kiln_pk_threads* threads, int64_t batch, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  int64_t stride_a, int32_t trans_a, const float* b, int64_t ldb, int64_t stride_b, int32_t trans_b, float* c,
+                  int64_t ldc, int64_t stride_c, float alpha, const float* bias, int64_t bias_rs, int64_t bias_cs, float beta,
                   const float* residual, int32_t act, float act_alpha, float act_beta, void* scratch);
 size_t kiln_pk_gemm_scratch_bytes(int64_t batch, int64_t m, int64_t n, int64_t k);
 
@@ -79,28 +77,25 @@ enum { KILN_PK_SPLIT_ANY = 0, KILN_PK_SPLIT_CHANNELS = 1 };
  * y: [n, k, oh, ow] = act(conv + bias + residual). pad_t / pad_l are the
  * leading pads; trailing pads follow from oh / ow. `split`, a
  * KILN_PK_SPLIT_* hint, changes no result. */
-void kiln_pk_conv2d(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t h, int64_t w,
-                    int64_t k, int64_t oh, int64_t ow, int64_t kh, int64_t kw,
-                    int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l,
-                    int64_t dilation_h, int64_t dilation_w, int64_t group,
-                    const float* x, const float* weights, const float* bias, const float* residual, float* y,
-                    int32_t act, float act_alpha, float act_beta, int32_t split, void* scratch);
-size_t kiln_pk_conv2d_scratch_bytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t oh,
-                                    int64_t ow, int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w,
-                                    int64_t dilation_h, int64_t dilation_w, int64_t group);
+void kiln_pk_conv2d(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t oh, int64_t ow,
+                    int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l, int64_t dilation_h,
+                    int64_t dilation_w, int64_t group, const float* x, const float* weights, const float* bias,
+                    const float* residual, float* y, int32_t act, float act_alpha, float act_beta, int32_t split, void* scratch);
+size_t kiln_pk_conv2d_scratch_bytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t oh, int64_t ow, int64_t kh,
+                                    int64_t kw, int64_t stride_h, int64_t stride_w, int64_t dilation_h, int64_t dilation_w,
+                                    int64_t group);
 
 /* Pooling over `planes` independent h x w planes (n * c for NCHW); window
  * positions outside the input are skipped (max) or, for average, counted
  * only when count_include_pad. */
-void kiln_pk_max_pool2d(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh,
-                        int64_t ow, int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t,
-                        int64_t pad_l, int64_t dilation_h, int64_t dilation_w, const float* x, float* y);
-void kiln_pk_avg_pool2d(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh,
-                        int64_t ow, int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t,
-                        int64_t pad_l, int32_t count_include_pad, const float* x, float* y);
+void kiln_pk_max_pool2d(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t kh,
+                        int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l, int64_t dilation_h,
+                        int64_t dilation_w, const float* x, float* y);
+void kiln_pk_avg_pool2d(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t kh,
+                        int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l, int32_t count_include_pad,
+                        const float* x, float* y);
 /* y[p] = mean (or max) of x[p * size .. p * size + size). */
-void kiln_pk_global_pool(const kiln_pk_threads* threads, int64_t planes, int64_t size, int32_t is_max,
-                         const float* x, float* y);
+void kiln_pk_global_pool(const kiln_pk_threads* threads, int64_t planes, int64_t size, int32_t is_max, const float* x, float* y);
 
 /* Reductions of x viewed as [outer, len, inner] over the middle axis, into
  * y: [outer, inner]. */
@@ -115,40 +110,39 @@ enum {
   KILN_PK_REDUCE_L2 = 7,
   KILN_PK_REDUCE_LOG_SUM_EXP = 8
 };
-void kiln_pk_reduce(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, int32_t op,
-                    const float* x, float* y);
+void kiln_pk_reduce(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, int32_t op, const float* x,
+                    float* y);
 
 /* Softmax (or LogSoftmax when is_log) of x viewed as [outer, len, inner]
  * along the middle axis; numerically stable (max subtracted). */
-void kiln_pk_softmax(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, int32_t is_log,
-                     const float* x, float* y);
+void kiln_pk_softmax(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, int32_t is_log, const float* x,
+                     float* y);
 
 /* Layer normalisation of each of `rows` rows of `cols` values:
  * y = (x - mean) / sqrt(var + epsilon) * scale + bias; scale and bias have
  * `cols` values, either may be NULL (1 and 0). */
-void kiln_pk_layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, float epsilon,
-                        const float* x, const float* scale, const float* bias, float* y);
+void kiln_pk_layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, float epsilon, const float* x,
+                        const float* scale, const float* bias, float* y);
 
 /* Copies a strided view of any element size densely into dst:
  * dst[i0, ..., i(rank-1)] = src[offset + sum i_d * src_strides[d]], with
  * dims, strides and offset in elements (strides may be negative or 0).
  * rank <= 8. Transpose, Slice, Expand. */
-void kiln_pk_strided_copy(const kiln_pk_threads* threads, int32_t rank, const int64_t* dims,
-                          const int64_t* src_strides, int64_t offset, int64_t element_size, const void* src,
-                          void* dst);
+void kiln_pk_strided_copy(const kiln_pk_threads* threads, int32_t rank, const int64_t* dims, const int64_t* src_strides,
+                          int64_t offset, int64_t element_size, const void* src, void* dst);
 
 /* rows x row_bytes from src (rows src_stride bytes apart) to dst (rows
  * dst_stride bytes apart): one input of a Concat, a plain copy (rows = 1). */
-void kiln_pk_copy_rows(const kiln_pk_threads* threads, int64_t rows, int64_t row_bytes, const void* src,
-                       int64_t src_stride, void* dst, int64_t dst_stride);
+void kiln_pk_copy_rows(const kiln_pk_threads* threads, int64_t rows, int64_t row_bytes, const void* src, int64_t src_stride,
+                       void* dst, int64_t dst_stride);
 
 /* Gather along an axis: data viewed as [outer, axis_dim, inner_bytes],
  * indices (int32, or int64 when index_is_64) counted from the end when
  * negative; dst: [outer, num_indices, inner_bytes]. Returns 0, or 1 + the
  * position of the first index out of [-axis_dim, axis_dim) (dst is then
  * unspecified). */
-int64_t kiln_pk_gather(const kiln_pk_threads* threads, int64_t outer, int64_t axis_dim, int64_t inner_bytes,
-                       int64_t num_indices, int32_t index_is_64, const void* indices, const void* data, void* dst);
+int64_t kiln_pk_gather(const kiln_pk_threads* threads, int64_t outer, int64_t axis_dim, int64_t inner_bytes, int64_t num_indices,
+                       int32_t index_is_64, const void* indices, const void* data, void* dst);
 
 /* ONNX RNN, GRU and LSTM (cell KILN_PK_CELL_*), float32, over x [seq,
  * batch, input] (batch_major: [batch, seq, input]). w, r, b, p, initial_h,
@@ -161,16 +155,23 @@ int64_t kiln_pk_gather(const kiln_pk_threads* threads, int64_t outer, int64_t ax
  * whose sequence length is outside [0, seq] (nothing is written then). */
 enum { KILN_PK_CELL_RNN = 0, KILN_PK_CELL_GRU = 1, KILN_PK_CELL_LSTM = 2 };
 enum {
-  KILN_PK_RNN_SIGMOID = 0, KILN_PK_RNN_TANH, KILN_PK_RNN_RELU, KILN_PK_RNN_AFFINE, KILN_PK_RNN_LEAKY_RELU,
-  KILN_PK_RNN_THRESHOLDED_RELU, KILN_PK_RNN_SCALED_TANH, KILN_PK_RNN_HARD_SIGMOID, KILN_PK_RNN_ELU,
-  KILN_PK_RNN_SOFTSIGN, KILN_PK_RNN_SOFTPLUS
+  KILN_PK_RNN_SIGMOID = 0,
+  KILN_PK_RNN_TANH,
+  KILN_PK_RNN_RELU,
+  KILN_PK_RNN_AFFINE,
+  KILN_PK_RNN_LEAKY_RELU,
+  KILN_PK_RNN_THRESHOLDED_RELU,
+  KILN_PK_RNN_SCALED_TANH,
+  KILN_PK_RNN_HARD_SIGMOID,
+  KILN_PK_RNN_ELU,
+  KILN_PK_RNN_SOFTSIGN,
+  KILN_PK_RNN_SOFTPLUS
 };
-int64_t kiln_pk_recurrent(const kiln_pk_threads* threads, int32_t cell, int64_t seq, int64_t batch, int64_t input,
-                          int64_t hidden, int64_t directions, int32_t reverse, int32_t batch_major,
-                          int32_t linear_before_reset, int32_t input_forget, float clip, const int64_t* activations,
-                          const float* x, const float* w, const float* r, const float* b, const void* sequence_lens,
-                          int32_t lens_int64, const float* initial_h, const float* initial_c, const float* p, float* y,
-                          float* y_h, float* y_c, void* scratch);
+int64_t kiln_pk_recurrent(const kiln_pk_threads* threads, int32_t cell, int64_t seq, int64_t batch, int64_t input, int64_t hidden,
+                          int64_t directions, int32_t reverse, int32_t batch_major, int32_t linear_before_reset,
+                          int32_t input_forget, float clip, const int64_t* activations, const float* x, const float* w,
+                          const float* r, const float* b, const void* sequence_lens, int32_t lens_int64, const float* initial_h,
+                          const float* initial_c, const float* p, float* y, float* y_h, float* y_c, void* scratch);
 size_t kiln_pk_recurrent_scratch_bytes(int32_t cell, int64_t seq, int64_t batch, int64_t input, int64_t hidden,
                                        int64_t directions);
 

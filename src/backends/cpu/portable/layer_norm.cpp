@@ -34,8 +34,8 @@ KILN_PK_INLINE float row_sum(const float* x, int64_t n, float shift, bool square
 }
 
 template <int W>
-void layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, float epsilon, const float* x,
-                const float* scale, const float* bias, float* y) {
+void layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, float epsilon, const float* x, const float* scale,
+                const float* bias, float* y) {
   parallel_for_grain(threads, rows, grain_for(cols * 4), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* xr = x + r * cols;
@@ -63,8 +63,8 @@ void layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, floa
 }  // namespace
 }  // namespace kiln::pk
 
-extern "C" void kiln_pk_layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, float epsilon,
-                                   const float* x, const float* scale, const float* bias, float* y) {
+extern "C" void kiln_pk_layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, float epsilon, const float* x,
+                                   const float* scale, const float* bias, float* y) {
   using namespace kiln::pk;
   if (rows <= 0 || cols <= 0) return;
   const Config cfg = target_config();

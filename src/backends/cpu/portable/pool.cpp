@@ -65,9 +65,7 @@ struct AvgOp {
   }
   KILN_PK_INLINE float init_one(const WindowRows&, int64_t) const { return 0.0f; }
   KILN_PK_INLINE float combine_one(float acc, float x) const { return acc + x; }
-  KILN_PK_INLINE void finish_one(const WindowRows& d, int64_t o, float acc) const {
-    y[d.oy * s->ow + d.c0 + o] = acc;
-  }
+  KILN_PK_INLINE void finish_one(const WindowRows& d, int64_t o, float acc) const { y[d.oy * s->ow + d.c0 + o] = acc; }
   void end_segment(const WindowRows& d, int64_t cols) const {
     float* yr = y + d.oy * s->ow + d.c0;
     if (include_pad) {
@@ -86,8 +84,7 @@ struct AvgOp {
 };
 
 template <int W>
-void global_pool(const kiln_pk_threads* threads, int64_t planes, int64_t size, bool is_max, const float* x,
-                 float* y) {
+void global_pool(const kiln_pk_threads* threads, int64_t planes, int64_t size, bool is_max, const float* x, float* y) {
   parallel_for_grain(threads, planes, grain_for(size), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const float* xp = x + p * size;
@@ -123,8 +120,7 @@ void global_pool(const kiln_pk_threads* threads, int64_t planes, int64_t size, b
 // The window engine needs the ring to fit: a window too large for it (none
 // that a network uses) is done one output at a time.
 template <bool IsMax>
-void pool_direct(const kiln_pk_threads* threads, int64_t planes, const Window& s, bool include_pad, const float* x,
-                 float* y) {
+void pool_direct(const kiln_pk_threads* threads, int64_t planes, const Window& s, bool include_pad, const float* x, float* y) {
   parallel_for_grain(threads, planes, grain_for(s.oh * s.ow * s.kh * s.kw), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p)
       for (int64_t oy = 0; oy < s.oh; ++oy)
@@ -149,8 +145,8 @@ void pool_direct(const kiln_pk_threads* threads, int64_t planes, const Window& s
 }
 
 template <int W>
-void pool(const kiln_pk_threads* threads, int64_t planes, const Window& s, bool is_max, bool include_pad,
-          const float* x, float* y) {
+void pool(const kiln_pk_threads* threads, int64_t planes, const Window& s, bool is_max, bool include_pad, const float* x,
+          float* y) {
   if (window_segment_width(s.kh, s.kw, s.sw, s.dh, s.dw) == 0) {
     if (is_max)
       pool_direct<true>(threads, planes, s, include_pad, x, y);
@@ -172,8 +168,8 @@ void pool(const kiln_pk_threads* threads, int64_t planes, const Window& s, bool 
   }
 }
 
-void pool_any(const kiln_pk_threads* threads, int64_t planes, const Window& s, bool is_max, bool include_pad,
-              const float* x, float* y) {
+void pool_any(const kiln_pk_threads* threads, int64_t planes, const Window& s, bool is_max, bool include_pad, const float* x,
+              float* y) {
   if (planes <= 0 || s.oh <= 0 || s.ow <= 0) return;
   const Config cfg = target_config();
   if (cfg.vector_bytes >= 64)
@@ -191,22 +187,21 @@ using namespace kiln::pk;
 
 extern "C" {
 
-void kiln_pk_max_pool2d(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                        int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l,
-                        int64_t dilation_h, int64_t dilation_w, const float* x, float* y) {
-  pool_any(threads, planes, Window{h, w, oh, ow, kh, kw, stride_h, stride_w, pad_t, pad_l, dilation_h, dilation_w},
-           true, false, x, y);
+void kiln_pk_max_pool2d(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t kh,
+                        int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l, int64_t dilation_h,
+                        int64_t dilation_w, const float* x, float* y) {
+  pool_any(threads, planes, Window{h, w, oh, ow, kh, kw, stride_h, stride_w, pad_t, pad_l, dilation_h, dilation_w}, true, false,
+           x, y);
 }
 
-void kiln_pk_avg_pool2d(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                        int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l,
-                        int32_t count_include_pad, const float* x, float* y) {
-  pool_any(threads, planes, Window{h, w, oh, ow, kh, kw, stride_h, stride_w, pad_t, pad_l, 1, 1}, false,
-           count_include_pad != 0, x, y);
+void kiln_pk_avg_pool2d(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t kh,
+                        int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l, int32_t count_include_pad,
+                        const float* x, float* y) {
+  pool_any(threads, planes, Window{h, w, oh, ow, kh, kw, stride_h, stride_w, pad_t, pad_l, 1, 1}, false, count_include_pad != 0,
+           x, y);
 }
 
-void kiln_pk_global_pool(const kiln_pk_threads* threads, int64_t planes, int64_t size, int32_t is_max,
-                         const float* x, float* y) {
+void kiln_pk_global_pool(const kiln_pk_threads* threads, int64_t planes, int64_t size, int32_t is_max, const float* x, float* y) {
   const Config cfg = target_config();
   if (cfg.vector_bytes >= 64)
     global_pool<16>(threads, planes, size, is_max != 0, x, y);

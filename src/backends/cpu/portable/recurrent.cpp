@@ -72,7 +72,7 @@ extern "C" size_t kiln_pk_recurrent_scratch_bytes(int32_t cell, int64_t seq, int
                                                   int64_t directions) {
   using namespace kiln::pk;
   const Layer l{cell, seq, batch, input, hidden, directions, cell == KILN_PK_CELL_LSTM ? 4 : cell == KILN_PK_CELL_GRU ? 3 : 1,
-                0, 0, 0, 0, 0.0f};
+                0,    0,   0,     0,     0.0f};
   return (floats_of(l) * sizeof(float) + 63) / 64 * 64 + gemm_scratch(l);
 }
 
@@ -94,10 +94,10 @@ extern "C" int64_t kiln_pk_recurrent(const kiln_pk_threads* threads, int32_t cel
   for (int64_t row = 0; row < B; ++row)
     if (length(row) < 0 || length(row) > T) return row + 1;
   float* proj = static_cast<float*>(scratch);  // [T * B, G * H], rows in X's order
-  float* gates = proj + T * B * GH;             // [B, G * H]
-  float* h = gates + B * GH;                    // [B, H]
-  float* c = h + B * H;                         // [B, H]
-  float* rh = c + B * H;                        // [B, H]: a GRU's r * h
+  float* gates = proj + T * B * GH;            // [B, G * H]
+  float* h = gates + B * GH;                   // [B, H]
+  float* c = h + B * H;                        // [B, H]
+  float* rh = c + B * H;                       // [B, H]: a GRU's r * h
   void* work = static_cast<char*>(scratch) + (floats_of(l) * sizeof(float) + 63) / 64 * 64;
   if (y) memset(y, 0, size_t(T * D * B * H) * sizeof(float));
   const int64_t per_direction = cell == KILN_PK_CELL_LSTM ? 3 : cell == KILN_PK_CELL_GRU ? 2 : 1;
@@ -175,7 +175,8 @@ extern "C" int64_t kiln_pk_recurrent(const kiln_pk_threads* threads, int32_t cel
           } else {  // LSTM: gates i, o, f, c; peepholes i, o, f
             const float cp = cr[j];
             const float i = apply(act[0], clipped(l, pre(j) + (pd ? pd[j] * cp : 0.0f)));
-            const float f = input_forget ? 1.0f - i : apply(act[0], clipped(l, pre(2 * H + j) + (pd ? pd[2 * H + j] * cp : 0.0f)));
+            const float f =
+                input_forget ? 1.0f - i : apply(act[0], clipped(l, pre(2 * H + j) + (pd ? pd[2 * H + j] * cp : 0.0f)));
             const float g = apply(act[1], clipped(l, pre(3 * H + j)));
             const float cn = f * cp + i * g;
             const float o = apply(act[0], clipped(l, pre(H + j) + (pd ? pd[H + j] * cn : 0.0f)));

@@ -19,9 +19,7 @@ struct Reducer {
   static constexpr bool is_min = Op == KILN_PK_REDUCE_MIN;
   static constexpr bool is_prod = Op == KILN_PK_REDUCE_PROD;
 
-  static KILN_PK_INLINE float init() {
-    return is_max ? -__builtin_inff() : is_min ? __builtin_inff() : is_prod ? 1.0f : 0.0f;
-  }
+  static KILN_PK_INLINE float init() { return is_max ? -__builtin_inff() : is_min ? __builtin_inff() : is_prod ? 1.0f : 0.0f; }
   template <class V>
   static KILN_PK_INLINE V pre(V x) {
     if constexpr (Op == KILN_PK_REDUCE_SUM_SQUARE || Op == KILN_PK_REDUCE_L2) return x * x;
@@ -145,8 +143,7 @@ KILN_PK_INLINE void reduce_column_scalar(const float* x, int64_t len, int64_t in
 }
 
 template <int W, int Op>
-void reduce_strided(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, const float* x,
-                    float* y) {
+void reduce_strided(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, const float* x, float* y) {
   constexpr int B = 4, block = B * W;
   const int64_t blocks = ceil_div(inner, block);
   parallel_for_grain(threads, outer * blocks, grain_for(len * block), [&](int64_t begin, int64_t end) {
@@ -175,20 +172,18 @@ void reduce_op(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64
 }
 
 template <int W>
-void reduce_width(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, int32_t op,
-                  const float* x, float* y) {
+void reduce_width(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, int32_t op, const float* x,
+                  float* y) {
   switch (op) {
     case KILN_PK_REDUCE_SUM: return reduce_op<W, KILN_PK_REDUCE_SUM>(threads, outer, len, inner, x, y);
     case KILN_PK_REDUCE_MEAN: return reduce_op<W, KILN_PK_REDUCE_MEAN>(threads, outer, len, inner, x, y);
     case KILN_PK_REDUCE_MAX: return reduce_op<W, KILN_PK_REDUCE_MAX>(threads, outer, len, inner, x, y);
     case KILN_PK_REDUCE_MIN: return reduce_op<W, KILN_PK_REDUCE_MIN>(threads, outer, len, inner, x, y);
     case KILN_PK_REDUCE_PROD: return reduce_op<W, KILN_PK_REDUCE_PROD>(threads, outer, len, inner, x, y);
-    case KILN_PK_REDUCE_SUM_SQUARE:
-      return reduce_op<W, KILN_PK_REDUCE_SUM_SQUARE>(threads, outer, len, inner, x, y);
+    case KILN_PK_REDUCE_SUM_SQUARE: return reduce_op<W, KILN_PK_REDUCE_SUM_SQUARE>(threads, outer, len, inner, x, y);
     case KILN_PK_REDUCE_L1: return reduce_op<W, KILN_PK_REDUCE_L1>(threads, outer, len, inner, x, y);
     case KILN_PK_REDUCE_L2: return reduce_op<W, KILN_PK_REDUCE_L2>(threads, outer, len, inner, x, y);
-    case KILN_PK_REDUCE_LOG_SUM_EXP:
-      return reduce_op<W, KILN_PK_REDUCE_LOG_SUM_EXP>(threads, outer, len, inner, x, y);
+    case KILN_PK_REDUCE_LOG_SUM_EXP: return reduce_op<W, KILN_PK_REDUCE_LOG_SUM_EXP>(threads, outer, len, inner, x, y);
     default: return;
   }
 }

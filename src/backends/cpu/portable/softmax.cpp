@@ -87,8 +87,7 @@ KILN_PK_INLINE void softmax_columns(const float* x, float* y, int64_t len, int64
 }
 
 template <int W>
-void softmax(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, bool is_log, const float* x,
-             float* y) {
+void softmax(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, bool is_log, const float* x, float* y) {
   if (inner == 1) {
     parallel_for_grain(threads, outer, grain_for(len * 8), [&](int64_t begin, int64_t end) {
       for (int64_t o = begin; o < end; ++o) softmax_row<W>(x + o * len, y + o * len, len, is_log);
@@ -117,8 +116,8 @@ void softmax(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t
 }  // namespace
 }  // namespace kiln::pk
 
-extern "C" void kiln_pk_softmax(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner,
-                                int32_t is_log, const float* x, float* y) {
+extern "C" void kiln_pk_softmax(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, int32_t is_log,
+                                const float* x, float* y) {
   using namespace kiln::pk;
   if (outer <= 0 || len <= 0 || inner <= 0) return;
   const Config cfg = target_config();

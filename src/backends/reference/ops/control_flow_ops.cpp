@@ -16,8 +16,7 @@ namespace {
 constexpr int64_t kMaxLoopIterations = int64_t(1) << 24;
 
 bool truth(const KernelContext& ctx, const Tensor& t, const char* what) {
-  if (t.numel() != 1)
-    ctx.fail(std::string(what) + " has shape " + ir::dims_to_string(t.dims()) + ", expected a single element");
+  if (t.numel() != 1) ctx.fail(std::string(what) + " has shape " + ir::dims_to_string(t.dims()) + ", expected a single element");
   return t.as_double(0) != 0;
 }
 
@@ -33,8 +32,7 @@ Tensor take_slice(const Tensor& t, int64_t axis, int64_t index) {
   size_t block = size_t(inner) * ir::dtype_size(t.dtype());
   const auto* src = static_cast<const char*>(t.raw());
   auto* dst = static_cast<char*>(out.raw());
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(dst + size_t(o) * block, src + size_t(o * len + index) * block, block);
+  for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + size_t(o) * block, src + size_t(o * len + index) * block, block);
   return out;
 }
 
@@ -64,8 +62,7 @@ Tensor stack(const KernelContext& ctx, const std::vector<Tensor>& parts, int64_t
   auto* dst = static_cast<char*>(out.raw());
   for (size_t k = 0; k < parts.size(); ++k) {
     const auto* src = static_cast<const char*>(parts[k].raw());
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(dst + (size_t(o) * parts.size() + k) * block, src + size_t(o) * block, block);
+    for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + (size_t(o) * parts.size() + k) * block, src + size_t(o) * block, block);
   }
   return out;
 }
@@ -83,8 +80,8 @@ void if_op(KernelContext& ctx) {
   const ir::Graph& branch = ctx.attr_graph(cond ? "then_branch" : "else_branch");
   std::vector<Tensor> outs = ctx.run_subgraph(branch, {});
   if (outs.size() != ctx.num_outputs())
-    ctx.fail(std::string(cond ? "then" : "else") + "_branch produces " + std::to_string(outs.size()) +
-             " outputs, expected " + std::to_string(ctx.num_outputs()));
+    ctx.fail(std::string(cond ? "then" : "else") + "_branch produces " + std::to_string(outs.size()) + " outputs, expected " +
+             std::to_string(ctx.num_outputs()));
   for (size_t i = 0; i < outs.size(); ++i) ctx.set_output(i, outs[i]);
 }
 
@@ -103,8 +100,8 @@ void loop(KernelContext& ctx) {
     ctx.fail("body takes " + std::to_string(body.inputs.size()) + " inputs, expected " + std::to_string(n + 2) +
              " (iteration number, condition and " + std::to_string(n) + " loop-carried values)");
   if (body.outputs.size() < n + 1)
-    ctx.fail("body produces " + std::to_string(body.outputs.size()) + " outputs, expected at least " +
-             std::to_string(n + 1) + " (condition and " + std::to_string(n) + " loop-carried values)");
+    ctx.fail("body produces " + std::to_string(body.outputs.size()) + " outputs, expected at least " + std::to_string(n + 1) +
+             " (condition and " + std::to_string(n) + " loop-carried values)");
   size_t k_scan = body.outputs.size() - 1 - n;
   if (ctx.num_outputs() > n + k_scan)
     ctx.fail("node has " + std::to_string(ctx.num_outputs()) + " outputs, expected at most " + std::to_string(n + k_scan));
@@ -142,8 +139,7 @@ std::vector<Tensor> scan_once(const KernelContext& ctx, const ir::Graph& body, s
   std::vector<std::vector<Tensor>> parts(k);
   for (int64_t t = 0; t < seq_len; ++t) {
     std::vector<Tensor> ins = states;
-    for (size_t j = 0; j < m; ++j)
-      ins.push_back(take_slice(scan_inputs[j], in_axes[j], in_dirs[j] ? seq_len - 1 - t : t));
+    for (size_t j = 0; j < m; ++j) ins.push_back(take_slice(scan_inputs[j], in_axes[j], in_dirs[j] ? seq_len - 1 - t : t));
     std::vector<Tensor> outs = ctx.run_subgraph(body, ins);
     for (size_t j = 0; j < n; ++j) states[j] = outs[j];
     for (size_t j = 0; j < k; ++j) parts[j].push_back(outs[n + j]);
@@ -224,8 +220,7 @@ void scan(KernelContext& ctx) {
     if (batch >= 0 && t.dim(0) != batch)
       ctx.fail("scan input batch size " + std::to_string(t.dim(0)) + " differs from " + std::to_string(batch));
     if (max_len >= 0 && t.dim(1) != max_len)
-      ctx.fail("scan inputs have different sequence lengths " + std::to_string(t.dim(1)) + " and " +
-               std::to_string(max_len));
+      ctx.fail("scan inputs have different sequence lengths " + std::to_string(t.dim(1)) + " and " + std::to_string(max_len));
     batch = t.dim(0);
     max_len = t.dim(1);
   }
@@ -234,12 +229,13 @@ void scan(KernelContext& ctx) {
   std::vector<int64_t> lens(size_t(batch), max_len);
   if (ctx.has_input(0)) {
     const Tensor& sl = ctx.input(0);
-    if (sl.numel() != batch) ctx.fail("sequence_lens has " + std::to_string(sl.numel()) + " entries, expected " + std::to_string(batch));
+    if (sl.numel() != batch)
+      ctx.fail("sequence_lens has " + std::to_string(sl.numel()) + " entries, expected " + std::to_string(batch));
     for (int64_t b = 0; b < batch; ++b) {
       lens[size_t(b)] = sl.as_int64(b);
       if (lens[size_t(b)] < 0 || lens[size_t(b)] > max_len)
-        ctx.fail("sequence_lens[" + std::to_string(b) + "] is " + std::to_string(lens[size_t(b)]) +
-                 ", expected a value in [0, " + std::to_string(max_len) + "]");
+        ctx.fail("sequence_lens[" + std::to_string(b) + "] is " + std::to_string(lens[size_t(b)]) + ", expected a value in [0, " +
+                 std::to_string(max_len) + "]");
     }
   }
 

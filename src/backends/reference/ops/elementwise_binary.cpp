@@ -27,8 +27,8 @@ Tensor second_operand(const KernelContext& ctx) {
   if (!ctx.has_attr("axis")) return b;
   int64_t axis = normalize_axis(ctx, ctx.attr_int("axis"), a.rank());
   if (axis + b.rank() > a.rank())
-    ctx.fail("B of shape " + ir::dims_to_string(b.dims()) + " does not fit into A of shape " +
-             ir::dims_to_string(a.dims()) + " at axis " + std::to_string(axis));
+    ctx.fail("B of shape " + ir::dims_to_string(b.dims()) + " does not fit into A of shape " + ir::dims_to_string(a.dims()) +
+             " at axis " + std::to_string(axis));
   Dims d(size_t(axis), 1);
   d.insert(d.end(), b.dims().begin(), b.dims().end());
   d.resize(size_t(a.rank()), 1);
@@ -94,9 +94,8 @@ void pow_kernel(KernelContext& ctx) {
     using TA = decltype(ta);
     dispatch_kinds<kNumeric>(ctx, b.dtype(), "exponent Y", [&](auto tb) {
       using TB = decltype(tb);
-      r = broadcast_map<TA, TB, TA>(ctx, a, b, a.dtype(), [](TA x, TB y) {
-        return store<TA>(std::pow(double(Calc<TA>(x)), double(Calc<TB>(y))));
-      });
+      r = broadcast_map<TA, TB, TA>(ctx, a, b, a.dtype(),
+                                    [](TA x, TB y) { return store<TA>(std::pow(double(Calc<TA>(x)), double(Calc<TB>(y)))); });
     });
   });
   ctx.set_output(0, std::move(r));
@@ -152,15 +151,16 @@ void prelu_kernel(KernelContext& ctx) {
   if (broadcast_shapes(ctx, x.dims(), slope.dims()) != x.dims())
     ctx.fail("slope of shape " + ir::dims_to_string(slope.dims()) + " cannot be broadcast to X of shape " +
              ir::dims_to_string(x.dims()));
-  ctx.set_output(0, binary_map<kFloat | kInt>(ctx, x, slope, [](auto v, auto s) -> decltype(v) {
-                   return v < 0 ? mul_values(s, v) : v;
-                 }));
+  ctx.set_output(0, binary_map < kFloat |
+                        kInt > (ctx, x, slope, [](auto v, auto s) -> decltype(v) { return v < 0 ? mul_values(s, v) : v; }));
 }
 
 template <typename C>
 bool is_nan_value(C v) {
-  if constexpr (std::is_floating_point_v<C>) return std::isnan(v);
-  else return false;
+  if constexpr (std::is_floating_point_v<C>)
+    return std::isnan(v);
+  else
+    return false;
 }
 
 // Left fold of a binary op over all inputs, broadcasting as it goes.

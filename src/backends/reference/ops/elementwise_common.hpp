@@ -104,18 +104,24 @@ T store(R r) {
 // Integer add/sub/mul wrap around (two's complement) instead of overflowing.
 template <typename C>
 C add_values(C a, C b) {
-  if constexpr (std::is_integral_v<C>) return C(uint64_t(a) + uint64_t(b));
-  else return a + b;
+  if constexpr (std::is_integral_v<C>)
+    return C(uint64_t(a) + uint64_t(b));
+  else
+    return a + b;
 }
 template <typename C>
 C sub_values(C a, C b) {
-  if constexpr (std::is_integral_v<C>) return C(uint64_t(a) - uint64_t(b));
-  else return a - b;
+  if constexpr (std::is_integral_v<C>)
+    return C(uint64_t(a) - uint64_t(b));
+  else
+    return a - b;
 }
 template <typename C>
 C mul_values(C a, C b) {
-  if constexpr (std::is_integral_v<C>) return C(uint64_t(a) * uint64_t(b));
-  else return a * b;
+  if constexpr (std::is_integral_v<C>)
+    return C(uint64_t(a) * uint64_t(b));
+  else
+    return a * b;
 }
 
 // y[i] = f(x[i]) computed in Calc<T>, y of x's type (or bool when BoolOut).
@@ -141,8 +147,7 @@ Tensor broadcast_map(const KernelContext& ctx, const Tensor& a, const Tensor& b,
   const TB* pb = b.data<TB>();
   TO* po = out.data<TO>();
   int64_t i = 0;
-  for (BroadcastIterator it(od, {broadcast_strides(a.dims(), od), broadcast_strides(b.dims(), od)}); !it.done();
-       it.next())
+  for (BroadcastIterator it(od, {broadcast_strides(a.dims(), od), broadcast_strides(b.dims(), od)}); !it.done(); it.next())
     po[i++] = f(pa[it.offset(0)], pb[it.offset(1)]);
   return out;
 }
@@ -152,8 +157,8 @@ Tensor broadcast_map(const KernelContext& ctx, const Tensor& a, const Tensor& b,
 template <unsigned Kinds, bool BoolOut = false, typename F>
 Tensor binary_map(const KernelContext& ctx, const Tensor& a, const Tensor& b, F&& f) {
   if (a.dtype() != b.dtype())
-    ctx.fail(std::string("inputs have element types ") + ir::dtype_name(a.dtype()) + " and " +
-             ir::dtype_name(b.dtype()) + ", expected the same type");
+    ctx.fail(std::string("inputs have element types ") + ir::dtype_name(a.dtype()) + " and " + ir::dtype_name(b.dtype()) +
+             ", expected the same type");
   Tensor r;
   dispatch_kinds<Kinds>(ctx, a.dtype(), "inputs", [&](auto tag) {
     using T = decltype(tag);

@@ -31,12 +31,12 @@ double softplus(double x) {
   return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
 }
 
-double sigmoid(double x) {
-  return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x));
-}
+double sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x)); }
 
-#define KILN_FLOAT_UNARY(name, expr) \
-  void name##_kernel(KernelContext& ctx) { unary_float(ctx, [](double x) { return expr; }); }
+#define KILN_FLOAT_UNARY(name, expr)                 \
+  void name##_kernel(KernelContext& ctx) {           \
+    unary_float(ctx, [](double x) { return expr; }); \
+  }
 
 KILN_FLOAT_UNARY(acos, std::acos(x))
 KILN_FLOAT_UNARY(acosh, std::acosh(x))
@@ -62,24 +62,29 @@ KILN_FLOAT_UNARY(tanh, std::tanh(x))
 KILN_FLOAT_UNARY(sigmoid, sigmoid(x))
 KILN_FLOAT_UNARY(softplus, softplus(x))
 KILN_FLOAT_UNARY(softsign, x / (1.0 + std::fabs(x)))
-KILN_FLOAT_UNARY(mish, x * std::tanh(softplus(x)))
-KILN_FLOAT_UNARY(hardswish, x * std::max(0.0, std::min(1.0, x / 6.0 + 0.5)))
+KILN_FLOAT_UNARY(mish, x* std::tanh(softplus(x)))
+KILN_FLOAT_UNARY(hardswish, x* std::max(0.0, std::min(1.0, x / 6.0 + 0.5)))
 #undef KILN_FLOAT_UNARY
 
 void abs_kernel(KernelContext& ctx) {
   unary_typed<kNumeric>(ctx, [](auto x) -> decltype(x) {
     using C = decltype(x);
-    if constexpr (std::is_unsigned_v<C>) return x;
-    else if constexpr (std::is_integral_v<C>) return x < 0 ? C(0 - uint64_t(x)) : x;
-    else return std::fabs(x);
+    if constexpr (std::is_unsigned_v<C>)
+      return x;
+    else if constexpr (std::is_integral_v<C>)
+      return x < 0 ? C(0 - uint64_t(x)) : x;
+    else
+      return std::fabs(x);
   });
 }
 
 void neg_kernel(KernelContext& ctx) {
   unary_typed<kFloat | kSigned>(ctx, [](auto x) -> decltype(x) {
     using C = decltype(x);
-    if constexpr (std::is_integral_v<C>) return C(0 - uint64_t(x));
-    else return -x;
+    if constexpr (std::is_integral_v<C>)
+      return C(0 - uint64_t(x));
+    else
+      return -x;
   });
 }
 
@@ -108,9 +113,8 @@ void isnan_kernel(KernelContext& ctx) {
 
 void isinf_kernel(KernelContext& ctx) {
   bool neg = ctx.attr_int("detect_negative", 1) != 0, pos = ctx.attr_int("detect_positive", 1) != 0;
-  ctx.set_output(0, map_tensor<kFloat, true>(ctx, ctx.input(0), "input", [&](auto x) {
-                   return std::isinf(x) && (x < 0 ? neg : pos);
-                 }));
+  ctx.set_output(
+      0, map_tensor<kFloat, true>(ctx, ctx.input(0), "input", [&](auto x) { return std::isinf(x) && (x < 0 ? neg : pos); }));
 }
 
 void elu_kernel(KernelContext& ctx) {
@@ -150,9 +154,7 @@ void gelu_kernel(KernelContext& ctx) {
   if (approx == "none") {
     unary_float(ctx, [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); });
   } else if (approx == "tanh") {
-    unary_float(ctx, [](double x) {
-      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / kPi) * (x + 0.044715 * x * x * x)));
-    });
+    unary_float(ctx, [](double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / kPi) * (x + 0.044715 * x * x * x))); });
   } else {
     ctx.fail("approximate must be 'none' or 'tanh', got '" + approx + "'");
   }
@@ -225,9 +227,8 @@ void cast_kernel(KernelContext& ctx) {
   int64_t code = 0;
   if (a->kind == ir::Attribute::Kind::String) {
     // Before opset 6 'to' names the type; the position is the DataType code.
-    static const char* const names[] = {"FLOAT",  "UINT8",  "INT8",   "UINT16",    "INT16",      "INT32",
-                                        "INT64",  "STRING", "BOOL",   "FLOAT16",   "DOUBLE",     "UINT32",
-                                        "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16"};
+    static const char* const names[] = {"FLOAT", "UINT8",   "INT8",   "UINT16", "INT16",  "INT32",     "INT64",      "STRING",
+                                        "BOOL",  "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16"};
     for (int64_t i = 0; i < int64_t(std::size(names)); ++i)
       if (a->s == names[i]) code = i + 1;
     if (code == 0) ctx.fail("attribute 'to' names unknown type '" + a->s + "', expected e.g. FLOAT or INT64");

@@ -19,8 +19,7 @@
 namespace kiln::ref {
 namespace {
 
-void require_shape(const KernelContext& ctx, const Tensor& t, const char* what, const Dims& expected,
-                   const char* description) {
+void require_shape(const KernelContext& ctx, const Tensor& t, const char* what, const Dims& expected, const char* description) {
   if (t.dims() != expected)
     ctx.fail(std::string(what) + " has shape " + ir::dims_to_string(t.dims()) + ", expected " + description + " = " +
              ir::dims_to_string(expected));
@@ -125,8 +124,7 @@ std::vector<std::vector<Tap>> axis_taps(const KernelContext& ctx, const ResizePa
 
 // A resized axis's size, which scales (up to infinity) may put beyond any int64.
 int64_t resized_size(const KernelContext& ctx, double size, const char* from) {
-  if (!(size <= double(int64_t(1) << 62)))
-    ctx.fail(std::string(from) + " would make a resized axis larger than 2^62");
+  if (!(size <= double(int64_t(1) << 62))) ctx.fail(std::string(from) + " would make a resized axis larger than 2^62");
   return int64_t(size);
 }
 
@@ -154,8 +152,7 @@ ResizePlan plan(const KernelContext& ctx, const ResizeParams& p, const std::vect
   Dims out_dims = in_dims;
   std::vector<double> scale(size_t(rank), 1.0), roi_start(size_t(rank), 0.0), roi_end(size_t(rank), 1.0);
   if (!sizes_in.empty()) {
-    if (sizes_in.size() != k)
-      ctx.fail("sizes has " + std::to_string(sizes_in.size()) + " values, expected " + std::to_string(k));
+    if (sizes_in.size() != k) ctx.fail("sizes has " + std::to_string(sizes_in.size()) + " values, expected " + std::to_string(k));
     std::string policy = ctx.attr_string("keep_aspect_ratio_policy", "stretch");
     if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller")
       ctx.fail("keep_aspect_ratio_policy is '" + policy + "', expected stretch, not_larger or not_smaller");
@@ -317,8 +314,8 @@ void grid_sample_kernel(KernelContext& ctx) {
   const int64_t k = x.rank() - 2;
   if (k < 1) ctx.fail("input has shape " + ir::dims_to_string(x.dims()) + ", expected (N, C, D1, ..., Dk)");
   if (grid.rank() != k + 2 || grid.dim(0) != x.dim(0) || grid.dim(-1) != k)
-    ctx.fail("grid has shape " + ir::dims_to_string(grid.dims()) + ", expected (N, out_1, ..., out_" +
-             std::to_string(k) + ", " + std::to_string(k) + ") for input " + ir::dims_to_string(x.dims()));
+    ctx.fail("grid has shape " + ir::dims_to_string(grid.dims()) + ", expected (N, out_1, ..., out_" + std::to_string(k) + ", " +
+             std::to_string(k) + ") for input " + ir::dims_to_string(x.dims()));
   std::string mode = ctx.attr_string("mode", ctx.opset() >= 20 ? "linear" : "bilinear");
   if (mode == "bilinear") mode = "linear";
   if (mode == "bicubic") mode = "cubic";
@@ -448,14 +445,17 @@ void roi_align_kernel(KernelContext& ctx) {
               if (y >= -1.0 && y <= double(H) && xx >= -1.0 && xx <= double(W)) {
                 y = std::max(y, 0.0), xx = std::max(xx, 0.0);
                 int64_t yl = int64_t(y), xl = int64_t(xx), yh, xh;
-                if (yl >= H - 1) yh = yl = H - 1, y = double(yl);
-                else yh = yl + 1;
-                if (xl >= W - 1) xh = xl = W - 1, xx = double(xl);
-                else xh = xl + 1;
+                if (yl >= H - 1)
+                  yh = yl = H - 1, y = double(yl);
+                else
+                  yh = yl + 1;
+                if (xl >= W - 1)
+                  xh = xl = W - 1, xx = double(xl);
+                else
+                  xh = xl + 1;
                 double ly = y - double(yl), lx = xx - double(xl), hy = 1 - ly, hx = 1 - lx;
                 w[0] = hy * hx, w[1] = hy * lx, w[2] = ly * hx, w[3] = ly * lx;
-                v[0] = plane[yl * W + xl], v[1] = plane[yl * W + xh], v[2] = plane[yh * W + xl],
-                v[3] = plane[yh * W + xh];
+                v[0] = plane[yl * W + xl], v[1] = plane[yl * W + xh], v[2] = plane[yh * W + xl], v[3] = plane[yh * W + xh];
               }
               if (mode == "avg") {
                 for (int i = 0; i < 4; ++i) acc += w[i] * v[i];
@@ -500,8 +500,8 @@ void non_max_suppression_kernel(KernelContext& ctx) {
     ctx.fail("boxes has shape " + ir::dims_to_string(boxes.dims()) + ", expected (batches, spatial_dimension, 4)");
   const int64_t B = boxes.dim(0), S = boxes.dim(1);
   if (scores.rank() != 3 || scores.dim(0) != B || scores.dim(2) != S)
-    ctx.fail("scores has shape " + ir::dims_to_string(scores.dims()) + ", expected (" + std::to_string(B) +
-             ", classes, " + std::to_string(S) + ")");
+    ctx.fail("scores has shape " + ir::dims_to_string(scores.dims()) + ", expected (" + std::to_string(B) + ", classes, " +
+             std::to_string(S) + ")");
   const int64_t C = scores.dim(1);
   int64_t max_out = present(ctx, 2) ? ctx.input(2).as_int64(0) : 0;
   double iou_threshold = present(ctx, 3) ? ctx.input(3).as_double(0) : 0;

@@ -13,8 +13,10 @@ using Acc = std::conditional_t<std::is_integral_v<T> && !std::is_same_v<T, bool>
 
 template <typename T>
 T store(Acc<T> v) {
-  if constexpr (std::is_same_v<T, ir::Half> || std::is_same_v<T, ir::BFloat16>) return T(float(v));
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, ir::Half> || std::is_same_v<T, ir::BFloat16>)
+    return T(float(v));
+  else
+    return static_cast<T>(v);
 }
 
 // Both operands numeric and of one element type.

@@ -39,7 +39,8 @@ void mel_weight_matrix(KernelContext& ctx) {
   };
   for (int64_t b = 0; b < mel_bins; ++b) {
     const int64_t left = edge[size_t(b)], center = edge[size_t(b + 1)], right = edge[size_t(b + 2)];
-    if (center == left) set(center, b, 1.0);
+    if (center == left)
+      set(center, b, 1.0);
     else
       for (int64_t j = left; j <= center; ++j) set(j, b, double(j - left) / double(center - left));
     for (int64_t j = center; j < right; ++j) set(j, b, double(right - j) / double(right - center));

@@ -25,11 +25,9 @@ double max_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN
 
 int64_t numel_of(const Dims& d) { return ir::checked_numel(d); }
 
-
 // ---------------------------------------------------------------------------
 // Sliding-window geometry shared by Conv, ConvTranspose, pooling and Col2Im.
 // All vectors hold the spatial axes only.
-
 
 constexpr int64_t kPadding = -1;  // window tap on a padding element
 constexpr int64_t kBeyond = -2;   // tap past the end padding (only with ceil_mode)
@@ -72,8 +70,8 @@ Dims spatial_dims(const Dims& d) { return Dims(d.begin() + 2, d.end()); }
 
 void require_rank_at_least(const KernelContext& ctx, const Tensor& t, const char* what, int rank) {
   if (t.rank() < rank)
-    ctx.fail(std::string(what) + " has shape " + ir::dims_to_string(t.dims()) +
-             ", expected rank >= " + std::to_string(rank) + " (N x C x spatial...)");
+    ctx.fail(std::string(what) + " has shape " + ir::dims_to_string(t.dims()) + ", expected rank >= " + std::to_string(rank) +
+             " (N x C x spatial...)");
 }
 
 // ---------------------------------------------------------------------------
@@ -89,17 +87,15 @@ Tensor conv_forward(const KernelContext& ctx, const ConvArgs& a, DType out_type)
   const int64_t N = a.x_dims[0], C = a.x_dims[1], M = a.w_dims[0];
   const int64_t group = ctx.attr_int("group", 1);
   if (a.w_dims.size() != a.x_dims.size())
-    ctx.fail("weights have shape " + ir::dims_to_string(a.w_dims) + ", expected rank " +
-             std::to_string(a.x_dims.size()) + " like the input");
+    ctx.fail("weights have shape " + ir::dims_to_string(a.w_dims) + ", expected rank " + std::to_string(a.x_dims.size()) +
+             " like the input");
   if (group < 1 || C % group != 0 || M % group != 0 || a.w_dims[1] * group != C)
-    ctx.fail("group = " + std::to_string(group) + " with input channels " + std::to_string(C) +
-             " and weights " + ir::dims_to_string(a.w_dims) +
-             ": expected channels divisible by group and W of shape M x C/group x kernel");
+    ctx.fail("group = " + std::to_string(group) + " with input channels " + std::to_string(C) + " and weights " +
+             ir::dims_to_string(a.w_dims) + ": expected channels divisible by group and W of shape M x C/group x kernel");
   if (!a.bias.empty() && int64_t(a.bias.size()) != M)
     ctx.fail("bias has " + std::to_string(a.bias.size()) + " values, expected " + std::to_string(M));
 
-  Geometry g = forward_geometry(ctx, spatial_dims(a.x_dims),
-                                kernel_shape_of(ctx, spatial_dims(a.w_dims)), false);
+  Geometry g = forward_geometry(ctx, spatial_dims(a.x_dims), kernel_shape_of(ctx, spatial_dims(a.w_dims)), false);
   const std::vector<int64_t> table = window_table(g);
   const int64_t in_n = numel_of(g.in), out_n = numel_of(g.out), k_n = numel_of(g.kernel);
   const int64_t Cg = C / group, Mg = M / group;
@@ -147,8 +143,7 @@ std::vector<double> zero_points(const KernelContext& ctx, size_t index, int64_t 
   if (!ctx.has_input(index)) return {0.0};
   const Tensor& z = ctx.input(index);
   if (z.numel() != 1 && z.numel() != allowed_per_channel)
-    ctx.fail("zero point input " + std::to_string(index) + " has shape " +
-             ir::dims_to_string(z.dims()) + ", expected a scalar" +
+    ctx.fail("zero point input " + std::to_string(index) + " has shape " + ir::dims_to_string(z.dims()) + ", expected a scalar" +
              (allowed_per_channel > 1 ? " or one value per output channel" : ""));
   return to_doubles(z);
 }
@@ -159,8 +154,7 @@ void conv_integer_kernel(KernelContext& ctx) {
   check_conv_inputs(ctx, x, w);
   for (const Tensor* t : {&x, &w})
     if (t->dtype() != DType::UInt8 && t->dtype() != DType::Int8)
-      ctx.fail(std::string("ConvInteger operand has element type ") + ir::dtype_name(t->dtype()) +
-               ", expected uint8 or int8");
+      ctx.fail(std::string("ConvInteger operand has element type ") + ir::dtype_name(t->dtype()) + ", expected uint8 or int8");
   const std::vector<double> xz = zero_points(ctx, 2, 1);
   const std::vector<double> wz = zero_points(ctx, 3, w.dim(0));
   // Shifting by the zero points first makes padding contribute zero.
@@ -182,9 +176,8 @@ void conv_transpose_kernel(KernelContext& ctx) {
   const int64_t N = x.dim(0), C = x.dim(1);
   const int64_t group = ctx.attr_int("group", 1);
   if (w.rank() != x.rank() || group < 1 || C % group != 0 || w.dim(0) != C)
-    ctx.fail("weights have shape " + ir::dims_to_string(w.dims()) + " with group " +
-             std::to_string(group) + ", expected C x M/group x kernel with C = " + std::to_string(C) +
-             " divisible by group");
+    ctx.fail("weights have shape " + ir::dims_to_string(w.dims()) + " with group " + std::to_string(group) +
+             ", expected C x M/group x kernel with C = " + std::to_string(C) + " divisible by group");
   const int64_t Mg = w.dim(1), M = Mg * group, Cg = C / group;
 
   // Each input position is one "window" over Y: the forward geometry with
@@ -199,8 +192,7 @@ void conv_transpose_kernel(KernelContext& ctx) {
   std::vector<double> bias;
   if (ctx.has_input(2)) {
     bias = to_doubles(ctx.input(2));
-    if (int64_t(bias.size()) != M)
-      ctx.fail("bias has " + std::to_string(bias.size()) + " values, expected " + std::to_string(M));
+    if (int64_t(bias.size()) != M) ctx.fail("bias has " + std::to_string(bias.size()) + " values, expected " + std::to_string(M));
   }
   Dims y_dims = {N, M};
   y_dims.insert(y_dims.end(), g.in.begin(), g.in.end());
@@ -229,16 +221,16 @@ void col2im_kernel(KernelContext& ctx) {
   const Dims image = ctx.input(1).to_int64_vector();
   const Dims block = ctx.input(2).to_int64_vector();
   if (x.rank() != 3 || image.size() != block.size() || image.empty())
-    ctx.fail("input has shape " + ir::dims_to_string(x.dims()) + " with image_shape " +
-             ints_to_string(image) + " and block_shape " + ints_to_string(block) +
+    ctx.fail("input has shape " + ir::dims_to_string(x.dims()) + " with image_shape " + ints_to_string(image) +
+             " and block_shape " + ints_to_string(block) +
              ", expected N x (C*prod(block)) x L and equally long image/block shapes");
   for (int64_t v : image)
     if (v < 1) ctx.fail("image_shape " + ints_to_string(image) + " has a non-positive size");
   Geometry g = forward_geometry(ctx, image, block, false);
   const int64_t k_n = numel_of(block), out_n = numel_of(g.out), img_n = numel_of(image);
   if (x.dim(1) % k_n != 0 || x.dim(2) != out_n)
-    ctx.fail("input has shape " + ir::dims_to_string(x.dims()) + ", expected N x (C*" +
-             std::to_string(k_n) + ") x " + std::to_string(out_n) + " for these blocks");
+    ctx.fail("input has shape " + ir::dims_to_string(x.dims()) + ", expected N x (C*" + std::to_string(k_n) + ") x " +
+             std::to_string(out_n) + " for these blocks");
   const int64_t N = x.dim(0), C = x.dim(1) / k_n;
   const std::vector<int64_t> table = window_table(g);
   const std::vector<double> xv = to_doubles(x);
@@ -274,10 +266,9 @@ void pool_kernel(KernelContext& ctx, PoolKind kind) {
   const size_t nsp = size_t(x.rank() - 2);
   Dims kernel = ctx.attr_ints("kernel_shape");
   if (kernel.size() != nsp)
-    ctx.fail("attribute kernel_shape = " + ints_to_string(kernel) + ", expected " +
-             std::to_string(nsp) + " sizes for input " + ir::dims_to_string(x.dims()));
-  const Geometry g = forward_geometry(ctx, spatial_dims(x.dims()), kernel,
-                                      ctx.attr_int("ceil_mode", 0) != 0);
+    ctx.fail("attribute kernel_shape = " + ints_to_string(kernel) + ", expected " + std::to_string(nsp) + " sizes for input " +
+             ir::dims_to_string(x.dims()));
+  const Geometry g = forward_geometry(ctx, spatial_dims(x.dims()), kernel, ctx.attr_int("ceil_mode", 0) != 0);
   const std::vector<int64_t> table = window_table(g);
   const int64_t in_n = numel_of(g.in), out_n = numel_of(g.out), k_n = numel_of(g.kernel);
   const int64_t planes = x.dim(0) * x.dim(1);
@@ -318,8 +309,7 @@ void pool_kernel(KernelContext& ctx, PoolKind kind) {
             arg = tp[k];
           }
         }
-        if (arg < 0)
-          ctx.fail("a pooling window covers only padding; pads must be smaller than the kernel");
+        if (arg < 0) ctx.fail("a pooling window covers only padding; pads must be smaller than the kernel");
         y[yi] = best;
         indices[yi] = pl * in_n + (storage_order ? col_major[size_t(arg)] : arg);
       } else if (kind == PoolKind::Average) {
@@ -339,8 +329,7 @@ void pool_kernel(KernelContext& ctx, PoolKind kind) {
     }
   }
   ctx.set_output(0, from_doubles(x.dtype(), y_dims, y));
-  if (kind == PoolKind::Max && ctx.output_wanted(1))
-    ctx.set_output(1, Tensor::from_vector<int64_t>(y_dims, indices));
+  if (kind == PoolKind::Max && ctx.output_wanted(1)) ctx.set_output(1, Tensor::from_vector<int64_t>(y_dims, indices));
 }
 
 void max_pool_kernel(KernelContext& ctx) { pool_kernel(ctx, PoolKind::Max); }
@@ -352,26 +341,22 @@ void max_unpool_kernel(KernelContext& ctx) {
   const Tensor& ind = ctx.input(1);
   require_rank_at_least(ctx, x, "input X", 3);
   if (ind.dims() != x.dims())
-    ctx.fail("indices have shape " + ir::dims_to_string(ind.dims()) + ", expected " +
-             ir::dims_to_string(x.dims()) + " like X");
+    ctx.fail("indices have shape " + ir::dims_to_string(ind.dims()) + ", expected " + ir::dims_to_string(x.dims()) + " like X");
   const size_t nsp = size_t(x.rank() - 2);
   Dims y_dims;
   if (ctx.has_input(2)) {
     y_dims = ctx.input(2).to_int64_vector();
     if (y_dims.size() != size_t(x.rank()) || y_dims[0] != x.dim(0) || y_dims[1] != x.dim(1))
-      ctx.fail("output_shape " + ints_to_string(y_dims) + " must have rank " +
-               std::to_string(x.rank()) + " and the batch and channel sizes of X " +
-               ir::dims_to_string(x.dims()));
+      ctx.fail("output_shape " + ints_to_string(y_dims) + " must have rank " + std::to_string(x.rank()) +
+               " and the batch and channel sizes of X " + ir::dims_to_string(x.dims()));
   } else {
     const Dims kernel = ctx.attr_ints("kernel_shape");
     if (kernel.size() != nsp)
-      ctx.fail("attribute kernel_shape = " + ints_to_string(kernel) + ", expected " +
-               std::to_string(nsp) + " sizes");
+      ctx.fail("attribute kernel_shape = " + ints_to_string(kernel) + ", expected " + std::to_string(nsp) + " sizes");
     const std::vector<int64_t> strides = spatial_attr(ctx, "strides", nsp, 1, 1);
     const std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
     if (pads.size() != 2 * nsp)
-      ctx.fail("attribute pads has " + std::to_string(pads.size()) + " values, expected " +
-               std::to_string(2 * nsp));
+      ctx.fail("attribute pads has " + std::to_string(pads.size()) + " values, expected " + std::to_string(2 * nsp));
     y_dims = {x.dim(0), x.dim(1)};
     for (size_t d = 0; d < nsp; ++d) {
       // Attributes are the model's: sizes past int64 are an error, not wraparound.
@@ -390,8 +375,7 @@ void max_unpool_kernel(KernelContext& ctx) {
   for (int64_t i = 0; i < x.numel(); ++i) {
     const int64_t idx = ind.as_int64(i);
     if (idx < 0 || idx >= int64_t(y.size()))
-      ctx.fail("index " + std::to_string(idx) + " is out of range for output shape " +
-               ints_to_string(y_dims));
+      ctx.fail("index " + std::to_string(idx) + " is out of range for output shape " + ints_to_string(y_dims));
     y[size_t(idx)] = xv[size_t(i)];
   }
   ctx.set_output(0, from_doubles(x.dtype(), y_dims, y));
@@ -465,13 +449,15 @@ void global_pool_kernel(KernelContext& ctx, PoolKind kind) {
   const Groups g = group_by(x.dims(), keep_first(size_t(x.rank()), 2));
   const std::vector<double> xv = to_doubles(x);
   const double p = lp_order(ctx);
-  std::vector<double> y(size_t(g.count),
-                        kind == PoolKind::Max ? -std::numeric_limits<double>::infinity() : 0.0);
+  std::vector<double> y(size_t(g.count), kind == PoolKind::Max ? -std::numeric_limits<double>::infinity() : 0.0);
   for (size_t i = 0; i < xv.size(); ++i) {
     double& acc = y[size_t(g.of[i])];
-    if (kind == PoolKind::Max) acc = max_nan(acc, xv[i]);
-    else if (kind == PoolKind::Average) acc += xv[i];
-    else acc += std::pow(std::fabs(xv[i]), p);
+    if (kind == PoolKind::Max)
+      acc = max_nan(acc, xv[i]);
+    else if (kind == PoolKind::Average)
+      acc += xv[i];
+    else
+      acc += std::pow(std::fabs(xv[i]), p);
   }
   const double per_group = double(x.numel()) / double(std::max<int64_t>(1, g.count));
   for (double& v : y) {
@@ -486,12 +472,11 @@ void global_average_pool_kernel(KernelContext& ctx) { global_pool_kernel(ctx, Po
 void global_lp_pool_kernel(KernelContext& ctx) { global_pool_kernel(ctx, PoolKind::Lp); }
 
 // Values of a per-group parameter (scale, bias, mean, ...), checked for size.
-std::vector<double> per_group_param(const KernelContext& ctx, size_t index, const char* what,
-                                    int64_t expected) {
+std::vector<double> per_group_param(const KernelContext& ctx, size_t index, const char* what, int64_t expected) {
   const Tensor& t = ctx.input(index);
   if (t.numel() != expected)
-    ctx.fail(std::string(what) + " has shape " + ir::dims_to_string(t.dims()) + ", expected " +
-             std::to_string(expected) + " values");
+    ctx.fail(std::string(what) + " has shape " + ir::dims_to_string(t.dims()) + ", expected " + std::to_string(expected) +
+             " values");
   return to_doubles(t);
 }
 
@@ -503,8 +488,7 @@ void batch_norm_kernel(KernelContext& ctx) {
   const double momentum = ctx.attr_float("momentum", 0.9f);
   // Before opset 9, spatial = 0 keeps separate statistics per channel *and*
   // spatial position; parameters then have shape C x D1 x ... x Dn.
-  const bool per_element = ctx.opset() < 9 && ctx.attr_int("spatial", 1) == 0 &&
-                           ctx.input(1).numel() != x.dim(1);
+  const bool per_element = ctx.opset() < 9 && ctx.attr_int("spatial", 1) == 0 && ctx.input(1).numel() != x.dim(1);
   std::vector<bool> keep(size_t(x.rank()), per_element);
   keep[0] = false;
   keep[1] = true;
@@ -515,9 +499,8 @@ void batch_norm_kernel(KernelContext& ctx) {
   std::vector<double> mean = per_group_param(ctx, 3, "input_mean", params);
   std::vector<double> var = per_group_param(ctx, 4, "input_var", params);
 
-  const bool training = ctx.opset() >= 14
-                            ? ctx.attr_int("training_mode", 0) != 0
-                            : ctx.output_wanted(1) && ctx.attr_int("is_test", 0) == 0;
+  const bool training =
+      ctx.opset() >= 14 ? ctx.attr_int("training_mode", 0) != 0 : ctx.output_wanted(1) && ctx.attr_int("is_test", 0) == 0;
   const std::vector<double> xv = to_doubles(x);
   std::vector<double> saved_mean, saved_var;
   if (training) {
@@ -565,11 +548,10 @@ void instance_norm_kernel(KernelContext& ctx) {
 }
 
 // Values of `t` broadcast (unidirectionally) to `dims`.
-std::vector<double> broadcast_to(const KernelContext& ctx, const Tensor& t, const Dims& dims,
-                                 const char* what) {
+std::vector<double> broadcast_to(const KernelContext& ctx, const Tensor& t, const Dims& dims, const char* what) {
   if (broadcast_shapes(ctx, t.dims(), dims) != dims)
-    ctx.fail(std::string(what) + " has shape " + ir::dims_to_string(t.dims()) +
-             ", expected a shape broadcastable to " + ir::dims_to_string(dims));
+    ctx.fail(std::string(what) + " has shape " + ir::dims_to_string(t.dims()) + ", expected a shape broadcastable to " +
+             ir::dims_to_string(dims));
   const std::vector<double> v = to_doubles(t);
   std::vector<double> out;
   out.reserve(size_t(numel_of(dims)));
@@ -589,8 +571,7 @@ void layer_norm_kernel(KernelContext& ctx) {
     ctx.fail("stash_type " + std::to_string(int(stash)) + " is not a floating-point type");
   const Dims norm_dims(x.dims().begin() + axis, x.dims().end());
   const std::vector<double> scale = broadcast_to(ctx, ctx.input(1), norm_dims, "Scale");
-  const std::vector<double> bias =
-      ctx.has_input(2) ? broadcast_to(ctx, ctx.input(2), norm_dims, "B") : std::vector<double>();
+  const std::vector<double> bias = ctx.has_input(2) ? broadcast_to(ctx, ctx.input(2), norm_dims, "B") : std::vector<double>();
   const Groups g = group_by(x.dims(), keep_first(size_t(rank), size_t(axis)));
   const std::vector<double> xv = to_doubles(x);
   const Moments mo = moments(xv, g);

@@ -60,8 +60,7 @@ int64_t normalize_axis(const KernelContext& ctx, int64_t axis, int64_t rank) {
 
 void require_float(const KernelContext& ctx, const Tensor& t, const char* what) {
   if (!ir::dtype_is_float(t.dtype()))
-    ctx.fail(std::string(what) + " has element type " + ir::dtype_name(t.dtype()) +
-             ", expected a floating-point type");
+    ctx.fail(std::string(what) + " has element type " + ir::dtype_name(t.dtype()) + ", expected a floating-point type");
 }
 
 std::vector<double> to_doubles(const Tensor& t) {
@@ -127,16 +126,14 @@ void BroadcastIterator::next() {
 }
 
 // Reads an optional per-spatial-axis attribute, checking its length and sign.
-std::vector<int64_t> spatial_attr(const KernelContext& ctx, const char* name, size_t nsp,
-                                  int64_t fallback, int64_t min_value) {
+std::vector<int64_t> spatial_attr(const KernelContext& ctx, const char* name, size_t nsp, int64_t fallback, int64_t min_value) {
   std::vector<int64_t> v = ctx.attr_ints(name, std::vector<int64_t>(nsp, fallback));
   if (v.size() != nsp)
-    ctx.fail(std::string("attribute ") + name + " has " + std::to_string(v.size()) +
-             " values, expected " + std::to_string(nsp) + " (one per spatial axis)");
+    ctx.fail(std::string("attribute ") + name + " has " + std::to_string(v.size()) + " values, expected " + std::to_string(nsp) +
+             " (one per spatial axis)");
   for (int64_t x : v)
     if (x < min_value)
-      ctx.fail(std::string("attribute ") + name + " = " + ints_to_string(v) +
-               " has a value below " + std::to_string(min_value));
+      ctx.fail(std::string("attribute ") + name + " = " + ints_to_string(v) + " has a value below " + std::to_string(min_value));
   return v;
 }
 
@@ -166,8 +163,7 @@ void check_extents(const KernelContext& ctx, const Geometry& g) {
 
 // Fills strides/dilations/pads from the attributes (auto_pad included) and
 // computes the output size of a forward sliding window (Conv, pooling, Col2Im).
-Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& kernel,
-                          bool ceil_mode) {
+Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& kernel, bool ceil_mode) {
   const size_t nsp = in.size();
   Geometry g;
   g.in = in;
@@ -185,8 +181,8 @@ Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& 
   if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
     for (size_t d = 0; d < nsp; ++d) {
       g.out[d] = int64_t((Wide(in[d]) + g.strides[d] - 1) / g.strides[d]);
-      const int64_t total = checked_size(
-          ctx, std::max<Wide>(0, Wide(g.out[d] - 1) * g.strides[d] + g.extent(d) - in[d]), "the padding");
+      const int64_t total =
+          checked_size(ctx, std::max<Wide>(0, Wide(g.out[d] - 1) * g.strides[d] + g.extent(d) - in[d]), "the padding");
       // The odd pixel of padding goes to the end for SAME_UPPER, the start for SAME_LOWER.
       g.pad_begin[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
       g.pad_end[d] = total - g.pad_begin[d];
@@ -196,11 +192,10 @@ Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& 
   if (auto_pad == "NOTSET") {
     std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
     if (pads.size() != 2 * nsp)
-      ctx.fail("attribute pads has " + std::to_string(pads.size()) + " values, expected " +
-               std::to_string(2 * nsp) + " (begin and end per spatial axis)");
+      ctx.fail("attribute pads has " + std::to_string(pads.size()) + " values, expected " + std::to_string(2 * nsp) +
+               " (begin and end per spatial axis)");
     for (size_t d = 0; d < nsp; ++d) {
-      if (pads[d] < 0 || pads[d + nsp] < 0)
-        ctx.fail("attribute pads = " + ints_to_string(pads) + " has a negative value");
+      if (pads[d] < 0 || pads[d + nsp] < 0) ctx.fail("attribute pads = " + ints_to_string(pads) + " has a negative value");
       g.pad_begin[d] = pads[d];
       g.pad_end[d] = pads[d + nsp];
     }
@@ -212,8 +207,8 @@ Geometry forward_geometry(const KernelContext& ctx, const Dims& in, const Dims& 
                                         "the padded input size on spatial axis " + std::to_string(d));
     const int64_t span = padded - g.extent(d);
     if (span < 0)
-      ctx.fail("kernel extent " + std::to_string(g.extent(d)) + " on spatial axis " +
-               std::to_string(d) + " exceeds the padded input size " + std::to_string(padded));
+      ctx.fail("kernel extent " + std::to_string(g.extent(d)) + " on spatial axis " + std::to_string(d) +
+               " exceeds the padded input size " + std::to_string(padded));
     const Wide stride = g.strides[d];
     g.out[d] = int64_t((ceil_mode ? (span + stride - 1) / stride : span / stride) + 1);
     // ceil_mode must not add a window that starts inside the end padding.
@@ -311,18 +306,18 @@ std::string lower(std::string s) {
 }  // namespace
 
 double RecurrentActivation::operator()(double x) const {
-    if (name == "sigmoid") return 1 / (1 + std::exp(-x));
-    if (name == "tanh") return std::tanh(x);
-    if (name == "relu") return std::max(x, 0.0);
-    if (name == "affine") return alpha * x + beta;
-    if (name == "leakyrelu") return x >= 0 ? x : alpha * x;
-    if (name == "thresholdedrelu") return x > alpha ? x : 0;
-    if (name == "scaledtanh") return alpha * std::tanh(beta * x);
-    if (name == "hardsigmoid") return std::clamp(alpha * x + beta, 0.0, 1.0);
-    if (name == "elu") return x >= 0 ? x : alpha * (std::exp(x) - 1);
-    if (name == "softsign") return x / (1 + std::abs(x));
-    if (name == "softplus") return std::log1p(std::exp(-std::abs(x))) + std::max(x, 0.0);
-    return x;  // unreachable: names are validated when parsed
+  if (name == "sigmoid") return 1 / (1 + std::exp(-x));
+  if (name == "tanh") return std::tanh(x);
+  if (name == "relu") return std::max(x, 0.0);
+  if (name == "affine") return alpha * x + beta;
+  if (name == "leakyrelu") return x >= 0 ? x : alpha * x;
+  if (name == "thresholdedrelu") return x > alpha ? x : 0;
+  if (name == "scaledtanh") return alpha * std::tanh(beta * x);
+  if (name == "hardsigmoid") return std::clamp(alpha * x + beta, 0.0, 1.0);
+  if (name == "elu") return x >= 0 ? x : alpha * (std::exp(x) - 1);
+  if (name == "softsign") return x / (1 + std::abs(x));
+  if (name == "softplus") return std::log1p(std::exp(-std::abs(x))) + std::max(x, 0.0);
+  return x;  // unreachable: names are validated when parsed
 }
 
 // Parses activations/activation_alpha/activation_beta. Alphas and betas are
@@ -348,13 +343,17 @@ std::vector<RecurrentActivation> recurrent_activations(const KernelContext& ctx,
     RecurrentActivation a{lower(n)};
     double default_alpha = 0, default_beta = 0;
     bool uses_alpha = true, uses_beta = false;
-    if (a.name == "affine") default_alpha = 1, uses_beta = true;
-    else if (a.name == "leakyrelu") default_alpha = 0.01;
-    else if (a.name == "thresholdedrelu" || a.name == "elu") default_alpha = 1.0;
-    else if (a.name == "scaledtanh") default_alpha = 1, default_beta = 1, uses_beta = true;
-    else if (a.name == "hardsigmoid") default_alpha = 0.2, default_beta = 0.5, uses_beta = true;
-    else if (a.name == "sigmoid" || a.name == "tanh" || a.name == "relu" || a.name == "softsign" ||
-             a.name == "softplus")
+    if (a.name == "affine")
+      default_alpha = 1, uses_beta = true;
+    else if (a.name == "leakyrelu")
+      default_alpha = 0.01;
+    else if (a.name == "thresholdedrelu" || a.name == "elu")
+      default_alpha = 1.0;
+    else if (a.name == "scaledtanh")
+      default_alpha = 1, default_beta = 1, uses_beta = true;
+    else if (a.name == "hardsigmoid")
+      default_alpha = 0.2, default_beta = 0.5, uses_beta = true;
+    else if (a.name == "sigmoid" || a.name == "tanh" || a.name == "relu" || a.name == "softsign" || a.name == "softplus")
       uses_alpha = false;
     else
       ctx.fail("unknown activation function '" + n +

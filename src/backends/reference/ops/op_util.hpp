@@ -101,8 +101,7 @@ Geometry transposed_geometry(const KernelContext& ctx, const Dims& in, const Dim
 // The kernel_shape attribute if present (it must match the weights), else the weights' spatial dims.
 Dims kernel_shape_of(const KernelContext& ctx, const Dims& from_weights);
 // An optional per-spatial-axis attribute, its length and lower bound checked.
-std::vector<int64_t> spatial_attr(const KernelContext& ctx, const char* name, size_t nsp, int64_t fallback,
-                                  int64_t min_value);
+std::vector<int64_t> spatial_attr(const KernelContext& ctx, const char* name, size_t nsp, int64_t fallback, int64_t min_value);
 
 // Slice's window over `in`: per axis the first index, the step and the
 // output size, starts and ends clamped as ONNX specifies. Fails naming the node.

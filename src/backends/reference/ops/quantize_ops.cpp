@@ -56,7 +56,8 @@ std::vector<double> per_element(const KernelContext& ctx, const Tensor* p, const
     std::fill(out.begin(), out.end(), v[0]);
     return out;
   }
-  if (p->rank() != 1 || x.empty()) ctx.fail(std::string(what) + " must be a scalar or a 1-D tensor, has shape " + ir::dims_to_string(p->dims()));
+  if (p->rank() != 1 || x.empty())
+    ctx.fail(std::string(what) + " must be a scalar or a 1-D tensor, has shape " + ir::dims_to_string(p->dims()));
   axis = normalize_axis(ctx, axis, int64_t(x.size()));
   if (p->dims()[0] != x[size_t(axis)])
     ctx.fail(std::string(what) + " has " + std::to_string(p->dims()[0]) + " values for axis " + std::to_string(axis) +
@@ -91,7 +92,8 @@ void dequantize_linear(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& scale_t = ctx.input(1);
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  if (x.dtype() == DType::Int32 && zp && ir::checked_numel(zp->dims()) && to_doubles(*zp) != std::vector<double>(size_t(zp->numel()), 0.0))
+  if (x.dtype() == DType::Int32 && zp && ir::checked_numel(zp->dims()) &&
+      to_doubles(*zp) != std::vector<double>(size_t(zp->numel()), 0.0))
     ctx.fail("an int32 input must have no zero point (or zero)");
   const int64_t axis = ctx.attr_int("axis", 1);
   auto scale = per_element(ctx, &scale_t, x.dims(), axis, "x_scale", 1);
@@ -154,8 +156,8 @@ void matmul_integer(KernelContext& ctx) {
   require_quantized(ctx, a, "A");
   require_quantized(ctx, b, "B");
   Dims dims;
-  auto out = integer_matmul(ctx, a, b, ctx.has_input(2) ? &ctx.input(2) : nullptr,
-                            ctx.has_input(3) ? &ctx.input(3) : nullptr, dims);
+  auto out =
+      integer_matmul(ctx, a, b, ctx.has_input(2) ? &ctx.input(2) : nullptr, ctx.has_input(3) ? &ctx.input(3) : nullptr, dims);
   ctx.set_output(0, from_doubles(DType::Int32, dims, out));
 }
 
@@ -175,8 +177,8 @@ void qlinear_matmul(KernelContext& ctx) {
   auto pick = [](const std::vector<double>& v, int64_t i) { return v.size() == 1 ? v[0] : v[size_t(i)]; };
   for (size_t i = 0; i < acc.size(); ++i) {
     const int64_t row = (int64_t(i) / n) % m, col = int64_t(i) % n;
-    acc[i] = clamp_to(y_zero_t.dtype(), round_half_even(acc[i] * pick(a_scale, row) * pick(b_scale, col) / pick(y_scale, row)) +
-                                            pick(y_zero, row));
+    acc[i] = clamp_to(y_zero_t.dtype(),
+                      round_half_even(acc[i] * pick(a_scale, row) * pick(b_scale, col) / pick(y_scale, row)) + pick(y_zero, row));
   }
   ctx.set_output(0, from_doubles(y_zero_t.dtype(), dims, acc));
 }
@@ -188,11 +190,13 @@ void qlinear_conv(KernelContext& ctx) {
   require_quantized(ctx, x, "x");
   require_quantized(ctx, w, "w");
   if (x.rank() < 3 || w.rank() != x.rank())
-    ctx.fail("x " + ir::dims_to_string(x.dims()) + " and w " + ir::dims_to_string(w.dims()) + " must be N,C,spatial... of equal rank");
+    ctx.fail("x " + ir::dims_to_string(x.dims()) + " and w " + ir::dims_to_string(w.dims()) +
+             " must be N,C,spatial... of equal rank");
   const size_t sp = size_t(x.rank() - 2);
   const int64_t N = x.dim(0), C = x.dim(1), M = w.dim(0), group = ctx.attr_int("group", 1);
   if (group <= 0 || C % group || M % group || w.dim(1) != C / group)
-    ctx.fail("channels do not match: x has " + std::to_string(C) + ", w " + ir::dims_to_string(w.dims()) + ", group " + std::to_string(group));
+    ctx.fail("channels do not match: x has " + std::to_string(C) + ", w " + ir::dims_to_string(w.dims()) + ", group " +
+             std::to_string(group));
   const Dims kernel(w.dims().begin() + 2, w.dims().end());
   const Geometry geo = forward_geometry(ctx, Dims(x.dims().begin() + 2, x.dims().end()), kernel, false);
   const std::vector<int64_t>&strides = geo.strides, &dil = geo.dilations, &pads = geo.pad_begin;
@@ -227,11 +231,9 @@ void qlinear_conv(KernelContext& ctx) {
               x_off += p * x_str[d];
             }
             if (!inside) continue;  // padding holds the zero point: contributes 0
-            acc += (xv[size_t((n * C + g * cg + c) * x_plane + x_off)] - xz) *
-                   (wv[size_t((m * cg + c) * k_plane + kk)] - wz);
+            acc += (xv[size_t((n * C + g * cg + c) * x_plane + x_off)] - xz) * (wv[size_t((m * cg + c) * k_plane + kk)] - wz);
           }
-        y[size_t((n * M + m) * o_plane + o)] =
-            clamp_to(y_zero.dtype(), round_half_even(acc * x_scale * ws / y_scale) + yz);
+        y[size_t((n * M + m) * o_plane + o)] = clamp_to(y_zero.dtype(), round_half_even(acc * x_scale * ws / y_scale) + yz);
       }
     }
   ctx.set_output(0, from_doubles(y_zero.dtype(), out_dims, y));
@@ -254,7 +256,8 @@ void einsum(KernelContext& ctx) {
     start = comma + 1;
   }
   if (terms.size() != ctx.num_inputs())
-    ctx.fail("equation '" + eq + "' names " + std::to_string(terms.size()) + " operands, got " + std::to_string(ctx.num_inputs()));
+    ctx.fail("equation '" + eq + "' names " + std::to_string(terms.size()) + " operands, got " +
+             std::to_string(ctx.num_inputs()));
   const DType dt = ctx.input(0).dtype();
   auto label_name = [](int l) { return l < 0 ? std::string("...") : std::string(1, char(l)); };
 
@@ -284,7 +287,8 @@ void einsum(KernelContext& ctx) {
     const int64_t named = int64_t(terms[t].size()) - (has_dots ? 3 : 0);
     const int64_t er = has_dots ? x.rank() - named : 0;
     if (er < 0 || (!has_dots && named != x.rank()))
-      ctx.fail("term '" + terms[t] + "' does not match operand " + std::to_string(t) + " of shape " + ir::dims_to_string(x.dims()));
+      ctx.fail("term '" + terms[t] + "' does not match operand " + std::to_string(t) + " of shape " +
+               ir::dims_to_string(x.dims()));
     ellipsis_rank = std::max(ellipsis_rank, er);
     labels[t] = parse(terms[t], er);
     for (size_t d = 0; d < labels[t].size(); ++d) {
@@ -292,7 +296,8 @@ void einsum(KernelContext& ctx) {
       const int64_t s = x.dims()[d];
       auto it = size.find(l);
       // Ellipsis dims broadcast; letters must agree.
-      if (it == size.end() || (l < 0 && it->second == 1)) size[l] = s;
+      if (it == size.end() || (l < 0 && it->second == 1))
+        size[l] = s;
       else if (s != it->second && !(l < 0 && s == 1))
         ctx.fail("label '" + label_name(l) + "' has sizes " + std::to_string(it->second) + " and " + std::to_string(s));
     }

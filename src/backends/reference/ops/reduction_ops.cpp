@@ -54,9 +54,12 @@ double reduce_doubles(Reduce op, const std::vector<double>& v) {
     }
     default:
       for (double x : v) {
-        if (op == Reduce::L1) acc += std::fabs(x);
-        else if (op == Reduce::L2 || op == Reduce::SumSquare) acc += x * x;
-        else acc += x;
+        if (op == Reduce::L1)
+          acc += std::fabs(x);
+        else if (op == Reduce::L2 || op == Reduce::SumSquare)
+          acc += x * x;
+        else
+          acc += x;
       }
       if (op == Reduce::L2) return std::sqrt(acc);
       if (op == Reduce::LogSum) return std::log(acc);
@@ -81,8 +84,10 @@ T reduce_group(Reduce op, const std::vector<T>& v) {
         if (op == Reduce::SumSquare) y *= y;
         acc = op == Reduce::Prod ? acc * y : acc + y;
       }
-      if constexpr (std::is_same_v<T, bool>) return acc != 0;
-      else return static_cast<T>(acc);
+      if constexpr (std::is_same_v<T, bool>)
+        return acc != 0;
+      else
+        return static_cast<T>(acc);
     }
   }
   std::vector<double> d(v.size());
@@ -153,12 +158,13 @@ void arg_kernel(KernelContext& ctx) {
   bool keepdims = ctx.attr_int("keepdims", 1) != 0;
   bool last = ctx.attr_int("select_last_index", 0) != 0;
   const Dims& dims = x.dims();
-  int64_t outer = product(dims, 0, size_t(axis)), n = dims[size_t(axis)],
-          inner = product(dims, size_t(axis) + 1, dims.size());
+  int64_t outer = product(dims, 0, size_t(axis)), n = dims[size_t(axis)], inner = product(dims, size_t(axis) + 1, dims.size());
   if (n == 0 && outer * inner > 0) ctx.fail("cannot take the arg-extremum along axis of size 0");
   Dims out_dims = dims;
-  if (keepdims) out_dims[size_t(axis)] = 1;
-  else out_dims.erase(out_dims.begin() + axis);
+  if (keepdims)
+    out_dims[size_t(axis)] = 1;
+  else
+    out_dims.erase(out_dims.begin() + axis);
   Tensor out(DType::Int64, out_dims);
   int64_t* o = out.data<int64_t>();
   ir::dispatch_dtype(x.dtype(), [&](auto tag) {
@@ -204,8 +210,7 @@ AxisLayout softmax_layout(const KernelContext& ctx, const Tensor& x) {
     return {product(dims, 0, size_t(axis)), dims[size_t(axis)], product(dims, size_t(axis) + 1, dims.size())};
   }
   int64_t axis = ctx.attr_int("axis", 1);
-  if (axis < -rank || axis > rank)
-    ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  if (axis < -rank || axis > rank) ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
   if (axis < 0) axis += rank;
   return {product(dims, 0, size_t(axis)), product(dims, size_t(axis), dims.size()), 1};
 }
@@ -255,8 +260,7 @@ void nll_loss(KernelContext& ctx, const Tensor& input, const std::vector<double>
   Dims expect_target = dims;
   expect_target.erase(expect_target.begin() + 1);
   if (target.dims() != expect_target)
-    ctx.fail("target has shape " + ir::dims_to_string(target.dims()) + ", expected " +
-             ir::dims_to_string(expect_target));
+    ctx.fail("target has shape " + ir::dims_to_string(target.dims()) + ", expected " + ir::dims_to_string(expect_target));
   if (!ir::dtype_is_int(target.dtype()))
     ctx.fail(std::string("target has element type ") + ir::dtype_name(target.dtype()) + ", expected int32 or int64");
   const int64_t N = dims[0], C = dims[1], D = product(dims, 2, dims.size());
@@ -279,8 +283,7 @@ void nll_loss(KernelContext& ctx, const Tensor& input, const std::vector<double>
       int64_t t = target.as_int64(n * D + d);
       if (has_ignore && t == ignore) continue;
       if (t < 0 || t >= C)
-        ctx.fail("target value " + std::to_string(t) + " is out of range, expected a class in [0, " +
-                 std::to_string(C) + ")");
+        ctx.fail("target value " + std::to_string(t) + " is out of range, expected a class in [0, " + std::to_string(C) + ")");
       double wt = weight ? w[size_t(t)] : 1.0;
       double l = -logp[size_t((n * C + t) * D + d)] * wt;
       loss[size_t(n * D + d)] = l;

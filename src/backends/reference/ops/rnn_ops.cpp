@@ -62,12 +62,12 @@ class Recurrent {
     const Tensor& w = ctx.input(1);
     const Tensor& r = ctx.input(2);
     if (w.rank() != 3 || w.dim(0) != dirs_ || w.dim(1) % gates != 0 || w.dim(2) != input_)
-      ctx.fail("W shape " + ir::dims_to_string(w.dims()) + " must be [" + std::to_string(dirs_) + ", " +
-               std::to_string(gates) + "*hidden_size, " + std::to_string(input_) + "]");
+      ctx.fail("W shape " + ir::dims_to_string(w.dims()) + " must be [" + std::to_string(dirs_) + ", " + std::to_string(gates) +
+               "*hidden_size, " + std::to_string(input_) + "]");
     hidden_ = ctx.attr_int("hidden_size", w.dim(1) / gates);
-    if (w.dim(1) != gates * hidden_) ctx.fail("W has " + std::to_string(w.dim(1)) + " rows, expected " +
-                                              std::to_string(gates * hidden_) + " for hidden_size " +
-                                              std::to_string(hidden_));
+    if (w.dim(1) != gates * hidden_)
+      ctx.fail("W has " + std::to_string(w.dim(1)) + " rows, expected " + std::to_string(gates * hidden_) + " for hidden_size " +
+               std::to_string(hidden_));
     expect_shape(r, "R", {dirs_, gates * hidden_, hidden_});
     w_ = to_doubles(w);
     r_ = to_doubles(r);
@@ -119,9 +119,7 @@ class Recurrent {
     return s;
   }
   double wb(int64_t d, int64_t g, int64_t j) const { return b_[size_t((d * 2 * gates_ + g) * hidden_ + j)]; }
-  double rb(int64_t d, int64_t g, int64_t j) const {
-    return b_[size_t((d * 2 * gates_ + gates_ + g) * hidden_ + j)];
-  }
+  double rb(int64_t d, int64_t g, int64_t j) const { return b_[size_t((d * 2 * gates_ + gates_ + g) * hidden_ + j)]; }
   double clip(double v) const { return clip_ > 0 ? std::clamp(v, -clip_, clip_) : v; }
 
   // Runs the layer. step(direction, x_t, h, c) updates h and c in place;
@@ -163,9 +161,7 @@ class Recurrent {
 
  private:
   Dims state_dims() const { return layout_ ? Dims{batch_, dirs_, hidden_} : Dims{dirs_, batch_, hidden_}; }
-  size_t state_index(int64_t d, int64_t b) const {
-    return size_t((layout_ ? b * dirs_ + d : d * batch_ + b) * hidden_);
-  }
+  size_t state_index(int64_t d, int64_t b) const { return size_t((layout_ ? b * dirs_ + d : d * batch_ + b) * hidden_); }
 
   KernelContext& ctx_;
   int64_t gates_;
@@ -201,7 +197,8 @@ void gru(KernelContext& ctx) {
       [&](int64_t d, const double* x, std::vector<double>& h, std::vector<double>&) {
         const RecurrentActivation& f = acts[size_t(2 * d)];
         const RecurrentActivation& g = acts[size_t(2 * d + 1)];
-        std::vector<double> z(static_cast<size_t>(H)), r(static_cast<size_t>(H)), rh_prod(static_cast<size_t>(H)), next(static_cast<size_t>(H));
+        std::vector<double> z(static_cast<size_t>(H)), r(static_cast<size_t>(H)), rh_prod(static_cast<size_t>(H)),
+            next(static_cast<size_t>(H));
         for (int64_t j = 0; j < H; ++j) {
           z[size_t(j)] = f(L.clip(L.wx(d, Z, j, x) + L.rh(d, Z, j, h) + L.wb(d, Z, j) + L.rb(d, Z, j)));
           r[size_t(j)] = f(L.clip(L.wx(d, R, j, x) + L.rh(d, R, j, h) + L.wb(d, R, j) + L.rb(d, R, j)));

@@ -59,12 +59,12 @@ void cosine_window(KernelContext& ctx, const std::vector<double>& a) {
   const int64_t denom = periodic ? size : size - 1;
   auto dtype = DType(ctx.attr_int("output_datatype", int64_t(DType::Float32)));
   ctx.set_output(0, tensor_from_function(ctx, dtype, {size}, [&](int64_t n) {
-    if (denom <= 0) return 1.0;
-    double v = 0, sign = 1;
-    for (size_t k = 0; k < a.size(); ++k, sign = -sign)
-      v += sign * a[k] * std::cos(2 * std::numbers::pi * double(k) * double(n) / double(denom));
-    return v;
-  }));
+                   if (denom <= 0) return 1.0;
+                   double v = 0, sign = 1;
+                   for (size_t k = 0; k < a.size(); ++k, sign = -sign)
+                     v += sign * a[k] * std::cos(2 * std::numbers::pi * double(k) * double(n) / double(denom));
+                   return v;
+                 }));
 }
 
 void hann_window(KernelContext& ctx) { cosine_window(ctx, {0.5, 0.5}); }
@@ -103,12 +103,10 @@ void dft(KernelContext& ctx) {
 
   // Opset 20 moved axis from an attribute to input 2 and counts it from the
   // full rank; both forms exclude the trailing real/imaginary dimension.
-  int64_t axis = ctx.opset() >= 20 ? (ctx.has_input(2) ? scalar_int(ctx, ctx.input(2), "axis") : -2)
-                                   : ctx.attr_int("axis", 1);
+  int64_t axis = ctx.opset() >= 20 ? (ctx.has_input(2) ? scalar_int(ctx, ctx.input(2), "axis") : -2) : ctx.attr_int("axis", 1);
   if (axis < 0) axis += r;
   if (axis < 0 || axis >= r - 1)
-    ctx.fail("axis " + std::to_string(axis) + " is out of range, expected a signal axis in [0, " +
-             std::to_string(r - 2) + "]");
+    ctx.fail("axis " + std::to_string(axis) + " is out of range, expected a signal axis in [0, " + std::to_string(r - 2) + "]");
 
   int64_t in_len = x.dim(int(axis));
   int64_t n = in_len;
@@ -163,8 +161,7 @@ void stft(KernelContext& ctx) {
     const Tensor& w = ctx.input(2);
     if (w.rank() != 1) ctx.fail("window shape " + ir::dims_to_string(w.dims()) + " must be 1-D");
     if (frame_length >= 0 && frame_length != w.dim(0))
-      ctx.fail("frame_length " + std::to_string(frame_length) + " does not match the window length " +
-               std::to_string(w.dim(0)));
+      ctx.fail("frame_length " + std::to_string(frame_length) + " does not match the window length " + std::to_string(w.dim(0)));
     frame_length = w.dim(0);
   }
   if (frame_length <= 0 || frame_length > length)

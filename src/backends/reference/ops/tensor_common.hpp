@@ -38,8 +38,8 @@ double scalar_double(const KernelContext& ctx, const Tensor& t, const char* what
 std::vector<int64_t> normalize_axes(const KernelContext& ctx, const std::vector<int64_t>& axes, int64_t rank);
 // An int list that is attribute `attr` before opset `input_since` and optional
 // input `input` from then on; `present` (if given) says whether it was supplied.
-std::vector<int64_t> ints_from_attr_or_input(const KernelContext& ctx, const std::string& attr, size_t input,
-                                             int input_since, bool* present);
+std::vector<int64_t> ints_from_attr_or_input(const KernelContext& ctx, const std::string& attr, size_t input, int input_since,
+                                             bool* present);
 
 }  // namespace tensor_detail
 }  // namespace kiln::ref

@@ -45,8 +45,7 @@ bool next_index(std::vector<int64_t>& idx, const Dims& dims) {
 
 void copy_elem(Tensor& out, int64_t oi, const Tensor& in, int64_t ii) {
   size_t es = ir::dtype_size(in.dtype());
-  std::memcpy(static_cast<uint8_t*>(out.raw()) + size_t(oi) * es,
-              static_cast<const uint8_t*>(in.raw()) + size_t(ii) * es, es);
+  std::memcpy(static_cast<uint8_t*>(out.raw()) + size_t(oi) * es, static_cast<const uint8_t*>(in.raw()) + size_t(ii) * es, es);
 }
 
 int64_t checked_index(const KernelContext& ctx, int64_t i, int64_t dim, const char* what) {
@@ -62,24 +61,18 @@ int64_t tensor_axis(const KernelContext& ctx, int64_t axis, int64_t rank) {
 }
 
 static const Tensor& single(const KernelContext& ctx, const Tensor& t, const char* what) {
-  if (t.numel() != 1)
-    ctx.fail(std::string(what) + " should hold exactly one value, has shape " + ir::dims_to_string(t.dims()));
+  if (t.numel() != 1) ctx.fail(std::string(what) + " should hold exactly one value, has shape " + ir::dims_to_string(t.dims()));
   return t;
 }
 
-int64_t scalar_int(const KernelContext& ctx, const Tensor& t, const char* what) {
-  return single(ctx, t, what).as_int64(0);
-}
+int64_t scalar_int(const KernelContext& ctx, const Tensor& t, const char* what) { return single(ctx, t, what).as_int64(0); }
 
-double scalar_double(const KernelContext& ctx, const Tensor& t, const char* what) {
-  return single(ctx, t, what).as_double(0);
-}
+double scalar_double(const KernelContext& ctx, const Tensor& t, const char* what) { return single(ctx, t, what).as_double(0); }
 
 std::vector<int64_t> normalize_axes(const KernelContext& ctx, const std::vector<int64_t>& axes, int64_t rank) {
   std::vector<int64_t> out;
   for (int64_t a : axes) {
-    if (a < -rank || a >= rank)
-      ctx.fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
+    if (a < -rank || a >= rank) ctx.fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
     int64_t n = a < 0 ? a + rank : a;
     if (std::find(out.begin(), out.end(), n) != out.end())
       ctx.fail("axis " + std::to_string(a) + " appears more than once in " + ints_to_string(axes));
@@ -88,8 +81,8 @@ std::vector<int64_t> normalize_axes(const KernelContext& ctx, const std::vector<
   return out;
 }
 
-std::vector<int64_t> ints_from_attr_or_input(const KernelContext& ctx, const std::string& attr, size_t input,
-                                             int input_since, bool* present) {
+std::vector<int64_t> ints_from_attr_or_input(const KernelContext& ctx, const std::string& attr, size_t input, int input_since,
+                                             bool* present) {
   if (ctx.opset() < input_since) {
     if (present) *present = ctx.has_attr(attr);
     return ctx.attr_ints(attr);
@@ -122,8 +115,8 @@ void reshape_kernel(KernelContext& ctx) {
     }
     if (s == 0 && !allowzero) {
       if (int(i) >= x.rank())
-        ctx.fail("shape " + ints_to_string(shape) + " copies dimension " + std::to_string(i) +
-                 " (0) but the input has rank " + std::to_string(x.rank()));
+        ctx.fail("shape " + ints_to_string(shape) + " copies dimension " + std::to_string(i) + " (0) but the input has rank " +
+                 std::to_string(x.rank()));
       s = x.dim(int(i));
     }
     if (s < 0) ctx.fail("shape " + ints_to_string(shape) + " has a negative dimension other than -1");
@@ -139,8 +132,7 @@ void reshape_kernel(KernelContext& ctx) {
     out[size_t(infer)] = x.numel() / known;
   }
   if (ir::checked_numel(out) != x.numel())
-    ctx.fail("cannot reshape " + ir::dims_to_string(x.dims()) + " into " + ints_to_string(shape) +
-             ": element counts differ");
+    ctx.fail("cannot reshape " + ir::dims_to_string(x.dims()) + " into " + ints_to_string(shape) + ": element counts differ");
   ctx.set_output(0, x.reshaped(out));
 }
 
@@ -165,8 +157,7 @@ void squeeze_kernel(KernelContext& ctx) {
   for (int d = 0; d < x.rank(); ++d) {
     bool listed = std::find(axes.begin(), axes.end(), d) != axes.end();
     if (listed && x.dim(d) != 1)
-      ctx.fail("cannot squeeze axis " + std::to_string(d) + " of size " + std::to_string(x.dim(d)) +
-               " (expected size 1)");
+      ctx.fail("cannot squeeze axis " + std::to_string(d) + " of size " + std::to_string(x.dim(d)) + " (expected size 1)");
     if (listed || (axes.empty() && x.dim(d) == 1)) continue;
     out.push_back(x.dim(d));
   }
@@ -294,10 +285,10 @@ void transpose_kernel(KernelContext& ctx) {
   for (int d = 0; d < r; ++d) out[size_t(d)] = x.dims()[size_t(perm[size_t(d)])];
   std::vector<int64_t> in_strides = strides_of(x.dims());
   ctx.set_output(0, remap(x, out, [&](const std::vector<int64_t>& idx) {
-    int64_t s = 0;
-    for (int d = 0; d < r; ++d) s += idx[size_t(d)] * in_strides[size_t(perm[size_t(d)])];
-    return s;
-  }));
+                   int64_t s = 0;
+                   for (int d = 0; d < r; ++d) s += idx[size_t(d)] * in_strides[size_t(perm[size_t(d)])];
+                   return s;
+                 }));
 }
 
 void concat_kernel(KernelContext& ctx) {
@@ -314,8 +305,8 @@ void concat_kernel(KernelContext& ctx) {
     for (int64_t d = 0; ok && d < r; ++d) ok = d == axis || t.dims()[size_t(d)] == first.dims()[size_t(d)];
     if (!ok)
       ctx.fail("input " + std::to_string(i) + " (" + ir::dtype_name(t.dtype()) + " " + ir::dims_to_string(t.dims()) +
-               ") does not match input 0 (" + ir::dtype_name(first.dtype()) + " " +
-               ir::dims_to_string(first.dims()) + ") outside axis " + std::to_string(axis));
+               ") does not match input 0 (" + ir::dtype_name(first.dtype()) + " " + ir::dims_to_string(first.dims()) +
+               ") outside axis " + std::to_string(axis));
     out[size_t(axis)] += t.dims()[size_t(axis)];
   }
   Tensor result(first.dtype(), out);
@@ -367,8 +358,7 @@ void split_kernel(KernelContext& ctx) {
       for (int64_t i = 0; i < n; ++i) split.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
     } else {
       if (n <= 0 || dim % n != 0)
-        ctx.fail("axis of size " + std::to_string(dim) + " cannot be split evenly into " + std::to_string(n) +
-                 " outputs");
+        ctx.fail("axis of size " + std::to_string(dim) + " cannot be split evenly into " + std::to_string(n) + " outputs");
       split.assign(size_t(n), dim / n);
     }
   }
@@ -378,8 +368,7 @@ void split_kernel(KernelContext& ctx) {
   for (int64_t s : split) {
     if (s < 0) ctx.fail("split " + ints_to_string(split) + " has a negative size");
     // Compared before adding, so that huge sizes cannot overflow the total.
-    if (s > dim - total)
-      ctx.fail("split " + ints_to_string(split) + " sums to more than the axis size " + std::to_string(dim));
+    if (s > dim - total) ctx.fail("split " + ints_to_string(split) + " sums to more than the axis size " + std::to_string(dim));
     total += s;
   }
   if (total != dim)
@@ -401,8 +390,8 @@ SliceWindow slice_window(const KernelContext& ctx, const Dims& in, const std::ve
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
   if (steps.empty()) steps.assign(starts.size(), 1);
   if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
-    ctx.fail("starts " + ints_to_string(starts) + ", ends " + ints_to_string(ends) + ", axes " +
-             ints_to_string(axes) + " and steps " + ints_to_string(steps) + " should have the same length");
+    ctx.fail("starts " + ints_to_string(starts) + ", ends " + ints_to_string(ends) + ", axes " + ints_to_string(axes) +
+             " and steps " + ints_to_string(steps) + " should have the same length");
   axes = normalize_axes(ctx, axes, r);
   SliceWindow w;
   w.first.assign(size_t(r), 0);
@@ -450,10 +439,10 @@ void slice_kernel(KernelContext& ctx) {
   const SliceWindow w = slice_window(ctx, x.dims(), starts, ends, axes, steps);
   std::vector<int64_t> strides = strides_of(x.dims());
   ctx.set_output(0, remap(x, w.out, [&](const std::vector<int64_t>& idx) {
-    int64_t s = 0;
-    for (size_t d = 0; d < idx.size(); ++d) s += (w.first[d] + idx[d] * w.step[d]) * strides[d];
-    return s;
-  }));
+                   int64_t s = 0;
+                   for (size_t d = 0; d < idx.size(); ++d) s += (w.first[d] + idx[d] * w.step[d]) * strides[d];
+                   return s;
+                 }));
 }
 
 void expand_kernel(KernelContext& ctx) {
@@ -473,8 +462,7 @@ void tile_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   std::vector<int64_t> repeats = ctx.input(1).to_int64_vector();
   if (int64_t(repeats.size()) != x.rank())
-    ctx.fail("repeats " + ints_to_string(repeats) + " should have one entry per input axis (" +
-             std::to_string(x.rank()) + ")");
+    ctx.fail("repeats " + ints_to_string(repeats) + " should have one entry per input axis (" + std::to_string(x.rank()) + ")");
   Dims out = x.dims();
   for (size_t d = 0; d < out.size(); ++d) {
     if (repeats[d] < 0) ctx.fail("repeats " + ints_to_string(repeats) + " has a negative entry");
@@ -482,10 +470,10 @@ void tile_kernel(KernelContext& ctx) {
   }
   std::vector<int64_t> strides = strides_of(x.dims());
   ctx.set_output(0, remap(x, out, [&](const std::vector<int64_t>& idx) {
-    int64_t s = 0;
-    for (size_t d = 0; d < idx.size(); ++d) s += (idx[d] % x.dims()[d]) * strides[d];
-    return s;
-  }));
+                   int64_t s = 0;
+                   for (size_t d = 0; d < idx.size(); ++d) s += (idx[d] % x.dims()[d]) * strides[d];
+                   return s;
+                 }));
 }
 
 void pad_kernel(KernelContext& ctx) {
@@ -528,18 +516,20 @@ void pad_kernel(KernelContext& ctx) {
     ctx.fail("mode '" + mode + "' should be one of constant, reflect, edge, wrap");
   if (mode != "constant")
     for (size_t d = 0; d < size_t(r); ++d)
-      if (x.dims()[d] == 0 && out[d] > 0)
-        ctx.fail("mode '" + mode + "' cannot pad axis " + std::to_string(d) + " of size 0");
+      if (x.dims()[d] == 0 && out[d] > 0) ctx.fail("mode '" + mode + "' cannot pad axis " + std::to_string(d) + " of size 0");
   std::vector<int64_t> strides = strides_of(x.dims());
-  ctx.set_output(0, remap(x, out, [&](const std::vector<int64_t>& idx) {
-    int64_t s = 0;
-    for (size_t d = 0; d < idx.size(); ++d) {
-      const int64_t n = x.dims()[d], i = idx[d] - begin[d];
-      if ((i < 0 || i >= n) && mode == "constant") return int64_t(-1);
-      s += pad_source(mode, i, n) * strides[d];
-    }
-    return s;
-  }, &value));
+  ctx.set_output(0, remap(
+                        x, out,
+                        [&](const std::vector<int64_t>& idx) {
+                          int64_t s = 0;
+                          for (size_t d = 0; d < idx.size(); ++d) {
+                            const int64_t n = x.dims()[d], i = idx[d] - begin[d];
+                            if ((i < 0 || i >= n) && mode == "constant") return int64_t(-1);
+                            s += pad_source(mode, i, n) * strides[d];
+                          }
+                          return s;
+                        },
+                        &value));
 }
 
 void center_crop_pad_kernel(KernelContext& ctx) {
@@ -562,14 +552,14 @@ void center_crop_pad_kernel(KernelContext& ctx) {
   }
   std::vector<int64_t> strides = strides_of(x.dims());
   ctx.set_output(0, remap(x, out, [&](const std::vector<int64_t>& idx) {
-    int64_t s = 0;
-    for (size_t d = 0; d < idx.size(); ++d) {
-      int64_t i = idx[d] - shift[d];
-      if (i < 0 || i >= x.dims()[d]) return int64_t(-1);
-      s += i * strides[d];
-    }
-    return s;
-  }));
+                   int64_t s = 0;
+                   for (size_t d = 0; d < idx.size(); ++d) {
+                     int64_t i = idx[d] - shift[d];
+                     if (i < 0 || i >= x.dims()[d]) return int64_t(-1);
+                     s += i * strides[d];
+                   }
+                   return s;
+                 }));
 }
 
 void depth_to_space_kernel(KernelContext& ctx) {
@@ -578,29 +568,29 @@ void depth_to_space_kernel(KernelContext& ctx) {
   bool crd = ctx.attr_string("mode", "DCR") == "CRD";
   // b * b is compared with the channels before it is computed: it cannot overflow.
   if (x.rank() != 4 || b <= 0 || (x.dim(1) > 0 && (b > x.dim(1) / b || x.dim(1) % (b * b) != 0)))
-    ctx.fail("expected a 4-D input whose channels (" + ir::dims_to_string(x.dims()) +
-             ") divide by blocksize^2 with blocksize " + std::to_string(b) + " > 0");
+    ctx.fail("expected a 4-D input whose channels (" + ir::dims_to_string(x.dims()) + ") divide by blocksize^2 with blocksize " +
+             std::to_string(b) + " > 0");
   int64_t C = x.dim(1) ? x.dim(1) / (b * b) : 0, H = x.dim(2), W = x.dim(3);
   Dims out{x.dim(0), C, ir::checked_numel({H, b}), ir::checked_numel({W, b})};
   ctx.set_output(0, remap(x, out, [&](const std::vector<int64_t>& i) {
-    int64_t h = i[2] / b, bi = i[2] % b, w = i[3] / b, bj = i[3] % b;
-    int64_t c = crd ? i[1] * b * b + bi * b + bj : (bi * b + bj) * C + i[1];
-    return ((i[0] * x.dim(1) + c) * H + h) * W + w;
-  }));
+                   int64_t h = i[2] / b, bi = i[2] % b, w = i[3] / b, bj = i[3] % b;
+                   int64_t c = crd ? i[1] * b * b + bi * b + bj : (bi * b + bj) * C + i[1];
+                   return ((i[0] * x.dim(1) + c) * H + h) * W + w;
+                 }));
 }
 
 void space_to_depth_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   int64_t b = ctx.attr_int("blocksize");
   if (x.rank() != 4 || b <= 0 || x.dim(2) % b != 0 || x.dim(3) % b != 0)
-    ctx.fail("expected a 4-D input whose height and width (" + ir::dims_to_string(x.dims()) +
-             ") divide by blocksize " + std::to_string(b) + " > 0");
+    ctx.fail("expected a 4-D input whose height and width (" + ir::dims_to_string(x.dims()) + ") divide by blocksize " +
+             std::to_string(b) + " > 0");
   int64_t C = x.dim(1), H = x.dim(2), W = x.dim(3);
   Dims out{x.dim(0), ir::checked_numel({C, b, b}), H / b, W / b};
   ctx.set_output(0, remap(x, out, [&](const std::vector<int64_t>& i) {
-    int64_t c = i[1] % C, blk = i[1] / C, bi = blk / b, bj = blk % b;
-    return ((i[0] * C + c) * H + i[2] * b + bi) * W + i[3] * b + bj;
-  }));
+                   int64_t c = i[1] % C, blk = i[1] / C, bi = blk / b, bj = blk % b;
+                   return ((i[0] * C + c) * H + i[2] * b + bi) * W + i[3] * b + bj;
+                 }));
 }
 
 void reverse_sequence_kernel(KernelContext& ctx) {
@@ -617,12 +607,12 @@ void reverse_sequence_kernel(KernelContext& ctx) {
       ctx.fail("sequence length " + std::to_string(l) + " is outside [0, " + std::to_string(x.dim(int(time_axis))) + "]");
   std::vector<int64_t> strides = strides_of(x.dims());
   ctx.set_output(0, remap(x, x.dims(), [&](const std::vector<int64_t>& idx) {
-    std::vector<int64_t> i = idx;
-    int64_t len = lens[size_t(idx[size_t(batch_axis)])];
-    int64_t& t = i[size_t(time_axis)];
-    if (t < len) t = len - 1 - t;
-    return ravel(i, x.dims());
-  }));
+                   std::vector<int64_t> i = idx;
+                   int64_t len = lens[size_t(idx[size_t(batch_axis)])];
+                   int64_t& t = i[size_t(time_axis)];
+                   if (t < len) t = len - 1 - t;
+                   return ravel(i, x.dims());
+                 }));
 }
 
 void trilu_kernel(KernelContext& ctx) {
@@ -632,10 +622,10 @@ void trilu_kernel(KernelContext& ctx) {
   bool upper = ctx.attr_int("upper", 1) != 0;
   int r = x.rank();
   ctx.set_output(0, remap(x, x.dims(), [&](const std::vector<int64_t>& idx) {
-    int64_t diff = idx[size_t(r - 1)] - idx[size_t(r - 2)];
-    bool keep = upper ? diff >= k : diff <= k;
-    return keep ? ravel(idx, x.dims()) : int64_t(-1);
-  }));
+                   int64_t diff = idx[size_t(r - 1)] - idx[size_t(r - 2)];
+                   bool keep = upper ? diff >= k : diff <= k;
+                   return keep ? ravel(idx, x.dims()) : int64_t(-1);
+                 }));
 }
 
 void where_kernel(KernelContext& ctx) {
@@ -648,8 +638,8 @@ void where_kernel(KernelContext& ctx) {
   Tensor result(a.dtype(), out);
   const bool* cond = c.data<bool>();
   int64_t o = 0;
-  for (BroadcastIterator it(out, {broadcast_strides(c.dims(), out), broadcast_strides(a.dims(), out),
-                                  broadcast_strides(b.dims(), out)});
+  for (BroadcastIterator it(
+           out, {broadcast_strides(c.dims(), out), broadcast_strides(a.dims(), out), broadcast_strides(b.dims(), out)});
        !it.done(); it.next(), ++o) {
     if (cond[it.offset(0)])
       copy_elem(result, o, a, it.offset(1));
@@ -673,18 +663,17 @@ void compress_kernel(KernelContext& ctx) {
   std::vector<int64_t> keep;
   for (int64_t i = 0; i < cond.numel(); ++i) {
     if (cond.as_double(i) == 0) continue;
-    if (i >= dim)
-      ctx.fail("condition selects index " + std::to_string(i) + " beyond the axis size " + std::to_string(dim));
+    if (i >= dim) ctx.fail("condition selects index " + std::to_string(i) + " beyond the axis size " + std::to_string(dim));
     keep.push_back(i);
   }
   Dims out = src.dims();
   out[size_t(axis)] = int64_t(keep.size());
   std::vector<int64_t> strides = strides_of(src.dims());
   ctx.set_output(0, remap(src, out, [&](const std::vector<int64_t>& idx) {
-    int64_t s = 0;
-    for (size_t d = 0; d < idx.size(); ++d) s += (int64_t(d) == axis ? keep[size_t(idx[d])] : idx[d]) * strides[d];
-    return s;
-  }));
+                   int64_t s = 0;
+                   for (size_t d = 0; d < idx.size(); ++d) s += (int64_t(d) == axis ? keep[size_t(idx[d])] : idx[d]) * strides[d];
+                   return s;
+                 }));
 }
 
 void nonzero_kernel(KernelContext& ctx) {
@@ -718,13 +707,13 @@ void gather_kernel(KernelContext& ctx) {
   std::vector<int64_t> strides = strides_of(x.dims());
   size_t q = size_t(ind.rank());
   ctx.set_output(0, remap(x, out, [&](const std::vector<int64_t>& idx) {
-    int64_t s = 0;
-    for (size_t d = 0; d < size_t(axis); ++d) s += idx[d] * strides[d];
-    std::vector<int64_t> ii(idx.begin() + axis, idx.begin() + axis + int64_t(q));
-    s += indices[size_t(ravel(ii, ind.dims()))] * strides[size_t(axis)];
-    for (size_t d = size_t(axis) + 1; d < strides.size(); ++d) s += idx[d + q - 1] * strides[d];
-    return s;
-  }));
+                   int64_t s = 0;
+                   for (size_t d = 0; d < size_t(axis); ++d) s += idx[d] * strides[d];
+                   std::vector<int64_t> ii(idx.begin() + axis, idx.begin() + axis + int64_t(q));
+                   s += indices[size_t(ravel(ii, ind.dims()))] * strides[size_t(axis)];
+                   for (size_t d = size_t(axis) + 1; d < strides.size(); ++d) s += idx[d + q - 1] * strides[d];
+                   return s;
+                 }));
 }
 
 void gather_elements_kernel(KernelContext& ctx) {
@@ -734,15 +723,15 @@ void gather_elements_kernel(KernelContext& ctx) {
   int64_t axis = tensor_axis(ctx, ctx.attr_int("axis", 0), x.rank());
   for (int d = 0; d < x.rank(); ++d)
     if (d != axis && ind.dim(d) > x.dim(d))
-      ctx.fail("indices shape " + ir::dims_to_string(ind.dims()) + " exceeds data shape " +
-               ir::dims_to_string(x.dims()) + " on axis " + std::to_string(d));
+      ctx.fail("indices shape " + ir::dims_to_string(ind.dims()) + " exceeds data shape " + ir::dims_to_string(x.dims()) +
+               " on axis " + std::to_string(d));
   std::vector<int64_t> indices = ind.to_int64_vector();
   int64_t o = 0;
   ctx.set_output(0, remap(x, ind.dims(), [&](const std::vector<int64_t>& idx) {
-    std::vector<int64_t> i = idx;
-    i[size_t(axis)] = checked_index(ctx, indices[size_t(o++)], x.dim(int(axis)), "gather");
-    return ravel(i, x.dims());
-  }));
+                   std::vector<int64_t> i = idx;
+                   i[size_t(axis)] = checked_index(ctx, indices[size_t(o++)], x.dim(int(axis)), "gather");
+                   return ravel(i, x.dims());
+                 }));
 }
 
 // Shared by GatherND and ScatterND: for each index tuple (the last axis of
@@ -795,8 +784,7 @@ void gather_nd_kernel(KernelContext& ctx) {
 // ----------------------------------------------------------------- scatters
 
 // Combines an update into out[o] with the given reduction ("none" replaces).
-void reduce_into(const KernelContext& ctx, Tensor& out, int64_t o, const Tensor& upd, int64_t u,
-                 const std::string& reduction) {
+void reduce_into(const KernelContext& ctx, Tensor& out, int64_t o, const Tensor& upd, int64_t u, const std::string& reduction) {
   if (reduction == "none") return copy_elem(out, o, upd, u);
   ir::dispatch_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -823,14 +811,13 @@ void scatter_elements_kernel(KernelContext& ctx) {
   const Tensor& ind = ctx.input(1);
   const Tensor& upd = ctx.input(2);
   if (ind.rank() != x.rank() || upd.dims() != ind.dims() || upd.dtype() != x.dtype())
-    ctx.fail("indices and updates should have the same shape and the data's rank; got data " +
-             ir::dims_to_string(x.dims()) + ", indices " + ir::dims_to_string(ind.dims()) + ", updates " +
-             ir::dims_to_string(upd.dims()));
+    ctx.fail("indices and updates should have the same shape and the data's rank; got data " + ir::dims_to_string(x.dims()) +
+             ", indices " + ir::dims_to_string(ind.dims()) + ", updates " + ir::dims_to_string(upd.dims()));
   int64_t axis = tensor_axis(ctx, ctx.attr_int("axis", 0), x.rank());
   for (int d = 0; d < x.rank(); ++d)
     if (d != axis && ind.dim(d) > x.dim(d))
-      ctx.fail("indices shape " + ir::dims_to_string(ind.dims()) + " exceeds data shape " +
-               ir::dims_to_string(x.dims()) + " on axis " + std::to_string(d));
+      ctx.fail("indices shape " + ir::dims_to_string(ind.dims()) + " exceeds data shape " + ir::dims_to_string(x.dims()) +
+               " on axis " + std::to_string(d));
   std::string reduction = ctx.attr_string("reduction", "none");
   Tensor out = x.clone();
   std::vector<int64_t> indices = ind.to_int64_vector();
@@ -856,8 +843,7 @@ void scatter_nd_kernel(KernelContext& ctx) {
   std::string reduction = ctx.attr_string("reduction", "none");
   Tensor out = x.clone();
   for (size_t t = 0; t < nd.offsets.size(); ++t)
-    for (int64_t e = 0; e < nd.slice; ++e)
-      reduce_into(ctx, out, nd.offsets[t] + e, upd, int64_t(t) * nd.slice + e, reduction);
+    for (int64_t e = 0; e < nd.slice; ++e) reduce_into(ctx, out, nd.offsets[t] + e, upd, int64_t(t) * nd.slice + e, reduction);
   ctx.set_output(0, out);
 }
 

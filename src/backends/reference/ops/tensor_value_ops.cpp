@@ -29,9 +29,12 @@ struct AxisView {
   int64_t outer = 1, dim = 1, inner = 1;
   AxisView(const Dims& dims, int64_t axis) {
     for (size_t d = 0; d < dims.size(); ++d) {
-      if (int64_t(d) < axis) outer *= dims[d];
-      else if (int64_t(d) == axis) dim = dims[d];
-      else inner *= dims[d];
+      if (int64_t(d) < axis)
+        outer *= dims[d];
+      else if (int64_t(d) == axis)
+        dim = dims[d];
+      else
+        inner *= dims[d];
     }
   }
   int64_t at(int64_t o, int64_t i, int64_t in) const { return (o * dim + i) * inner + in; }
@@ -82,7 +85,7 @@ void unique_kernel(KernelContext& ctx) {
   Tensor x = has_axis ? input : input.reshaped({input.numel()});
   int64_t axis = has_axis ? tensor_axis(ctx, ctx.attr_int("axis"), x.rank()) : 0;
   AxisView v(x.dims(), axis);
-  std::vector<int64_t> first;     // per unique item, in output order: first occurrence
+  std::vector<int64_t> first;  // per unique item, in output order: first occurrence
   std::vector<int64_t> inverse(size_t(v.dim));
   std::vector<int64_t> counts;
   ir::dispatch_dtype(x.dtype(), [&](auto tag) {
@@ -186,7 +189,9 @@ void range_kernel(KernelContext& ctx) {
       C s = C(start.data<T>()[0]), l = C(limit.data<T>()[0]), d = C(delta.data<T>()[0]);
       if (d == C(0)) ctx.fail("delta is 0 (expected nonzero)");
       double count = std::ceil((double(l) - double(s)) / double(d));
-      if (!(count < 1e12)) ctx.fail("(limit - start) / delta = " + std::to_string(count) + " is not a usable element count (expected finite and < 1e12)");
+      if (!(count < 1e12))
+        ctx.fail("(limit - start) / delta = " + std::to_string(count) +
+                 " is not a usable element count (expected finite and < 1e12)");
       int64_t n = count > 0 ? int64_t(count) : 0;
       out = Tensor(start.dtype(), {n});
       T* p = out.data<T>();

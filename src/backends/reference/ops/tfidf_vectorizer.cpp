@@ -13,7 +13,8 @@ namespace {
 void tfidf_vectorizer(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   if (x.dtype() != DType::Int32 && x.dtype() != DType::Int64)
-    ctx.unsupported(std::string("input of ") + ir::dtype_name(x.dtype()) + " (int32 and int64 are supported; string pools are not)");
+    ctx.unsupported(std::string("input of ") + ir::dtype_name(x.dtype()) +
+                    " (int32 and int64 are supported; string pools are not)");
   if (x.rank() != 1 && x.rank() != 2) ctx.fail("input must be [C] or [N, C], has shape " + ir::dims_to_string(x.dims()));
   const int64_t min_n = ctx.attr_int("min_gram_length"), max_n = ctx.attr_int("max_gram_length");
   const int64_t max_skip = ctx.attr_int("max_skip_count");
@@ -22,7 +23,8 @@ void tfidf_vectorizer(KernelContext& ctx) {
   const auto pool = ctx.attr_ints("pool_int64s");
   const auto weights = ctx.attr_floats("weights");
   if (mode != "TF" && mode != "IDF" && mode != "TFIDF") ctx.fail("mode must be TF, IDF or TFIDF, is '" + mode + "'");
-  if (min_n < 1 || max_n < min_n || max_skip < 0) ctx.fail("need 1 <= min_gram_length <= max_gram_length and max_skip_count >= 0");
+  if (min_n < 1 || max_n < min_n || max_skip < 0)
+    ctx.fail("need 1 <= min_gram_length <= max_gram_length and max_skip_count >= 0");
   if (pool.empty()) ctx.unsupported("only integer pools (pool_int64s) are supported");
 
   // Pool n-gram -> output column. ngram_counts[k] is where the (k+1)-grams start.
@@ -37,7 +39,8 @@ void tfidf_vectorizer(KernelContext& ctx) {
     for (int64_t p = begin; p < end; p += n, ++ngram) {
       if (ngram >= int64_t(indexes.size())) ctx.fail("ngram_indexes has fewer entries than the pool has n-grams");
       const int64_t col = indexes[size_t(ngram)];
-      if (col < 0 || col >= int64_t(1) << 62) ctx.fail("ngram_indexes holds " + std::to_string(col) + ", expected an index in [0, 2^62)");
+      if (col < 0 || col >= int64_t(1) << 62)
+        ctx.fail("ngram_indexes holds " + std::to_string(col) + ", expected an index in [0, 2^62)");
       column[std::vector<int64_t>(pool.begin() + p, pool.begin() + p + n)] = col;
       width = std::max(width, col + 1);
     }
@@ -65,8 +68,10 @@ void tfidf_vectorizer(KernelContext& ctx) {
   }
   for (size_t i = 0; i < out.size(); ++i) {
     const double w = weights.empty() ? 1.0 : weights[i % size_t(width)];
-    if (mode == "IDF") out[i] = out[i] > 0 ? w : 0;
-    else if (mode == "TFIDF") out[i] *= w;
+    if (mode == "IDF")
+      out[i] = out[i] > 0 ? w : 0;
+    else if (mode == "TFIDF")
+      out[i] *= w;
   }
   ctx.set_output(0, from_doubles(DType::Float32, x.rank() == 2 ? Dims{rows, width} : Dims{width}, out));
 }

@@ -16,7 +16,8 @@ std::vector<ValueInfo> transpose(const NodeView& n) {
   int64_t rank = x->shape.rank();
   auto perm = n.attr_ints("perm");
   std::vector<int64_t> p;
-  if (perm) p = *perm;
+  if (perm)
+    p = *perm;
   else
     for (int64_t i = rank - 1; i >= 0; --i) p.push_back(i);
   if (int64_t(p.size()) != rank) n.fail("perm has " + std::to_string(p.size()) + " entries for rank " + std::to_string(rank));
@@ -49,10 +50,13 @@ std::vector<ValueInfo> concat(const NodeView& n) {
     for (int64_t i = 0; i < rank; ++i) {
       const Dim& d = v->shape.dims[size_t(i)];
       if (i == axis) {
-        if (d.is_known()) total += *d.value;
-        else total_known = false;
+        if (d.is_known())
+          total += *d.value;
+        else
+          total_known = false;
       } else if (d.is_known() && s.dims[size_t(i)].is_known() && *d.value != *s.dims[size_t(i)].value) {
-        n.fail("inputs " + first->shape.to_string() + " and " + v->shape.to_string() + " differ outside axis " + std::to_string(axis));
+        n.fail("inputs " + first->shape.to_string() + " and " + v->shape.to_string() + " differ outside axis " +
+               std::to_string(axis));
       } else if (!s.dims[size_t(i)].is_known() && d.is_known()) {
         s.dims[size_t(i)] = d;
       }
@@ -84,8 +88,10 @@ std::vector<ValueInfo> slice(const NodeView& n) {
   if (!starts || !ends) return {unknown_like(dt)};
   int64_t rank = x->shape.rank();
   std::vector<int64_t> axes, steps;
-  if (auto a = n.ints_from("axes", 3)) axes = *a;
-  else if (n.input(3)) return {unknown_like(dt)};
+  if (auto a = n.ints_from("axes", 3))
+    axes = *a;
+  else if (n.input(3))
+    return {unknown_like(dt)};
   else
     for (size_t i = 0; i < starts->size(); ++i) axes.push_back(int64_t(i));
   if (n.input(4)) {
@@ -134,10 +140,13 @@ std::vector<ValueInfo> split(const NodeView& n) {
   const Dim& d = x->shape.dims[size_t(axis)];
   size_t count = n.node.outputs.size();
   std::vector<int64_t> sizes;
-  if (auto sp = n.ints_from("split", 1)) sizes = *sp;
-  else if (n.input(1)) return std::vector<ValueInfo>(count, unknown_like(dt));
+  if (auto sp = n.ints_from("split", 1))
+    sizes = *sp;
+  else if (n.input(1))
+    return std::vector<ValueInfo>(count, unknown_like(dt));
   if (!sizes.empty()) {
-    if (sizes.size() != count) n.fail("split has " + std::to_string(sizes.size()) + " sizes for " + std::to_string(count) + " outputs");
+    if (sizes.size() != count)
+      n.fail("split has " + std::to_string(sizes.size()) + " sizes for " + std::to_string(count) + " outputs");
     int64_t total = 0;  // compared before adding, so that huge sizes cannot overflow it
     for (int64_t size : sizes) {
       if (size < 0) n.fail("split " + dims_to_string(sizes) + " has a negative size");
@@ -173,13 +182,15 @@ std::vector<ValueInfo> pad(const NodeView& n) {
   auto pads = n.ints_from("pads", 1);
   if (!pads || n.input(3)) return {unknown_like(dt)};
   int64_t rank = x->shape.rank();
-  if (int64_t(pads->size()) != 2 * rank) n.fail("pads has " + std::to_string(pads->size()) + " entries for rank " + std::to_string(rank));
+  if (int64_t(pads->size()) != 2 * rank)
+    n.fail("pads has " + std::to_string(pads->size()) + " entries for rank " + std::to_string(rank));
   Shape s = x->shape;
   for (int64_t i = 0; i < rank; ++i)
     if (s.dims[size_t(i)].is_known())
       s.dims[size_t(i)] = Dim::known(size_from(n, Wide(*s.dims[size_t(i)].value) + (*pads)[size_t(i)] + (*pads)[size_t(i + rank)],
                                                "the padded size of axis " + std::to_string(i)));
-    else if ((*pads)[size_t(i)] || (*pads)[size_t(i + rank)]) s.dims[size_t(i)] = Dim::unknown();
+    else if ((*pads)[size_t(i)] || (*pads)[size_t(i + rank)])
+      s.dims[size_t(i)] = Dim::unknown();
   return {with_shape(dt, s)};
 }
 
@@ -188,7 +199,8 @@ std::vector<ValueInfo> tile(const NodeView& n) {
   const DType dt = n.dtype(0);
   if (!n.rank_known(0) || !n.value(1)) return {unknown_like(dt)};
   auto reps = n.value(1)->to_int64_vector();
-  if (int64_t(reps.size()) != x->shape.rank()) n.fail("repeats has " + std::to_string(reps.size()) + " entries for rank " + std::to_string(x->shape.rank()));
+  if (int64_t(reps.size()) != x->shape.rank())
+    n.fail("repeats has " + std::to_string(reps.size()) + " entries for rank " + std::to_string(x->shape.rank()));
   sizes_from(n, reps, "repeats");
   Shape s = x->shape;
   for (size_t i = 0; i < reps.size(); ++i)

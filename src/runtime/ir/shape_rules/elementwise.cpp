@@ -51,11 +51,12 @@ std::vector<ValueInfo> dropout(const NodeView& n) {
 }  // namespace
 
 void register_elementwise_rules(ShapeRuleTable& t) {
-  for (const char* op : {"Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Ceil", "Cos", "Cosh", "Erf", "Exp",
-                         "Floor", "Log", "Neg", "Reciprocal", "Round", "Sign", "Sin", "Sinh", "Sqrt", "Tan", "Tanh", "Not",
-                         "BitwiseNot", "Relu", "Sigmoid", "Elu", "Selu", "Celu", "LeakyRelu", "HardSigmoid", "HardSwish",
-                         "Mish", "Softplus", "Softsign", "ThresholdedRelu", "Shrink", "Gelu", "PRelu", "Clip", "Identity",
-                         "CumSum"})
+  for (const char* op :
+       {"Abs",       "Acos",        "Acosh",     "Asin", "Asinh",      "Atan",       "Atanh",           "Ceil",   "Cos",  "Cosh",
+        "Erf",       "Exp",         "Floor",     "Log",  "Neg",        "Reciprocal", "Round",           "Sign",   "Sin",  "Sinh",
+        "Sqrt",      "Tan",         "Tanh",      "Not",  "BitwiseNot", "Relu",       "Sigmoid",         "Elu",    "Selu", "Celu",
+        "LeakyRelu", "HardSigmoid", "HardSwish", "Mish", "Softplus",   "Softsign",   "ThresholdedRelu", "Shrink", "Gelu", "PRelu",
+        "Clip",      "Identity",    "CumSum"})
     t.add(op, &same_as_input);
   t.add("IsNaN", &bool_like_input);
   t.add("IsInf", &bool_like_input);

@@ -18,8 +18,10 @@ std::vector<ValueInfo> recurrent(const NodeView& n) {
   const Dim dirs = Dim::known(d && d->kind == Attribute::Kind::String && d->s == "bidirectional" ? 2 : 1);
   const int64_t gates = n.node.op_type == "LSTM" ? 4 : n.node.op_type == "GRU" ? 3 : 1;
   Dim hidden = Dim::unknown();
-  if (const Attribute* h = n.node.attr("hidden_size"); h && h->kind == Attribute::Kind::Int) hidden = Dim::known(h->i);
-  else if (n.rank_known(1) && w->shape.rank() == 3 && w->shape.dims[1].is_known()) hidden = Dim::known(*w->shape.dims[1].value / gates);
+  if (const Attribute* h = n.node.attr("hidden_size"); h && h->kind == Attribute::Kind::Int)
+    hidden = Dim::known(h->i);
+  else if (n.rank_known(1) && w->shape.rank() == 3 && w->shape.dims[1].is_known())
+    hidden = Dim::known(*w->shape.dims[1].value / gates);
   const Shape y = layout ? Shape{{batch, seq, dirs, hidden}, true} : Shape{{seq, dirs, batch, hidden}, true};
   const Shape state = layout ? Shape{{batch, dirs, hidden}, true} : Shape{{dirs, batch, hidden}, true};
   std::vector<ValueInfo> outs{with_shape(dt, y), with_shape(dt, state)};

@@ -31,8 +31,10 @@ std::vector<ValueInfo> reduce(const NodeView& n, bool arg) {
   for (int64_t a : axes) reduced.insert(norm_axis(n, a, rank));
   Shape out;
   for (int64_t i = 0; i < rank; ++i) {
-    if (!reduced.count(i)) out.dims.push_back(x->shape.dims[size_t(i)]);
-    else if (keep) out.dims.push_back(Dim::known(1));
+    if (!reduced.count(i))
+      out.dims.push_back(x->shape.dims[size_t(i)]);
+    else if (keep)
+      out.dims.push_back(Dim::known(1));
   }
   return {with_shape(dt, out)};
 }

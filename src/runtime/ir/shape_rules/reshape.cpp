@@ -22,7 +22,8 @@ std::vector<ValueInfo> reshape(const NodeView& n) {
     int64_t d = (*target)[i];
     if (d == 0 && !allowzero) {
       if (!n.rank_known(0)) return {unknown_like(dt)};
-      if (i >= x->shape.dims.size()) n.fail("shape entry " + std::to_string(i) + " is 0 (copy) but the input has rank " + std::to_string(x->shape.rank()));
+      if (i >= x->shape.dims.size())
+        n.fail("shape entry " + std::to_string(i) + " is 0 (copy) but the input has rank " + std::to_string(x->shape.rank()));
       out.dims.push_back(x->shape.dims[i]);
     } else if (d == -1) {
       if (minus_one >= 0) n.fail("more than one -1 in the target shape");
@@ -41,8 +42,7 @@ std::vector<ValueInfo> reshape(const NodeView& n) {
         if (!out.dims[i].is_known()) return {with_shape(dt, out)};
         known *= *out.dims[i].value;
       }
-    if (known == 0 || total % known != 0)
-      n.fail("cannot reshape " + x->shape.to_string() + " to " + dims_to_string(*target));
+    if (known == 0 || total % known != 0) n.fail("cannot reshape " + x->shape.to_string() + " to " + dims_to_string(*target));
     out.dims[size_t(minus_one)] = Dim::known(total / known);
   } else if (minus_one >= 0 && n.rank_known(0)) {
     // Symbolic: [batch, C, H, W] -> [batch, -1] keeps the symbol when the rest is fixed and equal.
@@ -51,22 +51,30 @@ std::vector<ValueInfo> reshape(const NodeView& n) {
     bool ok = true;
     std::multiset<std::string> in_syms, out_syms;
     for (const auto& d : x->shape.dims) {
-      if (d.is_known()) in_known *= *d.value;
-      else if (!d.symbol.empty()) in_syms.insert(d.symbol);
-      else ok = false;
+      if (d.is_known())
+        in_known *= *d.value;
+      else if (!d.symbol.empty())
+        in_syms.insert(d.symbol);
+      else
+        ok = false;
     }
     for (size_t i = 0; i < out.dims.size(); ++i) {
       if (int(i) == minus_one) continue;
       const Dim& d = out.dims[i];
-      if (d.is_known()) out_known *= *d.value;
-      else if (!d.symbol.empty()) out_syms.insert(d.symbol);
-      else ok = false;
+      if (d.is_known())
+        out_known *= *d.value;
+      else if (!d.symbol.empty())
+        out_syms.insert(d.symbol);
+      else
+        ok = false;
     }
     if (ok && out_known && std::includes(in_syms.begin(), in_syms.end(), out_syms.begin(), out_syms.end())) {
       std::multiset<std::string> left;
       std::set_difference(in_syms.begin(), in_syms.end(), out_syms.begin(), out_syms.end(), std::inserter(left, left.end()));
-      if (left.empty() && in_known % out_known == 0) out.dims[size_t(minus_one)] = Dim::known(in_known / out_known);
-      else if (left.size() == 1 && in_known == out_known) out.dims[size_t(minus_one)] = Dim::named(*left.begin());
+      if (left.empty() && in_known % out_known == 0)
+        out.dims[size_t(minus_one)] = Dim::known(in_known / out_known);
+      else if (left.size() == 1 && in_known == out_known)
+        out.dims[size_t(minus_one)] = Dim::named(*left.begin());
     }
   }
   if (n.rank_known(0) && x->shape.is_concrete() && out.is_concrete() &&
@@ -88,8 +96,10 @@ std::vector<ValueInfo> flatten(const NodeView& n) {
     std::vector<Dim> syms;
     for (int64_t i = from; i < to; ++i) {
       const Dim& d = x->shape.dims[size_t(i)];
-      if (d.is_known()) p *= *d.value;
-      else syms.push_back(d);
+      if (d.is_known())
+        p *= *d.value;
+      else
+        syms.push_back(d);
     }
     if (syms.empty()) return Dim::known(p);
     if (syms.size() == 1 && p == 1) return syms[0];
@@ -111,7 +121,8 @@ std::vector<ValueInfo> squeeze(const NodeView& n) {
     for (int64_t a : *axes) {
       int64_t ax = norm_axis(n, a, rank);
       const Dim& d = x->shape.dims[size_t(ax)];
-      if (d.is_known() && *d.value != 1) n.fail("cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(*d.value));
+      if (d.is_known() && *d.value != 1)
+        n.fail("cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(*d.value));
       drop.insert(ax);
     }
   } else {
@@ -158,14 +169,17 @@ std::vector<ValueInfo> depth_space(const NodeView& n) {
     if (d.is_known() && (*d.value > 0 ? b > *d.value / times || *d.value % (b * times) != 0 : false))
       n.fail("blocksize " + std::to_string(b) + " does not divide the " + what + " of " + x->shape.to_string());
   };
-  if (to_space) divides(xs[1], b, "channels");
-  else divides(xs[2], 1, "height"), divides(xs[3], 1, "width");
+  if (to_space)
+    divides(xs[1], b, "channels");
+  else
+    divides(xs[2], 1, "height"), divides(xs[3], 1, "width");
   auto times = [](const Dim& d, int64_t num, int64_t den) {
     return d.is_known() ? Dim::known(checked_numel({*d.value, num}) / den) : Dim::unknown();
   };
-  return {with_shape(dt, Shape{{xs[0], to_space ? times(xs[1], 1, b * b) : times(times(xs[1], b, 1), b, 1),
-                                to_space ? times(xs[2], b, 1) : times(xs[2], 1, b), to_space ? times(xs[3], b, 1) : times(xs[3], 1, b)},
-                               true})};
+  return {with_shape(
+      dt, Shape{{xs[0], to_space ? times(xs[1], 1, b * b) : times(times(xs[1], b, 1), b, 1),
+                 to_space ? times(xs[2], b, 1) : times(xs[2], 1, b), to_space ? times(xs[3], b, 1) : times(xs[3], 1, b)},
+                true})};
 }
 
 }  // namespace

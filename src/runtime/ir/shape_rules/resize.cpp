@@ -44,7 +44,8 @@ std::vector<ValueInfo> resize(const NodeView& n) {
       d = Dim::known(sizes[i]);
     } else if (by_scales && scales[i] > 0 && d.is_known()) {
       const double size = std::floor(double(*d.value) * scales[i]);
-      if (!(size <= double(kMaxSize))) n.fail("scales holds " + std::to_string(scales[i]) + ": the resized axis would be larger than 2^62");
+      if (!(size <= double(kMaxSize)))
+        n.fail("scales holds " + std::to_string(scales[i]) + ": the resized axis would be larger than 2^62");
       d = Dim::known(int64_t(size));
     } else if (!(by_scales && scales[i] == 1)) {
       d = Dim::unknown();

@@ -20,7 +20,8 @@ std::vector<ValueInfo> constant_of_shape(const NodeView& n) {
   const ValueInfo* x = n.input(0);
   const Attribute* v = n.node.attr("value");
   DType t = v && v->kind == Attribute::Kind::Tensor ? v->t.dtype() : DType::Float32;
-  if (const Tensor* shape = n.value(0)) return {with_shape(t, Shape::from_dims(sizes_from(n, shape->to_int64_vector(), "shape")))};
+  if (const Tensor* shape = n.value(0))
+    return {with_shape(t, Shape::from_dims(sizes_from(n, shape->to_int64_vector(), "shape")))};
   if (n.rank_known(0) && x->shape.rank() == 1 && x->shape.dims[0].is_known()) {
     Shape s;
     s.dims.assign(size_t(*x->shape.dims[0].value), Dim::unknown());

@@ -23,7 +23,8 @@ Dim window_out(const NodeView& n, const Dim& in, int64_t kernel, int64_t stride,
                int64_t pad_end, bool ceil_mode, const std::string& auto_pad) {
   if (!in.is_known()) return Dim::unknown();
   const Wide x = *in.value;
-  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") return Dim::known(size_from(n, (x + stride - 1) / stride, "the output size"));
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
+    return Dim::known(size_from(n, (x + stride - 1) / stride, "the output size"));
   const Wide eff = Wide(kernel - 1) * dilation + 1;
   const Wide pad_total = auto_pad == "VALID" ? 0 : Wide(pad_begin) + pad_end;
   const Wide span = x + pad_total - eff;
@@ -50,7 +51,8 @@ std::vector<ValueInfo> window(const NodeView& n, bool is_conv) {
       n.fail("weight shape " + w->shape.to_string() + " does not match input shape " + x->shape.to_string());
     channels = w->shape.dims[0];
     check_group(n, n.attr_int("group", 1), xs[1], w->shape.dims[1], channels);
-    if (auto k = n.attr_ints("kernel_shape")) kernel = *k;
+    if (auto k = n.attr_ints("kernel_shape"))
+      kernel = *k;
     else
       for (size_t i = 0; i < spatial; ++i) {
         if (!w->shape.dims[2 + i].is_known()) return {unknown_like(dt)};
@@ -79,7 +81,8 @@ std::vector<ValueInfo> window(const NodeView& n, bool is_conv) {
   out.dims.push_back(xs[0]);
   out.dims.push_back(channels);
   for (size_t i = 0; i < spatial; ++i)
-    out.dims.push_back(window_out(n, xs[2 + i], kernel[i], strides[i], dilations[i], pads[i], pads[i + spatial], ceil_mode, auto_pad));
+    out.dims.push_back(
+        window_out(n, xs[2 + i], kernel[i], strides[i], dilations[i], pads[i], pads[i + spatial], ceil_mode, auto_pad));
   std::vector<ValueInfo> outs{with_shape(dt, out)};
   if (n.node.op_type == "MaxPool") outs.push_back(with_shape(DType::Int64, out));
   return outs;
@@ -105,12 +108,16 @@ std::vector<ValueInfo> conv_transpose(const NodeView& n) {
   auto output_shape = n.attr_ints("output_shape").value_or(std::vector<int64_t>{});
   if (output_shape.size() == spatial + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
   if (!output_shape.empty()) {
-    if (output_shape.size() != spatial) n.fail("output_shape has " + std::to_string(output_shape.size()) + " sizes for " + std::to_string(spatial) + " spatial dimensions");
-    for (int64_t d : output_shape) out.dims.push_back(Dim::known(size_from(n, d, "output_shape " + dims_to_string(output_shape))));
+    if (output_shape.size() != spatial)
+      n.fail("output_shape has " + std::to_string(output_shape.size()) + " sizes for " + std::to_string(spatial) +
+             " spatial dimensions");
+    for (int64_t d : output_shape)
+      out.dims.push_back(Dim::known(size_from(n, d, "output_shape " + dims_to_string(output_shape))));
     return {with_shape(dt, out)};
   }
   std::vector<int64_t> kernel;
-  if (auto k = n.attr_ints("kernel_shape")) kernel = *k;
+  if (auto k = n.attr_ints("kernel_shape"))
+    kernel = *k;
   else
     for (size_t i = 0; i < spatial; ++i) {
       if (!w->shape.dims[2 + i].is_known()) return {unknown_like(dt)};
@@ -125,10 +132,12 @@ std::vector<ValueInfo> conv_transpose(const NodeView& n) {
   if (auto_pad == "VALID") pads.assign(2 * spatial, 0);
   if (kernel.size() != spatial || strides.size() != spatial || dilations.size() != spatial || out_pad.size() != spatial ||
       pads.size() != 2 * spatial)
-    n.fail("kernel_shape, strides, dilations, output_padding or pads do not match the " + std::to_string(spatial) + " spatial dimensions");
+    n.fail("kernel_shape, strides, dilations, output_padding or pads do not match the " + std::to_string(spatial) +
+           " spatial dimensions");
   const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
   for (size_t i = 0; i < spatial; ++i)
-    if (strides[i] <= 0 || dilations[i] <= 0 || kernel[i] <= 0 || out_pad[i] < 0 || (!same && (pads[i] < 0 || pads[i + spatial] < 0)))
+    if (strides[i] <= 0 || dilations[i] <= 0 || kernel[i] <= 0 || out_pad[i] < 0 ||
+        (!same && (pads[i] < 0 || pads[i + spatial] < 0)))
       n.fail("kernel, strides and dilations must be positive, output_padding and pads not negative");
   for (size_t i = 0; i < spatial; ++i) {
     const Dim& in = xs[2 + i];
@@ -137,9 +146,11 @@ std::vector<ValueInfo> conv_transpose(const NodeView& n) {
       continue;
     }
     const Wide v = *in.value;
-    out.dims.push_back(Dim::known(size_from(
-        n, same ? v * strides[i] : strides[i] * (v - 1) + out_pad[i] + Wide(kernel[i] - 1) * dilations[i] + 1 - pads[i] - pads[i + spatial],
-        "the output size")));
+    out.dims.push_back(Dim::known(
+        size_from(n,
+                  same ? v * strides[i]
+                       : strides[i] * (v - 1) + out_pad[i] + Wide(kernel[i] - 1) * dilations[i] + 1 - pads[i] - pads[i + spatial],
+                  "the output size")));
   }
   return {with_shape(dt, out)};
 }
