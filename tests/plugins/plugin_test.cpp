@@ -75,7 +75,8 @@ class Plugins : public ::testing::Test {
   std::vector<float> run(const kiln::RuntimeOptions& o, kiln::SpecializationStats* stats = nullptr) {
     kiln::Runtime rt(o);
     const std::string bytes = split_model();
-    kiln::Model model = kiln::Model::load_from_memory(rt, bytes.data(), bytes.size(), kiln::Model::MemoryLoadOptions{"", !o.cache_dir.empty()});
+    kiln::Model model =
+        kiln::Model::load_from_memory(rt, bytes.data(), bytes.size(), kiln::Model::MemoryLoadOptions{"", !o.cache_dir.empty()});
     auto out = model.run({{"x", input_x()}});
     if (stats) *stats = model.specializations().at(0);
     rt.wait_for_cache();
@@ -145,6 +146,7 @@ TEST(PluginLog, WhatAPluginSaysWhenLoadedReachesTheRuntimeThatLoadsIt) {
         std::string said;
         kiln::RuntimeOptions o;
         o.plugins = {plugin("toy")};
+        o.cache = false;  // the default cache directory is shared with tests running beside this one
         o.log_level = kiln::LogLevel::Info;
         o.logger = [&](kiln::LogLevel level, const std::string& m) {
           if (level == kiln::LogLevel::Info) said += m;
