@@ -3,8 +3,8 @@
 //   clang++-19 -std=c++20 -O3 -march=native -ffp-contract=fast -fno-math-errno \
 //     -DKILN_BENCH_VECTOR_BYTES=64 -DKILN_BENCH_VECTOR_REGISTERS=32 -I src \
 //     bench/portable_gemm_bench.cpp src/backends/cpu/portable/gemm.cpp \
-//     src/backends/cpu/portable/conv.cpp -ltbb -o /tmp/pk_gemm_bench
-//   /tmp/pk_gemm_bench [SECONDS [THREADS [FILTER]]]
+//     src/backends/cpu/portable/conv.cpp -ltbb -o build/pk_gemm_bench
+//   build/pk_gemm_bench [SECONDS [THREADS [FILTER]]]
 // SECONDS per shape (best time kept, default 1); THREADS > 1 splits the
 // kernels' loops over a TBB arena of that many threads, as the JIT does;
 // FILTER keeps the shapes whose description contains it.
