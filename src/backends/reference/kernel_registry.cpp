@@ -7,6 +7,7 @@ const KernelRegistry& KernelRegistry::instance() {
     KernelRegistry r;
     register_elementwise_ops(r);
     register_tensor_ops(r);
+    register_gather_scatter_ops(r);
     register_nn_ops(r);
     register_reduction_ops(r);
     register_image_ops(r);

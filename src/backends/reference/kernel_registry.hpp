@@ -24,6 +24,7 @@ class KernelRegistry {
 // Each ops/*.cpp file registers its kernels through one of these.
 void register_elementwise_ops(KernelRegistry& r);
 void register_tensor_ops(KernelRegistry& r);
+void register_gather_scatter_ops(KernelRegistry& r);
 void register_nn_ops(KernelRegistry& r);
 void register_reduction_ops(KernelRegistry& r);
 void register_image_ops(KernelRegistry& r);

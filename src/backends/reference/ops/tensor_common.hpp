@@ -1,5 +1,6 @@
 #pragma once
-// Helpers shared by the tensor_*.cpp reference kernels.
+// Helpers shared by the reference kernels that move tensor elements
+// (tensor_*.cpp, gather_scatter_ops.cpp).
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -40,6 +41,25 @@ std::vector<int64_t> normalize_axes(const KernelContext& ctx, const std::vector<
 // input `input` from then on; `present` (if given) says whether it was supplied.
 std::vector<int64_t> ints_from_attr_or_input(const KernelContext& ctx, const std::string& attr, size_t input, int input_since,
                                              bool* present);
+
+// Builds a tensor of `out_dims` by asking `src_of` for the flat input index of
+// each output multi-index; a negative answer leaves the element to `fill`.
+template <typename F>
+Tensor remap(const Tensor& in, const Dims& out_dims, F src_of, const Tensor* fill = nullptr) {
+  Tensor out(in.dtype(), out_dims);
+  if (out.numel() == 0) return out;
+  std::vector<int64_t> idx(out_dims.size(), 0);
+  int64_t o = 0;
+  do {
+    int64_t s = src_of(idx);
+    if (s >= 0)
+      copy_elem(out, o, in, s);
+    else if (fill)
+      copy_elem(out, o, *fill, 0);
+    ++o;
+  } while (next_index(idx, out_dims));
+  return out;
+}
 
 }  // namespace tensor_detail
 }  // namespace kiln::ref
