@@ -66,23 +66,30 @@ bool portable_strided_copy(Context& cx, const ir::Node& n, const Dims& out, int6
   return true;
 }
 
+// The input strides a Transpose reads its output's axes with; none for a
+// "perm" that is not a permutation of the axes (the reference kernel says why).
+std::optional<std::vector<int64_t>> transposed_strides(const ir::Node& n, const Dims& in) {
+  std::vector<int64_t> perm = ref::KernelContext(n, {}, nullptr).attr_ints("perm", {});
+  if (perm.empty())
+    for (size_t i = in.size(); i-- > 0;) perm.push_back(int64_t(i));
+  if (perm.size() != in.size()) return std::nullopt;
+  const auto in_strides = ref::strides_of(in);
+  std::vector<int64_t> strides;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= int64_t(in.size())) return std::nullopt;
+    strides.push_back(in_strides[size_t(p)]);
+  }
+  return strides;
+}
+
 // A oneDNN reorder from permuted strides.
 bool reorder_transpose(Context& cx, const ir::Node& n) {
   if (!cx.is_f32(n.inputs[0])) return false;
   const Dims in = cx.dims(n.inputs[0]), out = cx.dims(n.outputs[0]);
   if (in.empty()) return false;
-  ref::KernelContext ctx(n, {}, nullptr);
-  std::vector<int64_t> perm = ctx.attr_ints("perm", {});
-  if (perm.empty())
-    for (size_t i = in.size(); i-- > 0;) perm.push_back(int64_t(i));
-  if (perm.size() != in.size()) return false;
-  const auto in_strides = ref::strides_of(in);
-  dnnl::memory::dims strides;
-  for (int64_t p : perm) {
-    if (p < 0 || p >= int64_t(in.size())) return false;
-    strides.push_back(in_strides[size_t(p)]);
-  }
-  const md src_md(to_dnnl(out), dt::f32, strides), dst_md = plain_md(out);
+  const auto strides = transposed_strides(n, in);
+  if (!strides) return false;
+  const md src_md(to_dnnl(out), dt::f32, *strides), dst_md = plain_md(out);
   const int src = cx.plain(n.inputs[0]);
   const int dst = cx.define_plain(n.outputs[0]);
   cx.add_reorder(n.describe(), src, dst, src_md, dst_md);
@@ -204,18 +211,9 @@ bool lower_concat(Context& cx, const ir::Node& n) {
 
 bool portable_transpose(Context& cx, const ir::Node& n) {
   const Dims in = cx.dims(n.inputs[0]), out = cx.dims(n.outputs[0]);
-  ref::KernelContext ctx(n, {}, nullptr);
-  std::vector<int64_t> perm = ctx.attr_ints("perm", {});
-  if (perm.empty())
-    for (size_t i = in.size(); i-- > 0;) perm.push_back(int64_t(i));
-  if (perm.size() != in.size()) return false;
-  const auto in_strides = ref::strides_of(in);
-  std::vector<int64_t> strides;
-  for (int64_t p : perm) {
-    if (p < 0 || p >= int64_t(in.size())) return false;
-    strides.push_back(in_strides[size_t(p)]);
-  }
-  return portable_strided_copy(cx, n, out, 0, std::move(strides));
+  auto strides = transposed_strides(n, in);
+  if (!strides) return false;
+  return portable_strided_copy(cx, n, out, 0, std::move(*strides));
 }
 
 bool portable_slice(Context& cx, const ir::Node& n) {
