@@ -401,3 +401,72 @@ TEST(Passes, SpatialReductionsBecomeGlobalPools) {
     }
   }
 }
+
+namespace {
+
+onnx::TensorProto int8_tensor(const std::string& name, int type, std::vector<int64_t> dims, const std::vector<int32_t>& values) {
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(type);
+  for (int64_t d : dims) t.add_dims(d);
+  for (int32_t v : values) t.add_int32_data(v);
+  return t;
+}
+
+// x -> Q -> DQ -> Conv(DQ(int8 w), float bias) -> Relu -> Q -> DQ -> y, as
+// a quantizer writes a convolution; `w_zero` is the weights' zero point.
+ModelBuilder qdq_conv(int32_t w_zero) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 2, 4, 4}).output("y", onnx::TensorProto::FLOAT, {1, 3, 4, 4});
+  b.initializer(ModelBuilder::float_tensor("s", {}, {0.02f}));
+  b.initializer(int8_tensor("z", onnx::TensorProto::UINT8, {}, {128}));
+  b.initializer(int8_tensor("zero", onnx::TensorProto::UINT8, {}, {0}));
+  std::vector<int32_t> w(3 * 2 * 3 * 3);
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = int32_t(i * 37 % 127) - 63;  // within +-63: fused on every CPU (int8_products_exact)
+  b.initializer(int8_tensor("wq", onnx::TensorProto::INT8, {3, 2, 3, 3}, w));
+  b.initializer(ModelBuilder::float_tensor("ws", {3}, {0.004f, 0.002f, 0.003f}));
+  b.initializer(int8_tensor("wz", onnx::TensorProto::INT8, {3}, {0, w_zero, 0}));
+  b.initializer(ModelBuilder::float_tensor("b", {3}, {0.1f, -0.2f, 0.05f}));
+  b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+  b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+  ModelBuilder::attr_int(b.node("DequantizeLinear", {"wq", "ws", "wz"}, {"w"}), "axis", 0);
+  ModelBuilder::attr_ints(b.node("Conv", {"xd", "w", "b"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c"}, {"r"});
+  b.node("QuantizeLinear", {"r", "s", "zero"}, {"rq"});
+  b.node("DequantizeLinear", {"rq", "s", "zero"}, {"y"});
+  return b;
+}
+
+std::vector<std::string> ops_after_passes(ModelBuilder& b, std::vector<float>* before, std::vector<float>* after) {
+  auto m = kiln::test::import(b);
+  Tensor x = Tensor::from_vector<float>({1, 2, 4, 4}, random_values(32, 5));
+  *before = kiln::ref::run_graph(*m.graph, {{"x", x}})[0].to_float_vector();
+  auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {1, 2, 4, 4}}}}, kiln::ref::constant_evaluator());
+  kiln::passes::optimize_specialization(*m.graph, spec, kiln::ref::constant_evaluator());
+  *after = kiln::ref::run_graph(*m.graph, {{"x", x}})[0].to_float_vector();
+  std::vector<std::string> ops;
+  for (const auto& n : m.graph->nodes) ops.push_back(n.op_type);
+  return ops;
+}
+
+}  // namespace
+
+TEST(Passes, QdqConvWithItsReluBecomesOneQLinearConv) {
+  ModelBuilder b = qdq_conv(0);
+  std::vector<float> before, after;
+  EXPECT_EQ(ops_after_passes(b, &before, &after),
+            (std::vector<std::string>{"QuantizeLinear", "QLinearConv", "DequantizeLinear"}));
+  ASSERT_EQ(before.size(), after.size());
+  // Integer arithmetic against float: at most one step (0.02) apart.
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(before[i], after[i], 0.0201f) << i;
+}
+
+TEST(Passes, QdqConvWithAsymmetricWeightsStaysFloat) {
+  ModelBuilder b = qdq_conv(3);
+  std::vector<float> before, after;
+  const auto ops = ops_after_passes(b, &before, &after);
+  EXPECT_NE(std::find(ops.begin(), ops.end(), "Conv"), ops.end());
+  EXPECT_EQ(std::find(ops.begin(), ops.end(), "QLinearConv"), ops.end());
+  EXPECT_EQ(before, after);
+}

@@ -383,7 +383,8 @@ class Emitter {
   llvm::Value* apply(const Loop::Instr& in, llvm::Value* a, llvm::Value* b) {
     using Op = Loop::Op;
     switch (in.op) {
-      case Op::Load: break;
+      case Op::Load:
+      case Op::Count: break;
       case Op::Constant: return f(in.alpha);
       case Op::Add: return b_.CreateFAdd(a, b);
       case Op::Sub: return b_.CreateFSub(a, b);

@@ -1,6 +1,7 @@
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/program_blocks.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -139,10 +140,69 @@ size_t op_desc_size(dnnl_primitive_kind_t kind) {
   }
 }
 
+// DNNL_RUNTIME_F32_VAL is a NaN, so compared by its bits.
+bool is_runtime_value(float v) {
+  const float runtime = DNNL_RUNTIME_F32_VAL;
+  return std::memcmp(&v, &runtime, sizeof v) == 0;
+}
+bool is_runtime_value(int32_t v) { return v == DNNL_RUNTIME_S32_VAL; }
+
 const dnnl_memory_desc_t* query_md(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index) {
   const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(pd, what, index);
   if (!md) ir::fail(ir::ErrorKind::Internal, "oneDNN primitive has no memory descriptor for query " + std::to_string(int(what)));
   return md;
+}
+
+// The arguments a primitive's zero points may apply to.
+constexpr int kZeroPointArgs[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+
+// Output scales and zero points: given values, or bound at run time.
+json quantization_json(const_dnnl_primitive_attr_t attr) {
+  json q = json::object();
+  dnnl_dim_t count = 0;
+  int mask = 0;
+  const float* scales = nullptr;
+  dnnl::error::wrap_c_api(dnnl_primitive_attr_get_output_scales(attr, &count, &mask, &scales), "query output scales");
+  const bool runtime_scales = count == 1 && is_runtime_value(scales[0]);
+  if (mask != 0 || count != 1 || scales[0] != 1.0f)
+    q["output_scales"] = {{"mask", mask},
+                          {"runtime", runtime_scales},
+                          {"values", runtime_scales ? std::vector<float>{} : std::vector<float>(scales, scales + count)}};
+  for (int arg : kZeroPointArgs) {
+    const int32_t* points = nullptr;
+    dnnl::error::wrap_c_api(dnnl_primitive_attr_get_zero_points(attr, arg, &count, &mask, &points), "query zero points");
+    const bool runtime = count == 1 && is_runtime_value(points[0]);
+    if (mask == 0 && count == 1 && points[0] == 0) continue;
+    q["zero_points"].push_back({{"arg", arg},
+                                {"mask", mask},
+                                {"runtime", runtime},
+                                {"values", runtime ? std::vector<int32_t>{} : std::vector<int32_t>(points, points + count)}});
+  }
+  return q;
+}
+
+void set_quantization(dnnl::primitive_attr& attr, const json& q, const std::string& what) {
+  try {
+    if (q.contains("output_scales")) {
+      const json& s = q["output_scales"];
+      std::vector<float> values = ir::json_field<std::vector<float>>(s, "values", what);
+      if (ir::json_field<bool>(s, "runtime", what)) values = {DNNL_RUNTIME_F32_VAL};
+      if (values.empty()) ir::fail(ir::ErrorKind::InvalidModel, what + ": output scales without values");
+      attr.set_output_scales(ir::json_field<int>(s, "mask", what), values);
+    }
+    if (q.contains("zero_points"))
+      for (const json& z : q["zero_points"]) {
+        const int arg = ir::json_field<int>(z, "arg", what);
+        if (std::find(std::begin(kZeroPointArgs), std::end(kZeroPointArgs), arg) == std::end(kZeroPointArgs))
+          ir::fail(ir::ErrorKind::InvalidModel, what + ": zero points for argument " + std::to_string(arg));
+        std::vector<int32_t> values = ir::json_field<std::vector<int32_t>>(z, "values", what);
+        if (ir::json_field<bool>(z, "runtime", what)) values = {DNNL_RUNTIME_S32_VAL};
+        if (values.empty()) ir::fail(ir::ErrorKind::InvalidModel, what + ": zero points without values");
+        attr.set_zero_points(arg, ir::json_field<int>(z, "mask", what), values);
+      }
+  } catch (const dnnl::error& e) {
+    ir::fail(ir::ErrorKind::InvalidModel, what + ": saved quantization attributes refused by oneDNN: " + e.what());
+  }
 }
 
 }  // namespace
@@ -200,6 +260,7 @@ void OneDnnKernel::save(json& out, WeightsWriter& weights, BlockWriter& blocks) 
     }
   }
   prim["post_ops"] = ops;
+  prim["quantization"] = quantization_json(attr);
   json runtime = json::array(), constants = json::array();
   for (const auto& [id, desc] : runtime_args_) runtime.push_back({id, md_json(&desc.data, blocks)});
   for (const auto& [id, memory] : constant_args_) {
@@ -223,6 +284,7 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
   }
   dnnl::primitive_attr attr = user_scratchpad();
   attr.set_post_ops(ops);
+  if (prim.contains("quantization")) set_quantization(attr, prim["quantization"], what);
   const auto kind = dnnl_primitive_kind_t(ir::json_field<int>(prim, "kind", what));
   const dnnl_engine_t engine = cpu_engine().get();
   dnnl_primitive_desc_t pd = nullptr;
@@ -283,9 +345,17 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
     const int id = c[0].get<int>();
     const dnnl_memory_desc_t saved = md_from_json(c[1], blocks, what);
     // The weights were reordered for the layout the primitive chose when it
-    // was compiled: the primitive made now must want the same one.
+    // was compiled: the primitive made now must want the same one. Scales
+    // and zero points bound at run time have no layout to ask for: one
+    // value of their type.
     const dnnl_memory_desc_t* want = dnnl_primitive_desc_query_md(owned.get(), dnnl_query_exec_arg_md, id);
-    if (!want || !dnnl_memory_desc_equal(want, &saved))
+    const bool zero_point = std::any_of(std::begin(kZeroPointArgs), std::end(kZeroPointArgs),
+                                        [&](int arg) { return id == (DNNL_ARG_ATTR_ZERO_POINTS | arg); });
+    if (id == DNNL_ARG_ATTR_OUTPUT_SCALES || zero_point) {
+      const dnnl_data_type_t type = zero_point ? dnnl_s32 : dnnl_f32;
+      if (saved.ndims != 1 || saved.dims[0] != 1 || saved.data_type != type)
+        ir::fail(ir::ErrorKind::InvalidModel, what + ": a run-time scale or zero point must be one value");
+    } else if (!want || !dnnl_memory_desc_equal(want, &saved))
       ir::fail(ir::ErrorKind::InvalidModel, what + ": the recreated oneDNN primitive wants argument " + std::to_string(id) +
                                                 " in another layout than the saved weights");
     const dnnl::memory::desc desc(saved);

@@ -86,6 +86,9 @@ struct Loop {
     Elu,
     Selu,
     Softsign,
+    // Not an operation: new ones go above it, never between (saved
+    // programs store the numbers), and the reader checks against it.
+    Count,
   };
   struct Operand {
     int arg = 0;                   // the step's argument holding it

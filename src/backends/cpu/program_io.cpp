@@ -33,7 +33,7 @@ std::unique_ptr<Loop> loop_from_json(const json& j, const std::string& what) {
     loop->operands.push_back({json_field<int>(o, "arg", what), json_field<std::vector<int64_t>>(o, "strides", what)});
   for (const json& i : json_field<json>(j, "code", what)) {
     const int op = json_field<int>(i, "op", what);
-    if (op < 0 || op > int(Loop::Op::Softsign)) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown loop operation");
+    if (op < 0 || op >= int(Loop::Op::Count)) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown loop operation");
     loop->code.push_back({Loop::Op(op), json_field<int>(i, "a", what), json_field<int>(i, "b", what),
                           json_field<float>(i, "alpha", what), json_field<float>(i, "beta", what)});
   }

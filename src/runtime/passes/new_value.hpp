@@ -22,4 +22,12 @@ inline std::string new_value(const ir::Graph& graph, ir::Specialization& spec, c
   return name;
 }
 
+// A new initializer, known to the specialization as a constant too.
+inline std::string new_constant(ir::Graph& graph, ir::Specialization& spec, const std::string& base, ir::Tensor t) {
+  const std::string name = new_value(graph, spec, base, t.dtype(), t.dims());
+  spec.result.constants[name] = t;
+  graph.initializers[name] = std::move(t);
+  return name;
+}
+
 }  // namespace kiln::passes

@@ -3,6 +3,7 @@
 namespace kiln::passes {
 
 void optimize_specialization(ir::Graph& graph, ir::Specialization& spec, const ir::ConstantEvaluator& evaluator) {
+  fuse_qdq(graph, spec);
   bake_constants(graph, spec.result.constants);
   // Shape inference folds only small values; this also folds weight
   // preprocessing (e.g. a Transpose of an initializer) of any size.

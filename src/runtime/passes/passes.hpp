@@ -30,6 +30,27 @@ int remove_dead_nodes(ir::Graph& graph);
 // weights get their types in `spec`.
 int fold_batch_norm(ir::Graph& graph, ir::Specialization& spec);
 
+// Conv and MatMul between DequantizeLinear nodes (8-bit activations, int8
+// weights symmetric about zero, per tensor or per output channel) whose
+// result only a per-tensor QuantizeLinear reads, possibly through a Relu its
+// saturation implies, become QLinearConv and QLinearMatMul; a float bias
+// becomes int32 at the product's scale. A QuantizeLinear of a
+// DequantizeLinear with the same parameters is bypassed. New values get
+// their types in `spec`.
+// Only where int8_products_exact says the int8 kernels compute the same
+// sums as the reference.
+int fuse_qdq(ir::Graph& graph, ir::Specialization& spec);
+
+// Whether oneDNN's int8 kernels compute int8 `weights` times 8-bit
+// activations of type `activations` exactly on this CPU. With VNNI they
+// always do. Without it (AVX2, AVX-512 before VNNI) they multiply with
+// vpmaddubsw, which adds two products into 16 bits with saturation: exact
+// for uint8 activations and weights within +-63 (255 * 63 * 2 < 2^15), not
+// otherwise (and int8 activations get their weights halved). ONNX Runtime
+// accepts the saturation there and documents it; Kiln keeps such an
+// operator in float, where it gives the quantized model's own results.
+bool int8_products_exact(ir::DType activations, const ir::Tensor& weights);
+
 // A constant Pad of zeros on the spatial axes whose only reader is a Conv or
 // an AveragePool (where the zeros counted in the average) becomes that
 // node's padding.
@@ -60,7 +81,8 @@ int no_ops_as_identity(ir::Graph& graph, const ir::Specialization& spec);
 int reduce_as_global_pool(ir::Graph& graph, ir::Specialization& spec);
 
 // The passes a specialization runs before its backend compiles it:
-// specialization constants baked in, constant folding, Pads folded,
+// quantized operators fused (before constant folding dequantizes their
+// weights), specialization constants baked in, constant folding, Pads folded,
 // BatchNormalization folded or made a Conv, Concats distributed, spatial
 // reductions made global pools, no-ops made Identity, dead nodes removed. New values get their types in `spec`.
 void optimize_specialization(ir::Graph& graph, ir::Specialization& spec, const ir::ConstantEvaluator& evaluator);

@@ -146,7 +146,7 @@ Context::Val& Context::val(const std::string& name) {
   } else {
     ir::fail(ir::ErrorKind::Internal, "lowering: '" + name + "' is read before it is computed");
   }
-  if (dtype(name) == DType::Float32) v.layout = plain_md(dims(name));
+  if (auto type = onednn_type(dtype(name))) v.layout = plain_md(dims(name), *type);
   return vals[name] = v;
 }
 
@@ -156,18 +156,21 @@ int Context::define(const std::string& name, const md& layout, bool plain) {
   if (plain && out != output_of.end()) {
     buffer = output_buffer_[size_t(out->second)];
   } else {
-    const int64_t bytes = dtype(name) == DType::Float32 ? int64_t(layout.get_size()) : bytes_of(name);
+    const int64_t bytes = onednn_type(dtype(name)) ? int64_t(layout.get_size()) : bytes_of(name);
     buffer = add_buffer(Buffer::Kind::Arena, 0, bytes, name);
   }
   Val v;
   v.buffer = buffer;
-  v.layout = plain && dtype(name) == DType::Float32 ? plain_md(dims(name)) : layout;
+  v.layout = plain ? plain_layout(name) : layout;
   v.blocked = !plain;
   vals[name] = v;
   return buffer;
 }
-int Context::define_plain(const std::string& name) {
-  return define(name, dtype(name) == DType::Float32 ? plain_md(dims(name)) : md(), true);
+int Context::define_plain(const std::string& name) { return define(name, plain_layout(name), true); }
+
+md Context::plain_layout(const std::string& name) const {
+  const auto type = onednn_type(dtype(name));
+  return type ? plain_md(dims(name), *type) : md();
 }
 
 int Context::as_layout(const std::string& name, const md& want) {
@@ -183,7 +186,7 @@ int Context::as_layout(const std::string& name, const md& want) {
 int Context::plain(const std::string& name) {
   const Val& v = val(name);
   if (!v.blocked) return v.buffer;
-  return as_layout(name, plain_md(dims(name)));
+  return as_layout(name, plain_layout(name));
 }
 
 void Context::add_kernel(const std::string& label, std::vector<int> args, std::vector<char> writes,
@@ -295,7 +298,7 @@ void Context::finish_output(int k) {
   Val& v = val(name);
   if (v.buffer == target) return;
   if (v.blocked) {
-    add_reorder("output " + name, v.buffer, target, v.layout, plain_md(dims(name)));
+    add_reorder("output " + name, v.buffer, target, v.layout, plain_layout(name));
   } else if (!host_kernels) {
     add_call("output " + name, {v.buffer, target}, {0, 1},
              {"kiln_pk_copy_rows",

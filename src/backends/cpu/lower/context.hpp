@@ -50,7 +50,7 @@ class Context {
 
   struct Val {
     int buffer = -1;
-    md layout;  // f32 values: the layout the buffer holds
+    md layout;  // the layout the buffer holds (float32 and quantized values)
     bool blocked = false;
     std::vector<std::pair<md, int>> copies;  // the value in other layouts, made on demand
   };
@@ -86,6 +86,8 @@ class Context {
   // dims, e.g. a matmul's [rows, n]).
   int define(const std::string& name, const md& layout, bool plain);
   int define_plain(const std::string& name);
+  // The value's row-major layout; none for element types oneDNN lacks.
+  md plain_layout(const std::string& name) const;
   // The value's buffer in layout `want`, reordered on first demand.
   int as_layout(const std::string& name, const md& want);
   int plain(const std::string& name);

@@ -106,7 +106,7 @@ bool lower_alias(Context& cx, const ir::Node& n) {
   if (cx.dtype(in) != cx.dtype(out) || cx.bytes_of(in) != cx.bytes_of(out)) return false;
   Context::Val v;
   v.buffer = cx.plain(in);
-  if (cx.dtype(out) == DType::Float32) v.layout = plain_md(cx.dims(out));
+  v.layout = cx.plain_layout(out);
   cx.vals[out] = v;
   cx.compiled();
   return true;

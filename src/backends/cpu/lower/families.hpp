@@ -48,6 +48,12 @@ bool portable_slice(Context& cx, const ir::Node& n);
 bool portable_concat(Context& cx, const ir::Node& n);
 bool portable_gather(Context& cx, const ir::Node& n);
 
+// quantized.cpp
+bool lower_qlinear_conv(Context& cx, const ir::Node& n);
+bool lower_qlinear_matmul(Context& cx, const ir::Node& n);
+// QuantizeLinear and DequantizeLinear.
+bool lower_quantize(Context& cx, const ir::Node& n);
+
 // elementwise.cpp: a loop, or a oneDNN binary between blocked operands.
 bool lower_elementwise(Context& cx, const ir::Node& n);
 // A loop only (what the portable kernels take).

@@ -14,13 +14,23 @@ dnnl::memory::dims to_dnnl(const Dims& d) {
   return dnnl::memory::dims(d.begin(), d.end());
 }
 
-md plain_md(const Dims& dims) {
-  const Dims d = dims.empty() ? Dims{1} : dims;
-  auto strides = ref::strides_of(d);
-  return md(to_dnnl(d), dt::f32, dnnl::memory::dims(strides.begin(), strides.end()));
+std::optional<dt> onednn_type(ir::DType type) {
+  switch (type) {
+    case ir::DType::Float32: return dt::f32;
+    case ir::DType::UInt8: return dt::u8;
+    case ir::DType::Int8: return dt::s8;
+    case ir::DType::Int32: return dt::s32;
+    default: return std::nullopt;
+  }
 }
 
-bool is_plain(const md& m, const Dims& dims) { return m == plain_md(dims); }
+md plain_md(const Dims& dims, dt type) {
+  const Dims d = dims.empty() ? Dims{1} : dims;
+  auto strides = ref::strides_of(d);
+  return md(to_dnnl(d), type, dnnl::memory::dims(strides.begin(), strides.end()));
+}
+
+bool is_plain(const md& m, const Dims& dims) { return m == plain_md(dims, m.data_type()); }
 
 md channels_last(const Dims& d) {
   using tag = dnnl::memory::format_tag;

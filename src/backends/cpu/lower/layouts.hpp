@@ -15,8 +15,12 @@ using md = dnnl::memory::desc;
 using dt = dnnl::memory::data_type;
 
 dnnl::memory::dims to_dnnl(const ir::Dims& d);
-// Row-major f32 (a rank-0 value as [1]: oneDNN has no rank 0).
-md plain_md(const ir::Dims& dims);
+// The oneDNN type of the element types the lowering lays out (float32 and
+// the quantized ones), or nothing.
+std::optional<dt> onednn_type(ir::DType type);
+// Row-major (a rank-0 value as [1]: oneDNN has no rank 0).
+md plain_md(const ir::Dims& dims, dt type = dt::f32);
+// Whether `m` is the row-major layout of `dims` in its element type.
 bool is_plain(const md& m, const ir::Dims& dims);
 md channels_last(const ir::Dims& d);
 // Channels in blocks of `block` (16, 8 or 4) innermost, for rank 3 to 5.

@@ -51,6 +51,11 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
         {"RNN", primitive(&lower_recurrent, &portable_recurrent)},
         {"GRU", primitive(&lower_recurrent, &portable_recurrent)},
         {"LSTM", primitive(&lower_recurrent, &portable_recurrent)},
+        // quantized.cpp
+        {"QLinearConv", primitive(&lower_qlinear_conv, nullptr)},
+        {"QLinearMatMul", primitive(&lower_qlinear_matmul, nullptr)},
+        {"QuantizeLinear", primitive(&lower_quantize, nullptr)},
+        {"DequantizeLinear", primitive(&lower_quantize, nullptr)},
         // elementwise.cpp
         {"Add", loop(Op::Add, 2)},
         {"Sub", loop(Op::Sub, 2)},

@@ -5,10 +5,11 @@ namespace kiln::ir::shape_rules {
 
 namespace {
 
-std::vector<ValueInfo> matmul(const NodeView& n) {
-  const ValueInfo *a = n.input(0), *b = n.input(1);
+// `right`: the input holding the right operand.
+std::vector<ValueInfo> matmul(const NodeView& n, size_t right = 1) {
+  const ValueInfo *a = n.input(0), *b = n.input(right);
   DType dt = a ? a->dtype : DType::Undefined;
-  if (!n.rank_known(0) || !n.rank_known(1)) return {unknown_like(dt)};
+  if (!n.rank_known(0) || !n.rank_known(right)) return {unknown_like(dt)};
   Shape as = a->shape, bs = b->shape;
   if (as.dims.empty() || bs.dims.empty()) n.fail("MatMul operands must not be scalars");
   bool a_vec = as.dims.size() == 1, b_vec = bs.dims.size() == 1;
@@ -32,6 +33,14 @@ std::vector<ValueInfo> matmul_integer(const NodeView& n) {
   return outs;
 }
 
+// a, a_scale, a_zero_point, b, ...: the result has the type of y_zero_point.
+std::vector<ValueInfo> qlinear_matmul(const NodeView& n) {
+  auto outs = matmul(n, 3);
+  const ValueInfo* zero_point = n.input(7);
+  outs[0].dtype = zero_point ? zero_point->dtype : DType::Undefined;
+  return outs;
+}
+
 std::vector<ValueInfo> gemm(const NodeView& n) {
   const ValueInfo *x = n.input(0), *b = n.input(1);
   const DType dt = n.dtype(0);
@@ -49,7 +58,8 @@ std::vector<ValueInfo> gemm(const NodeView& n) {
 }  // namespace
 
 void register_matmul_rules(ShapeRuleTable& t) {
-  t.add("MatMul", &matmul);
+  t.add("MatMul", [](const NodeView& n) { return matmul(n); });
+  t.add("QLinearMatMul", &qlinear_matmul);
   t.add("MatMulInteger", &matmul_integer);
   t.add("Gemm", &gemm);
 }

@@ -35,7 +35,8 @@ Dim window_out(const NodeView& n, const Dim& in, int64_t kernel, int64_t stride,
   return Dim::known(size_from(n, out, "the output size"));
 }
 
-std::vector<ValueInfo> window(const NodeView& n, bool is_conv) {
+// `weights`: the input holding a convolution's weights.
+std::vector<ValueInfo> window(const NodeView& n, bool is_conv, size_t weights = 1) {
   const ValueInfo* x = n.input(0);
   DType dt = x ? x->dtype : DType::Undefined;
   if (!n.rank_known(0)) return {unknown_like(dt)};
@@ -45,7 +46,7 @@ std::vector<ValueInfo> window(const NodeView& n, bool is_conv) {
   std::vector<int64_t> kernel;
   Dim channels = xs[1];
   if (is_conv) {
-    const ValueInfo* w = n.input(1);
+    const ValueInfo* w = n.input(weights);
     if (!w || !w->shape.rank_known) return {unknown_like(dt)};
     if (w->shape.dims.size() != xs.size())
       n.fail("weight shape " + w->shape.to_string() + " does not match input shape " + x->shape.to_string());
@@ -163,6 +164,14 @@ std::vector<ValueInfo> conv_integer(const NodeView& n) {
   return outs;
 }
 
+// x, x_scale, x_zero_point, w, ...: the result has the type of y_zero_point.
+std::vector<ValueInfo> qlinear_conv(const NodeView& n) {
+  auto outs = window(n, true, 3);
+  const ValueInfo* zero_point = n.input(7);
+  outs[0].dtype = zero_point ? zero_point->dtype : DType::Undefined;
+  return outs;
+}
+
 std::vector<ValueInfo> pool(const NodeView& n) { return window(n, false); }
 
 std::vector<ValueInfo> global_pool(const NodeView& n) {
@@ -178,6 +187,7 @@ std::vector<ValueInfo> global_pool(const NodeView& n) {
 void register_window_rules(ShapeRuleTable& t) {
   t.add("Conv", &conv);
   t.add("ConvInteger", &conv_integer);
+  t.add("QLinearConv", &qlinear_conv);
   t.add("ConvTranspose", &conv_transpose);
   for (const char* op : {"MaxPool", "AveragePool", "LpPool"}) t.add(op, &pool);
   for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) t.add(op, &global_pool);

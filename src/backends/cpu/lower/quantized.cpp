@@ -1,0 +1,240 @@
+// Quantized operators (QLinearConv, QLinearMatMul, QuantizeLinear,
+// DequantizeLinear): oneDNN int8 convolutions and matmuls with the scales
+// and zero points as attributes, and reorders that quantize or dequantize.
+// A quantized model's QDQ form reaches here as these operators
+// (passes/fuse_qdq.cpp). The arithmetic is the reference kernels' (an int32
+// accumulator, requantized with rounding half to even and saturation) but
+// with the requantization scale in float, where the reference works in
+// double: a result on a rounding tie may differ by one step.
+#include <cmath>
+
+#include "backends/cpu/lower/context.hpp"
+#include "backends/cpu/lower/families.hpp"
+#include "backends/reference/kernel_context.hpp"
+#include "backends/reference/ops/op_util.hpp"
+#include "runtime/passes/passes.hpp"
+
+namespace kiln::cpu::lowering {
+
+namespace {
+
+// The scale and zero point of one quantized operand, per tensor: scales
+// positive and finite, the zero point of the operand's own type.
+struct Quantization {
+  float scale = 1;
+  int32_t zero_point = 0;
+};
+
+std::optional<Quantization> per_tensor(Context& cx, const ir::Node& n, size_t scale, size_t zero_point, DType type) {
+  const ir::Tensor* s = scale < n.inputs.size() ? cx.constant(n.inputs[scale]) : nullptr;
+  if (!s || s->dtype() != DType::Float32 || s->numel() != 1) return std::nullopt;
+  Quantization q{s->data<float>()[0], 0};
+  if (!(q.scale > 0) || !std::isfinite(q.scale)) return std::nullopt;
+  if (zero_point < n.inputs.size() && !n.inputs[zero_point].empty()) {
+    const ir::Tensor* z = cx.constant(n.inputs[zero_point]);
+    if (!z || z->dtype() != type || z->numel() != 1) return std::nullopt;
+    q.zero_point = int32_t(z->as_int64(0));
+  } else if (type != DType::UInt8) {
+    return std::nullopt;  // an omitted zero point makes the result uint8
+  }
+  return q;
+}
+
+// Per output channel scales (one, or `channels`) with zero points all 0,
+// as oneDNN's int8 kernels take weights.
+std::optional<std::vector<float>> symmetric_weights(Context& cx, const ir::Node& n, size_t scale, size_t zero_point,
+                                                    int64_t channels) {
+  const ir::Tensor* s = cx.constant(n.inputs[scale]);
+  if (!s || s->dtype() != DType::Float32 || (s->numel() != 1 && s->numel() != channels) || s->dims().size() > 1)
+    return std::nullopt;
+  std::vector<float> scales(s->data<float>(), s->data<float>() + s->numel());
+  for (float v : scales)
+    if (!(v > 0) || !std::isfinite(v)) return std::nullopt;
+  if (zero_point < n.inputs.size() && !n.inputs[zero_point].empty()) {
+    const ir::Tensor* z = cx.constant(n.inputs[zero_point]);
+    if (!z || z->dtype() != DType::Int8) return std::nullopt;
+    for (int64_t i = 0; i < z->numel(); ++i)
+      if (z->as_int64(i) != 0) return std::nullopt;
+  }
+  return scales;
+}
+
+bool is_8bit(DType t) { return t == DType::UInt8 || t == DType::Int8; }
+
+// A zero point bound to the primitive at run time (oneDNN 2.6's int8
+// kernels take no other), from a constant of the program.
+void zero_point_arg(Context& cx, std::unordered_map<int, dnnl::memory>& constants, dnnl::primitive_attr& attr, int arg,
+                    int32_t value) {
+  if (value == 0) return;
+  attr.set_zero_points(arg, 0, {DNNL_RUNTIME_S32_VAL});
+  auto held = std::make_shared<const int32_t>(value);
+  const md one({1}, dt::s32, dnnl::memory::format_tag::x);
+  constants[DNNL_ARG_ATTR_ZERO_POINTS | arg] = cx.constant_memory(one, held.get(), one, held);
+}
+
+void output_scales_arg(Context& cx, std::unordered_map<int, dnnl::memory>& constants, dnnl::primitive_attr& attr, float value) {
+  attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+  auto held = std::make_shared<const float>(value);
+  const md one({1}, dt::f32, dnnl::memory::format_tag::x);
+  constants[DNNL_ARG_ATTR_OUTPUT_SCALES] = cx.constant_memory(one, held.get(), one, held);
+}
+
+// `m` with elements of `type`, laid out as it is (a dense layout of the
+// same dims: plain, channels last).
+std::optional<md> retyped(const md& m, dt type) {
+  dnnl_memory_desc_t d = m.data;
+  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 || d.extra.flags != 0 || d.offset0 != 0)
+    return std::nullopt;
+  for (int i = 0; i < d.ndims; ++i)
+    if (d.padded_dims[i] != d.dims[i]) return std::nullopt;
+  d.data_type = dnnl_data_type_t(type);
+  return md(d);
+}
+
+// The destination's requantization: x_scale * w_scale[c] / y_scale per
+// output channel.
+std::vector<float> requantization(float x_scale, const std::vector<float>& w_scales, float y_scale) {
+  std::vector<float> out;
+  for (float w : w_scales) out.push_back(float(double(x_scale) * double(w) / double(y_scale)));
+  return out;
+}
+
+// The step of a primitive reading `src` and writing the node's output
+// (DNNL_ARG_FROM and DNNL_ARG_TO of a reorder are these too).
+void emit(Context& cx, const ir::Node& n, const dnnl::primitive_desc_base& pd, int src, const md& src_md,
+          std::unordered_map<int, dnnl::memory> constants, const md& dst_md) {
+  const std::string& y = n.outputs[0];
+  const int dst = cx.define(y, dst_md, is_plain(dst_md, cx.dims(y)));
+  cx.compiled();
+  cx.add_primitive(n.describe(), pd, {src, dst}, {0, 1}, {{DNNL_ARG_SRC, src_md}, {DNNL_ARG_DST, dst_md}}, std::move(constants));
+}
+
+}  // namespace
+
+bool lower_qlinear_conv(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() < 8 || n.outputs.size() != 1) return false;
+  const std::string &x = n.inputs[0], &y = n.outputs[0];
+  const ir::Tensor* w = cx.constant(n.inputs[3]);
+  const DType xt = cx.dtype(x), yt = cx.dtype(y);
+  if (!is_8bit(xt) || !is_8bit(yt) || !w || !passes::int8_products_exact(xt, *w)) return false;
+  const Dims in = cx.dims(x), out = cx.dims(y), wdims = w->dims();
+  const size_t rank = in.size();
+  if (rank < 3 || rank > 5 || wdims.size() != rank) return false;
+  const ir::Tensor* b = n.inputs.size() > 8 && !n.inputs[8].empty() ? cx.constant(n.inputs[8]) : nullptr;
+  if (n.inputs.size() > 8 && !n.inputs[8].empty() && (!b || b->dtype() != DType::Int32 || b->numel() != wdims[0])) return false;
+  const auto xq = per_tensor(cx, n, 1, 2, xt), yq = per_tensor(cx, n, 6, 7, yt);
+  const auto wq = symmetric_weights(cx, n, 4, 5, wdims[0]);
+  if (!xq || !yq || !wq) return false;
+
+  ref::KernelContext ctx(n, {}, nullptr);
+  const int64_t group = ctx.attr_int("group", 1);
+  if (group < 1 || in[1] != wdims[1] * group || wdims[0] % group) return false;
+  const Dims kernel(wdims.begin() + 2, wdims.end());
+  const ref::Geometry geo = ref::forward_geometry(ctx, Dims(in.begin() + 2, in.end()), kernel, false);
+  if (Dims(out.begin() + 2, out.end()) != geo.out) return false;
+  dnnl::memory::dims wei = to_dnnl(wdims), dil;
+  if (group > 1) {
+    wei = {group, wdims[0] / group};
+    wei.insert(wei.end(), wdims.begin() + 1, wdims.end());
+  }
+  for (int64_t d : geo.dilations) dil.push_back(d - 1);
+
+  std::unordered_map<int, dnnl::memory> constants;
+  dnnl::primitive_attr attr = user_scratchpad();
+  const std::vector<float> scales = requantization(xq->scale, *wq, yq->scale);
+  attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
+  zero_point_arg(cx, constants, attr, DNNL_ARG_SRC, xq->zero_point);
+  zero_point_arg(cx, constants, attr, DNNL_ARG_DST, yq->zero_point);
+  const md bias_md = b ? md({wdims[0]}, dt::s32, dnnl::memory::format_tag::x) : md();
+  const auto any = dnnl::memory::format_tag::any;
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                       md(to_dnnl(in), *onednn_type(xt), any), md(wei, dt::s8, any), bias_md,
+                                       md(to_dnnl(out), *onednn_type(yt), any), to_dnnl(geo.strides), dil, to_dnnl(geo.pad_begin),
+                                       to_dnnl(geo.pad_end));
+  dnnl::convolution_forward::primitive_desc pd;
+  try {
+    pd = dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
+  } catch (const dnnl::error&) {
+    return false;  // no int8 kernel for this case: the reference kernel runs it
+  }
+  if (reference_kernel(pd)) return false;
+  using tag = dnnl::memory::format_tag;
+  const md user_wei = group > 1 ? md(wei, dt::s8,
+                                     rank == 3   ? tag::goiw
+                                     : rank == 4 ? tag::goihw
+                                                 : tag::goidhw)
+                                : plain_md(wdims, dt::s8);
+  constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(user_wei, w->raw(), pd.weights_desc());
+  if (b) constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, b->raw(), bias_md);
+  const int src = cx.as_layout(x, pd.src_desc());
+  emit(cx, n, pd, src, pd.src_desc(), std::move(constants), pd.dst_desc());
+  return true;
+}
+
+bool lower_qlinear_matmul(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() != 8 || n.outputs.size() != 1) return false;
+  const std::string &a = n.inputs[0], &y = n.outputs[0];
+  const ir::Tensor* w = cx.constant(n.inputs[3]);
+  const DType at = cx.dtype(a), yt = cx.dtype(y);
+  if (!is_8bit(at) || !is_8bit(yt) || !w || w->dims().size() != 2 || !passes::int8_products_exact(at, *w)) return false;
+  const Dims ad = cx.dims(a);
+  const int64_t k = w->dims()[0], cols = w->dims()[1];
+  if (ad.size() < 2 || ad.back() != k) return false;
+  const auto aq = per_tensor(cx, n, 1, 2, at), yq = per_tensor(cx, n, 6, 7, yt);
+  const auto wq = symmetric_weights(cx, n, 4, 5, cols);
+  if (!aq || !yq || !wq) return false;
+  const int64_t rows = ir::checked_numel(ad) / k;
+
+  std::unordered_map<int, dnnl::memory> constants;
+  dnnl::primitive_attr attr = user_scratchpad();
+  const std::vector<float> scales = requantization(aq->scale, *wq, yq->scale);
+  attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
+  zero_point_arg(cx, constants, attr, DNNL_ARG_SRC, aq->zero_point);
+  zero_point_arg(cx, constants, attr, DNNL_ARG_DST, yq->zero_point);
+  // A stack of rows times one matrix: one 2-D product on the plain bytes.
+  const md src_md = plain_md({rows, k}, *onednn_type(at)), dst_md = plain_md({rows, cols}, *onednn_type(yt));
+  dnnl::matmul::desc desc(src_md, md({k, cols}, dt::s8, dnnl::memory::format_tag::any), dst_md);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(desc, attr, cpu_engine());
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  if (reference_kernel(pd)) return false;
+  constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(plain_md({k, cols}, dt::s8), w->raw(), pd.weights_desc());
+  const int src = cx.plain(a);
+  const int dst = cx.define_plain(y);
+  cx.compiled();
+  cx.add_primitive(n.describe(), pd, {src, dst}, {0, 1}, {{DNNL_ARG_SRC, src_md}, {DNNL_ARG_DST, dst_md}}, std::move(constants));
+  return true;
+}
+
+// QuantizeLinear and DequantizeLinear per tensor: a reorder between the
+// float and the quantized type that scales and shifts by the zero point,
+// in the layout the input has (a convolution's channels-last output stays
+// channels last).
+bool lower_quantize(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() < 2 || n.outputs.size() != 1) return false;
+  const std::string &x = n.inputs[0], &y = n.outputs[0];
+  const bool quantize = n.op_type == "QuantizeLinear";
+  const DType qt = cx.dtype(quantize ? y : x);
+  if (!cx.is_f32(quantize ? x : y) || !(is_8bit(qt) || (!quantize && qt == DType::Int32))) return false;
+  const auto q = per_tensor(cx, n, 1, 2, qt);
+  if (!q || (qt == DType::Int32 && q->zero_point != 0)) return false;
+  const md from = cx.val(x).layout;
+  const dt type = *onednn_type(cx.dtype(y));
+  // From channel blocks (a float convolution's output) to channels last,
+  // the layout the int8 convolutions take.
+  const Dims dims = cx.dims(y);
+  auto to = retyped(from, type);
+  if (!to) to = dims.size() >= 3 && dims.size() <= 5 ? retyped(channels_last(dims), type) : plain_md(dims, type);
+  std::unordered_map<int, dnnl::memory> constants;
+  dnnl::primitive_attr attr = user_scratchpad();
+  output_scales_arg(cx, constants, attr, quantize ? float(1.0 / double(q->scale)) : q->scale);
+  zero_point_arg(cx, constants, attr, quantize ? DNNL_ARG_DST : DNNL_ARG_SRC, q->zero_point);
+  const dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), *to, attr);
+  emit(cx, n, pd, cx.val(x).buffer, from, std::move(constants), *to);
+  return true;
+}
+
+}  // namespace kiln::cpu::lowering

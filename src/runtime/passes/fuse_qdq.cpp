@@ -1,0 +1,297 @@
+// Quantizers (ONNX Runtime's among them) write a quantized model as float
+// operators between DequantizeLinear and QuantizeLinear nodes: int8 weights
+// dequantized, activations quantized and dequantized around each operator.
+// Run as written, every one of those is a float operator plus two
+// conversions. Where the pattern is exactly an integer operator's meaning, it
+// becomes that operator (QLinearConv, QLinearMatMul), which backends compile
+// to int8 kernels; what is left of the conversions between such operators
+// cancels out where it can.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/passes/new_value.hpp"
+#include "runtime/passes/passes.hpp"
+
+namespace kiln::passes {
+
+namespace {
+
+bool is_onnx(const ir::Node& n, const char* op) { return n.op_type == op && n.domain.empty(); }
+bool is_8bit(ir::DType t) { return t == ir::DType::UInt8 || t == ir::DType::Int8; }
+
+class QdqFuser {
+ public:
+  QdqFuser(ir::Graph& graph, ir::Specialization& spec) : g_(graph), spec_(spec), uses_(ir::use_counts(graph)) {
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      for (const auto& out : g_.nodes[i].outputs)
+        if (!out.empty()) producer_[out] = i;
+    for (const auto& out : g_.outputs) graph_output_[out.name] = true;
+  }
+
+  int run() {
+    int fused = 0;
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      if (is_onnx(g_.nodes[i], "Conv") && fuse(i, "QLinearConv")) ++fused;
+      if (is_onnx(g_.nodes[i], "MatMul") && fuse(i, "QLinearMatMul")) ++fused;
+    }
+    fused += cancel_requantization();
+    if (fused) remove_dead_nodes(g_);
+    return fused;
+  }
+
+ private:
+  // A DequantizeLinear's operands: the quantized value, its scale and zero
+  // point (a constant of the quantized type, made when the model omits it).
+  struct Dequantized {
+    std::string value, scale, zero_point;
+    const ir::Node* node;
+  };
+
+  const ir::Node* producer(const std::string& value) const {
+    auto it = producer_.find(value);
+    return it == producer_.end() ? nullptr : &g_.nodes[it->second];
+  }
+  ir::DType dtype(const std::string& value) const {
+    if (const ir::Tensor* t = g_.constant(value)) return t->dtype();
+    auto it = spec_.result.values.find(value);
+    return it == spec_.result.values.end() ? ir::DType::Undefined : it->second.dtype;
+  }
+  bool float_constant(const std::string& name, int64_t count) const {
+    const ir::Tensor* t = g_.constant(name);
+    if (!t || t->dtype() != ir::DType::Float32 || t->numel() != count) return false;
+    for (int64_t i = 0; i < count; ++i)
+      if (!(t->data<float>()[i] > 0) || !std::isfinite(t->data<float>()[i])) return false;
+    return true;
+  }
+
+  // `value` made by a DequantizeLinear of 8-bit values with a positive
+  // scale: per tensor, or (with `channels` > 0) per channel along `axis`.
+  std::optional<Dequantized> dequantized(const std::string& value, int64_t channels = 0, int64_t axis = 0) {
+    const ir::Node* dq = producer(value);
+    if (!dq || !is_onnx(*dq, "DequantizeLinear") || dq->inputs.size() < 2 || !is_8bit(dtype(dq->inputs[0]))) return std::nullopt;
+    const ir::Tensor* scale = g_.constant(dq->inputs[1]);
+    if (!scale) return std::nullopt;
+    const ir::Tensor* weights = g_.constant(dq->inputs[0]);
+    if (scale->dims().size() == 1 && channels > 0 && weights) {
+      const ir::Attribute* a = dq->attr("axis");
+      const int64_t rank = int64_t(weights->dims().size());
+      const int64_t dq_axis = a ? (a->i < 0 ? a->i + rank : a->i) : 1;
+      if (dq_axis != axis || !float_constant(dq->inputs[1], channels)) return std::nullopt;
+    } else if (!scale->dims().empty() || !float_constant(dq->inputs[1], 1)) {
+      return std::nullopt;
+    }
+    Dequantized d{dq->inputs[0], dq->inputs[1], dq->inputs.size() > 2 ? dq->inputs[2] : "", dq};
+    if (d.zero_point.empty()) {
+      d.zero_point = zero_of(dtype(d.value), scale->dims());
+    } else {
+      const ir::Tensor* zp = g_.constant(d.zero_point);
+      if (!zp || zp->dtype() != dtype(d.value) || zp->dims() != scale->dims()) return std::nullopt;
+    }
+    return d;
+  }
+
+  std::string zero_of(ir::DType type, const ir::Dims& dims) {
+    ir::Tensor t = ir::Tensor::uninitialized(type, dims);
+    std::fill_n(static_cast<char*>(t.raw()), t.nbytes(), 0);
+    return new_constant(g_, spec_, "zero_point", std::move(t));
+  }
+
+  // The QuantizeLinear that alone reads `value` (a per-tensor one), or
+  // nothing. Its result is the fused node's.
+  const ir::Node* only_quantizer(const std::string& value) const {
+    if (uses_.count(value) == 0 || uses_.at(value) != 1 || graph_output_.count(value)) return nullptr;
+    for (const ir::Node& n : g_.nodes)
+      for (const auto& in : n.inputs)
+        if (in == value) {
+          if (!is_onnx(n, "QuantizeLinear") || n.inputs[0] != value || n.inputs.size() < 2 || n.outputs.size() != 1)
+            return nullptr;
+          const ir::Tensor* scale = g_.constant(n.inputs[1]);
+          if (!scale || !scale->dims().empty() || !float_constant(n.inputs[1], 1)) return nullptr;
+          if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+            const ir::Tensor* zp = g_.constant(n.inputs[2]);
+            if (!zp || !zp->dims().empty() || !is_8bit(zp->dtype())) return nullptr;
+          }
+          return &n;
+        }
+    return nullptr;
+  }
+
+  // Conv or MatMul at `index` between dequantized operands and one
+  // quantizer becomes `op` on the quantized values.
+  bool fuse(size_t index, const char* op) {
+    const ir::Node n = g_.nodes[index];
+    const bool conv = n.op_type == "Conv";
+    if (n.inputs.size() < 2 || n.outputs.size() != 1) return false;
+    const ir::Tensor* w = nullptr;
+    const ir::Node* wdq = producer(n.inputs[1]);
+    if (wdq && is_onnx(*wdq, "DequantizeLinear")) w = g_.constant(wdq->inputs[0]);
+    if (!w || (conv ? w->dims().size() < 3 : w->dims().size() != 2)) return false;
+    // Per output channel: Conv's weights along axis 0, MatMul's along its columns (axis 1).
+    const int64_t channels = conv ? w->dims()[0] : w->dims()[1];
+    auto x = dequantized(n.inputs[0]);
+    auto wq = dequantized(n.inputs[1], channels, conv ? 0 : 1);
+    if (!x || !wq || dtype(wq->value) != ir::DType::Int8) return false;
+    // The integer kernels take weights symmetric about zero.
+    const ir::Tensor* wzp = g_.constant(wq->zero_point);
+    for (int64_t i = 0; i < wzp->numel(); ++i)
+      if (wzp->as_int64(i) != 0) return false;
+    if (!int8_products_exact(dtype(x->value), *w)) return false;
+
+    // What the result is quantized to, through a Relu that the quantizer's
+    // saturation computes anyway (its zero point is the lowest value).
+    std::string result = n.outputs[0];
+    std::vector<size_t> absorbed;
+    const ir::Node* q = only_quantizer(result);
+    if (!q) {
+      const ir::Node* relu = nullptr;
+      for (const ir::Node& m : g_.nodes)
+        if (!m.inputs.empty() && m.inputs[0] == result) relu = &m;
+      if (!relu || !is_onnx(*relu, "Relu") || uses_[result] != 1 || graph_output_.count(result)) return false;
+      q = only_quantizer(relu->outputs[0]);
+      if (!q || !lowest_zero_point(*q)) return false;
+    }
+    std::vector<std::string> inputs = {x->value,  x->scale,       x->zero_point, wq->value,
+                                       wq->scale, wq->zero_point, q->inputs[1],  y_zero_point(*q)};
+    if (conv && n.inputs.size() > 2 && !n.inputs[2].empty()) {
+      auto bias = int32_bias(n.inputs[2], *x, *wq, channels);
+      if (!bias) return false;
+      inputs.push_back(*bias);
+    }
+    ir::Node fused;
+    fused.name = n.name + "_quantized";
+    fused.op_type = op;
+    fused.opset = 10;
+    fused.inputs = std::move(inputs);
+    fused.outputs = q->outputs;
+    if (conv) fused.attributes = n.attributes;
+    const std::string out = q->outputs[0];
+    // The quantizer (and a Relu before it) become dead once nothing reads
+    // the float result: the fused node takes the quantizer's output, which
+    // no other node makes any more.
+    ir::Node& qnode = const_cast<ir::Node&>(*q);
+    qnode.outputs[0] = fresh_name(g_, spec_, out + "_unused");
+    spec_.result.values[qnode.outputs[0]] = spec_.result.values.at(out);
+    producer_[out] = index;
+    g_.nodes[index] = std::move(fused);
+    return true;
+  }
+
+  bool lowest_zero_point(const ir::Node& q) const {
+    if (q.inputs.size() < 3 || q.inputs[2].empty()) return true;  // uint8, zero point 0
+    const ir::Tensor* zp = g_.constant(q.inputs[2]);
+    return zp->dtype() == ir::DType::UInt8 ? zp->as_int64(0) == 0 : zp->as_int64(0) == -128;
+  }
+
+  std::string y_zero_point(const ir::Node& q) {
+    if (q.inputs.size() > 2 && !q.inputs[2].empty()) return q.inputs[2];
+    return zero_of(ir::DType::UInt8, {});
+  }
+
+  // The bias in int32 at scale x_scale * w_scale: a DequantizeLinear of an
+  // int32 constant already at that scale, or a float constant rounded to it
+  // (as ONNX Runtime's quantizer does).
+  std::optional<std::string> int32_bias(const std::string& name, const Dequantized& x, const Dequantized& w, int64_t channels) {
+    const float sx = g_.constant(x.scale)->data<float>()[0];
+    const ir::Tensor* sw = g_.constant(w.scale);
+    auto scale = [&](int64_t c) { return double(sx) * double(sw->data<float>()[sw->numel() == 1 ? 0 : c]); };
+    if (const ir::Node* dq = producer(name); dq && is_onnx(*dq, "DequantizeLinear")) {
+      const ir::Tensor* b = g_.constant(dq->inputs[0]);
+      const ir::Tensor* bs = dq->inputs.size() > 1 ? g_.constant(dq->inputs[1]) : nullptr;
+      if (!b || b->dtype() != ir::DType::Int32 || b->numel() != channels || !bs || bs->dtype() != ir::DType::Float32)
+        return std::nullopt;
+      if (dq->inputs.size() > 2 && !dq->inputs[2].empty()) {
+        const ir::Tensor* zp = g_.constant(dq->inputs[2]);
+        for (int64_t i = 0; zp && i < zp->numel(); ++i)
+          if (zp->as_int64(i) != 0) return std::nullopt;
+        if (!zp) return std::nullopt;
+      }
+      for (int64_t c = 0; c < channels; ++c) {
+        const double s = bs->data<float>()[bs->numel() == 1 ? 0 : c];
+        if (bs->numel() != 1 && bs->numel() != channels) return std::nullopt;
+        if (std::abs(s - scale(c)) > 1e-6 * scale(c)) return std::nullopt;
+      }
+      return dq->inputs[0];
+    }
+    const ir::Tensor* b = g_.constant(name);
+    if (!b || b->dtype() != ir::DType::Float32 || b->numel() != channels) return std::nullopt;
+    ir::Tensor q = ir::Tensor::uninitialized(ir::DType::Int32, {channels});
+    for (int64_t c = 0; c < channels; ++c) {
+      const double v = std::nearbyint(double(b->data<float>()[c]) / scale(c));
+      if (!(std::abs(v) <= double(std::numeric_limits<int32_t>::max()))) return std::nullopt;
+      q.data<int32_t>()[c] = int32_t(v);
+    }
+    return new_constant(g_, spec_, name + "_int32", std::move(q));
+  }
+
+  // A QuantizeLinear of a DequantizeLinear with the same scale and zero
+  // point gives back the quantized value: readers of the result read that.
+  int cancel_requantization() {
+    std::map<std::string, std::string> same;
+    for (const ir::Node& q : g_.nodes) {
+      if (!is_onnx(q, "QuantizeLinear") || q.inputs.size() < 2 || q.outputs.size() != 1 || graph_output_.count(q.outputs[0]))
+        continue;
+      const ir::Node* dq = producer(q.inputs[0]);
+      if (!dq || !is_onnx(*dq, "DequantizeLinear") || dq->inputs.size() < 2) continue;
+      if (!same_tensor(q.inputs[1], dq->inputs[1]) || !same_zero_point(q, *dq)) continue;
+      same[q.outputs[0]] = dq->inputs[0];
+    }
+    for (ir::Node& n : g_.nodes)
+      for (auto& in : n.inputs)
+        if (auto it = same.find(in); it != same.end()) in = it->second;
+    return int(same.size());
+  }
+
+  bool same_tensor(const std::string& a, const std::string& b) const {
+    if (a == b) return g_.constant(a) != nullptr;
+    const ir::Tensor *x = g_.constant(a), *y = g_.constant(b);
+    return x && y && x->dtype() == y->dtype() && x->dims() == y->dims() && x->nbytes() == y->nbytes() &&
+           std::equal(static_cast<const char*>(x->raw()), static_cast<const char*>(x->raw()) + x->nbytes(),
+                      static_cast<const char*>(y->raw()));
+  }
+  // Zero points equal, an omitted one being uint8 zero; both per tensor.
+  bool same_zero_point(const ir::Node& q, const ir::Node& dq) const {
+    auto zp = [&](const ir::Node& n) -> std::optional<std::pair<ir::DType, int64_t>> {
+      if (n.inputs.size() < 3 || n.inputs[2].empty()) return std::make_pair(ir::DType::UInt8, int64_t(0));
+      const ir::Tensor* t = g_.constant(n.inputs[2]);
+      if (!t || t->numel() != 1) return std::nullopt;
+      return std::make_pair(t->dtype(), t->as_int64(0));
+    };
+    const ir::Tensor* s = g_.constant(q.inputs[1]);
+    const auto a = zp(q), b = zp(dq);
+    return s && s->numel() == 1 && a && b && *a == *b && dtype(dq.inputs[0]) == a->first;
+  }
+
+  ir::Graph& g_;
+  ir::Specialization& spec_;
+  std::map<std::string, int> uses_;
+  std::map<std::string, size_t> producer_;
+  std::map<std::string, bool> graph_output_;
+};
+
+bool has_vnni() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool int8_products_exact(ir::DType activations, const ir::Tensor& weights) {
+  static const bool vnni = has_vnni();
+  if (weights.dtype() != ir::DType::Int8) return false;
+  if (vnni) return true;
+  if (activations != ir::DType::UInt8) return false;
+  const int8_t* w = weights.data<int8_t>();
+  return std::all_of(w, w + weights.numel(), [](int8_t v) { return v >= -63 && v <= 63; });
+}
+
+int fuse_qdq(ir::Graph& graph, ir::Specialization& spec) { return QdqFuser(graph, spec).run(); }
+
+}  // namespace kiln::passes
