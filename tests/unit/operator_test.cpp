@@ -1147,10 +1147,10 @@ std::vector<int64_t> int8_values(Case& c, int64_t n, float limit) {
 }
 
 // Random int8 weights `name`_q with per-channel scales along `axis`,
-// dequantized into `name`. Within +-63 (as ONNX Runtime's reduce_range
+// dequantized into `name`. Within +-64 (as ONNX Runtime's reduce_range
 // quantizes), every CPU's int8 kernels take them (int8_products_exact);
 // beyond, those without VNNI compute in float.
-void int8_weights(Case& c, const std::string& name, const Dims& dims, int64_t axis, float limit = 63) {
+void int8_weights(Case& c, const std::string& name, const Dims& dims, int64_t axis, float limit = 64) {
   const std::vector<int64_t> q = int8_values(c, numel(dims), limit);
   c.int_constant(name + "_q", dims, q, onnx::TensorProto::INT8);
   const int64_t channels = dims[size_t(axis)];
@@ -1169,7 +1169,7 @@ Case quantized_case() {
 
 // Conv between a quantized input and int8 weights, its bias float, its
 // result (through a Relu where `relu`) quantized: one int8 convolution.
-Case qdq_conv(int elem, int64_t x_zero_point, bool relu, int64_t group, const Dims& w, float limit = 63) {
+Case qdq_conv(int elem, int64_t x_zero_point, bool relu, int64_t group, const Dims& w, float limit = 64) {
   Case c = quantized_case();
   const Dims x{1, w[1] * group, 9, 9};
   c.input("x", x);
@@ -1217,6 +1217,28 @@ TEST_P(OperatorTest, QdqMatMulPerColumnWeights) {
   run(c);
 }
 
+// A MatMul quantized dynamically, as ONNX Runtime's quantize_dynamic
+// writes it: DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by the
+// two scales. `limit`: the weights' largest magnitude (see int8_weights).
+Case dynamic_matmul(float limit, int64_t k) {
+  Case c({"DynamicQuantizeLinear", "MatMulInteger", "Cast"});
+  c.portable = false;
+  c.input("x", {2, 3, k}, -2, 3);
+  c.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"});
+  c.int_constant("w", {k, 8}, int8_values(c, k * 8, limit), onnx::TensorProto::INT8);
+  c.node("MatMulInteger", {"xq", "w", "xz"}, {"acc"});
+  c.node("Cast", {"acc"}, {"accf"}, {{"to", int64_t(kFloat)}});
+  c.scalar("ws", 0.01f);
+  c.node("Mul", {"xs", "ws"}, {"scale"});
+  c.node("Mul", {"accf", "scale"}, {"y"});
+  c.output("y").output("acc", kInt32).output("xq", onnx::TensorProto::UINT8);
+  return c;
+}
+
+TEST_P(OperatorTest, DynamicQuantizedMatMul) { run(dynamic_matmul(64, 32)); }
+// Full-range weights: int8 kernels with VNNI, a float product without.
+TEST_P(OperatorTest, DynamicQuantizedMatMulFullRangeWeights) { run(dynamic_matmul(127, 513)); }
+
 // The QOperator form: QLinearConv and QLinearMatMul as the model has them.
 TEST_P(OperatorTest, QLinearConvAndQLinearMatMul) {
   Case c = quantized_case();
@@ -1224,7 +1246,7 @@ TEST_P(OperatorTest, QLinearConvAndQLinearMatMul) {
   c.input("x", {1, 3, 5, 5});
   c.scalar("xs", 1.0f / 127).int_constant("xz", {}, {128}, onnx::TensorProto::UINT8);
   c.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
-  c.int_constant("w", {4, 3, 2, 2}, int8_values(c, 4 * 3 * 2 * 2, 63), onnx::TensorProto::INT8);
+  c.int_constant("w", {4, 3, 2, 2}, int8_values(c, 4 * 3 * 2 * 2, 64), onnx::TensorProto::INT8);
   c.constant("ws", {4}, {0.01f, 0.02f, 0.005f, 0.008f});
   c.int_constant("wz", {4}, {0, 0, 0, 0}, onnx::TensorProto::INT8);
   c.int_constant("b", {4}, {100, -2000, 0, 512}, kInt32);
@@ -1232,7 +1254,7 @@ TEST_P(OperatorTest, QLinearConvAndQLinearMatMul) {
   c.node("QLinearConv", {"xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, {"yq"}, {{"pads", {0, 0, 1, 1}}});
   c.int_constant("flat", {2}, {1, 4 * 5 * 5});
   c.node("Reshape", {"yq", "flat"}, {"rows"});
-  c.int_constant("m", {100, 3}, int8_values(c, 100 * 3, 63), onnx::TensorProto::INT8);
+  c.int_constant("m", {100, 3}, int8_values(c, 100 * 3, 64), onnx::TensorProto::INT8);
   c.scalar("ms", 0.01f).int_constant("mz", {}, {0}, onnx::TensorProto::INT8);
   c.scalar("zs", 4.0f / 255).int_constant("zz", {}, {100}, onnx::TensorProto::UINT8);
   c.node("QLinearMatMul", {"rows", "ys", "yz", "m", "ms", "mz", "zs", "zz"}, {"zq"});

@@ -423,7 +423,7 @@ ModelBuilder qdq_conv(int32_t w_zero) {
   b.initializer(int8_tensor("zero", onnx::TensorProto::UINT8, {}, {0}));
   std::vector<int32_t> w(3 * 2 * 3 * 3);
   for (size_t i = 0; i < w.size(); ++i)
-    w[i] = int32_t(i * 37 % 127) - 63;  // within +-63: fused on every CPU (int8_products_exact)
+    w[i] = int32_t(i * 37 % 127) - 63;  // within +-64: fused on every CPU (int8_products_exact)
   b.initializer(int8_tensor("wq", onnx::TensorProto::INT8, {3, 2, 3, 3}, w));
   b.initializer(ModelBuilder::float_tensor("ws", {3}, {0.004f, 0.002f, 0.003f}));
   b.initializer(int8_tensor("wz", onnx::TensorProto::INT8, {3}, {0, w_zero, 0}));

@@ -252,6 +252,37 @@ std::unique_ptr<Kernel> ChannelsLastMeanKernel::load(const json& j, const std::s
       json_field<int64_t>(j, "pixels", what), json_field<int64_t>(j, "channels", what), json_field<int64_t>(j, "parts", what));
 }
 
+void DynamicQuantizeKernel::run(void* const* args) const {
+  const auto* x = static_cast<const float*>(args[0]);
+  auto* y = static_cast<uint8_t*>(args[1]);
+  float lo = 0, hi = 0;
+  for (int64_t i = 0; i < numel_; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  const float scale = (hi - lo) / 255.0f;
+  // std::nearbyint rounds half to even in the default rounding mode, as ONNX's rounding does.
+  auto saturate = [](float v) { return uint8_t(std::clamp(v, 0.0f, 255.0f)); };
+  const uint8_t zero = scale == 0 ? 0 : saturate(std::nearbyint(0.0f - lo / scale));
+  if (scale == 0) {
+    std::memset(y, zero, size_t(numel_));
+  } else {
+    for (int64_t i = 0; i < numel_; ++i) y[i] = saturate(std::nearbyint(x[i] / scale) + float(zero));
+  }
+  *static_cast<float*>(args[2]) = scale;
+  *static_cast<uint8_t*>(args[3]) = zero;
+}
+
+void DynamicQuantizeKernel::save(json& out, WeightsWriter&, BlockWriter&) const {
+  out = {{"kind", "dynamic_quantize"}, {"numel", numel_}};
+}
+
+std::unique_ptr<Kernel> DynamicQuantizeKernel::load(const json& j, const std::string& what) {
+  const int64_t numel = json_field<int64_t>(j, "numel", what);
+  if (numel < 0 || numel > int64_t(1) << 48) ir::fail(ir::ErrorKind::InvalidModel, what + ": element count out of range");
+  return std::make_unique<DynamicQuantizeKernel>(numel);
+}
+
 void InstanceNormKernel::save(json& out, WeightsWriter&, BlockWriter&) const {
   out = {{"kind", "instance_norm"}, {"rows", rows_}, {"channels", channels_}, {"length", length_}, {"epsilon", epsilon_}};
 }

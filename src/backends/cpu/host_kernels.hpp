@@ -105,6 +105,20 @@ class InstanceNormKernel : public Kernel {
   float epsilon_;
 };
 
+// DynamicQuantizeLinear of `numel` floats: the range of the values (and
+// 0) over 255 steps of uint8, as ONNX defines it in float arithmetic.
+// args: X, Y (uint8), y_scale (float), y_zero_point (uint8).
+class DynamicQuantizeKernel : public Kernel {
+ public:
+  explicit DynamicQuantizeKernel(int64_t numel) : numel_(numel) {}
+  void run(void* const* args) const override;
+  void save(nlohmann::json& out, WeightsWriter& weights, BlockWriter& blocks) const override;
+  static std::unique_ptr<Kernel> load(const nlohmann::json& j, const std::string& what);
+
+ private:
+  int64_t numel_;
+};
+
 // One node run by its reference kernel, or by the faster one the
 // interpreter has for it (interpreter_kernels.hpp). args: the values the node reads
 // (ir::values_read order), then its outputs. Its outputs must have the shapes

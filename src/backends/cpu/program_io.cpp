@@ -75,6 +75,7 @@ std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights,
   if (kind == "channels_last_mean") return ChannelsLastMeanKernel::load(j, what);
   if (kind == "gather") return GatherKernel::load(j, what);
   if (kind == "instance_norm") return InstanceNormKernel::load(j, what);
+  if (kind == "dynamic_quantize") return DynamicQuantizeKernel::load(j, what);
   if (kind == "reference") return ReferenceKernel::load(j, what);
   if (kind == "recurrent") return RecurrentKernel::load(j, weights, blocks, what);
   ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown kernel kind '" + kind + "'");

@@ -289,7 +289,7 @@ bool int8_products_exact(ir::DType activations, const ir::Tensor& weights) {
   if (vnni) return true;
   if (activations != ir::DType::UInt8) return false;
   const int8_t* w = weights.data<int8_t>();
-  return std::all_of(w, w + weights.numel(), [](int8_t v) { return v >= -63 && v <= 63; });
+  return std::all_of(w, w + weights.numel(), [](int8_t v) { return v >= -64 && v <= 64; });
 }
 
 int fuse_qdq(ir::Graph& graph, ir::Specialization& spec) { return QdqFuser(graph, spec).run(); }

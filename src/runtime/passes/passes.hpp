@@ -45,7 +45,7 @@ int fuse_qdq(ir::Graph& graph, ir::Specialization& spec);
 // activations of type `activations` exactly on this CPU. With VNNI they
 // always do. Without it (AVX2, AVX-512 before VNNI) they multiply with
 // vpmaddubsw, which adds two products into 16 bits with saturation: exact
-// for uint8 activations and weights within +-63 (255 * 63 * 2 < 2^15), not
+// for uint8 activations and weights within +-64 (255 * 64 * 2 < 2^15), not
 // otherwise (and int8 activations get their weights halved). ONNX Runtime
 // accepts the saturation there and documents it; Kiln keeps such an
 // operator in float, where it gives the quantized model's own results.

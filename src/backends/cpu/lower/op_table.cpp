@@ -56,6 +56,8 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
         {"QLinearMatMul", primitive(&lower_qlinear_matmul, nullptr)},
         {"QuantizeLinear", primitive(&lower_quantize, nullptr)},
         {"DequantizeLinear", primitive(&lower_quantize, nullptr)},
+        {"DynamicQuantizeLinear", primitive(&lower_dynamic_quantize, nullptr)},
+        {"MatMulInteger", primitive(&lower_matmul_integer, nullptr)},
         // elementwise.cpp
         {"Add", loop(Op::Add, 2)},
         {"Sub", loop(Op::Sub, 2)},
@@ -93,6 +95,8 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
     // does (pool_resize.cpp), but not claimed (see Backend::supports): the
     // other modes run their reference kernel in the program.
     t["Resize"] = t["Upsample"] = {StepKind::Primitive, &lower_resize, nullptr, false};
+    // Lowered from the integer types to float only (quantized.cpp).
+    t["Cast"] = {StepKind::Primitive, &lower_cast, nullptr, false};
     return t;
   }();
   return table;

@@ -8,6 +8,7 @@
 // double: a result on a rounding tie may differ by one step.
 #include <cmath>
 
+#include "backends/cpu/host_kernels.hpp"
 #include "backends/cpu/lower/context.hpp"
 #include "backends/cpu/lower/families.hpp"
 #include "backends/reference/kernel_context.hpp"
@@ -206,6 +207,137 @@ bool lower_qlinear_matmul(Context& cx, const ir::Node& n) {
   const int dst = cx.define_plain(y);
   cx.compiled();
   cx.add_primitive(n.describe(), pd, {src, dst}, {0, 1}, {{DNNL_ARG_SRC, src_md}, {DNNL_ARG_DST, dst_md}}, std::move(constants));
+  return true;
+}
+
+bool lower_dynamic_quantize(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() != 1 || n.outputs.size() != 3 || !cx.is_f32(n.inputs[0])) return false;
+  for (const auto& out : n.outputs)
+    if (out.empty()) return false;
+  std::vector<int> args{cx.plain(n.inputs[0])};
+  for (const auto& out : n.outputs) args.push_back(cx.define_plain(out));
+  cx.compiled();
+  cx.add_kernel(n.describe(), std::move(args), {0, 1, 1, 1},
+                std::make_unique<DynamicQuantizeKernel>(ir::checked_numel(cx.dims(n.inputs[0]))));
+  return true;
+}
+
+// A uint8 zero point known only when the program runs (DynamicQuantizeLinear's)
+// as the int32 oneDNN binds: one more step converting it.
+int runtime_zero_point(Context& cx, const std::string& name) {
+  const md one_u8({1}, dt::u8, dnnl::memory::format_tag::x), one_s32({1}, dt::s32, dnnl::memory::format_tag::x);
+  const int s32 = cx.add_buffer(Buffer::Kind::Arena, 0, 4, name + "#int32");
+  cx.add_reorder("zero point " + name + " as int32", cx.plain(name), s32, one_u8, one_s32);
+  return s32;
+}
+
+// MatMulInteger of 8-bit rows (a stack of them) by constant int8 weights
+// symmetric about zero, into int32. The zero point of A may be a constant or
+// come from the run (DynamicQuantizeLinear). Where the int8 kernels are not
+// exact (int8_products_exact), a float product is, while every sum stays
+// below 2^24: K * 255 * 128 < 2^24, K up to 513. Otherwise the reference
+// kernel runs it.
+bool lower_matmul_integer(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() < 2 || n.outputs.size() != 1) return false;
+  const std::string &a = n.inputs[0], &y = n.outputs[0];
+  const ir::Tensor* w = cx.constant(n.inputs[1]);
+  const DType at = cx.dtype(a);
+  if (!is_8bit(at) || !w || w->dtype() != DType::Int8 || w->dims().size() != 2) return false;
+  const Dims ad = cx.dims(a);
+  const int64_t k = w->dims()[0], cols = w->dims()[1];
+  if (ad.size() < 2 || ad.back() != k || cx.dims(y) != [&] {
+        Dims o = ad;
+        o.back() = cols;
+        return o;
+      }())
+    return false;
+  if (n.inputs.size() > 3 && !n.inputs[3].empty()) {
+    const ir::Tensor* z = cx.constant(n.inputs[3]);
+    if (!z) return false;
+    for (int64_t i = 0; i < z->numel(); ++i)
+      if (z->as_int64(i) != 0) return false;
+  }
+  // A's zero point: none, a constant scalar, or a scalar of the run.
+  const std::string zp = n.inputs.size() > 2 ? n.inputs[2] : "";
+  const ir::Tensor* zp_constant = zp.empty() ? nullptr : cx.constant(zp);
+  if (!zp.empty() && (cx.dtype(zp) != at || ir::checked_numel(cx.dims(zp)) != 1)) return false;
+  const bool exact_int8 = passes::int8_products_exact(at, *w);
+  if (!exact_int8 && (k > 513 || (zp_constant == nullptr && !zp.empty() && at != DType::UInt8))) return false;
+  const int64_t rows = ir::checked_numel(ad) / k;
+  const md a_md = plain_md({rows, k}, *onednn_type(at));
+  const md any_w({k, cols}, exact_int8 ? dt::s8 : dt::f32, dnnl::memory::format_tag::any);
+
+  // The zero point, bound as a constant or as the converted run-time value.
+  std::vector<int> bufs;
+  std::vector<std::pair<int, md>> rt;
+  std::unordered_map<int, dnnl::memory> constants;
+  auto bind_zero_point = [&](dnnl::primitive_attr& attr, int arg) {
+    if (zp_constant) {
+      zero_point_arg(cx, constants, attr, arg, int32_t(zp_constant->as_int64(0)));
+    } else if (!zp.empty()) {
+      attr.set_zero_points(arg, 0, {DNNL_RUNTIME_S32_VAL});
+      bufs.push_back(runtime_zero_point(cx, zp));
+      rt.push_back({DNNL_ARG_ATTR_ZERO_POINTS | arg, md({1}, dt::s32, dnnl::memory::format_tag::x)});
+    }
+  };
+  const md out_md = plain_md({rows, cols}, dt::s32);
+  if (exact_int8) {
+    dnnl::primitive_attr attr = user_scratchpad();
+    bind_zero_point(attr, DNNL_ARG_SRC);
+    dnnl::matmul::primitive_desc pd;
+    try {
+      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, any_w, out_md), attr, cpu_engine());
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(plain_md({k, cols}, dt::s8), w->raw(), pd.weights_desc());
+    bufs.insert(bufs.begin(), cx.plain(a));
+    rt.insert(rt.begin(), {DNNL_ARG_SRC, a_md});
+    bufs.push_back(cx.define_plain(y));
+    rt.push_back({DNNL_ARG_DST, out_md});
+    std::vector<char> writes(bufs.size(), 0);
+    writes.back() = 1;
+    cx.compiled();
+    cx.add_primitive(n.describe(), pd, std::move(bufs), std::move(writes), std::move(rt), std::move(constants));
+    return true;
+  }
+  // In float: A less its zero point, the product, then the exact sums as int32.
+  const md a_f32 = plain_md({rows, k}), out_f32 = plain_md({rows, cols});
+  dnnl::primitive_attr shift = user_scratchpad();
+  bind_zero_point(shift, DNNL_ARG_FROM);
+  const dnnl::reorder::primitive_desc to_float(cpu_engine(), a_md, cpu_engine(), a_f32, shift);
+  const int a_float = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(a_f32.get_size()), a + "#float");
+  bufs.insert(bufs.begin(), cx.plain(a));
+  rt.insert(rt.begin(), {DNNL_ARG_FROM, a_md});
+  bufs.push_back(a_float);
+  rt.push_back({DNNL_ARG_TO, a_f32});
+  std::vector<char> writes(bufs.size(), 0);
+  writes.back() = 1;
+  cx.add_primitive(n.describe() + " (A in float)", to_float, std::move(bufs), std::move(writes), std::move(rt),
+                   std::move(constants));
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_f32, any_w, out_f32), user_scratchpad(), cpu_engine());
+  auto weights = std::make_shared<std::vector<float>>(w->data<int8_t>(), w->data<int8_t>() + w->numel());
+  const int product = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(out_f32.get_size()), y + "#float");
+  cx.add_primitive(n.describe(), pd, {a_float, product}, {0, 1}, {{DNNL_ARG_SRC, a_f32}, {DNNL_ARG_DST, out_f32}},
+                   {{DNNL_ARG_WEIGHTS, cx.constant_memory(plain_md({k, cols}), weights->data(), pd.weights_desc(), weights)}});
+  cx.add_reorder(n.describe() + " (as int32)", product, cx.define_plain(y), out_f32, out_md);
+  cx.compiled();
+  return true;
+}
+
+// Cast of the quantized and int32 types to float: a reorder (exact for
+// 8-bit values; int32 rounds to the nearest float, as a C conversion does).
+// Casts from float truncate in ONNX, where a reorder rounds: not here.
+bool lower_cast(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() != 1 || n.outputs.size() != 1 || !cx.is_f32(n.outputs[0])) return false;
+  const DType from = cx.dtype(n.inputs[0]);
+  if (!is_8bit(from) && from != DType::Int32) return false;
+  const md src = cx.val(n.inputs[0]).layout;
+  auto dst = retyped(src, dt::f32);
+  if (!dst) return false;
+  cx.add_reorder(n.describe(), cx.val(n.inputs[0]).buffer, cx.define(n.outputs[0], *dst, is_plain(*dst, cx.dims(n.outputs[0]))),
+                 src, *dst);
+  cx.compiled();
   return true;
 }
 

@@ -41,6 +41,12 @@ std::vector<ValueInfo> quantize(const NodeView& n) {
   return {with_shape(zero_point ? zero_point->dtype : DType::UInt8, input_shape(n))};
 }
 
+// y (uint8, the input's shape), y_scale (float) and y_zero_point (uint8).
+std::vector<ValueInfo> dynamic_quantize(const NodeView& n) {
+  return {with_shape(DType::UInt8, input_shape(n)), with_shape(DType::Float32, Shape{{}, true}),
+          with_shape(DType::UInt8, Shape{{}, true})};
+}
+
 std::vector<ValueInfo> dropout(const NodeView& n) {
   const ValueInfo out = same_as_input(n)[0];
   ValueInfo mask = out;
@@ -69,6 +75,7 @@ void register_elementwise_rules(ShapeRuleTable& t) {
   t.add("CastLike", &cast_like);
   t.add("DequantizeLinear", &dequantize);
   t.add("QuantizeLinear", &quantize);
+  t.add("DynamicQuantizeLinear", &dynamic_quantize);
   t.add("Dropout", &dropout);
 }
 
