@@ -272,9 +272,24 @@ def topological(graph):
 def quantize_static(kiln, model, feeds, chunk, threads, qmax):
     graph = Graph(model)
     found = targets(graph)
+    readers = {}
+    for n in graph.g.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    outputs = {o.name for o in graph.g.output}
+
+    def quantized_result(node):
+        # A Relu that alone reads the result is quantized after, as ONNX
+        # Runtime's quantizer does once it has fused the two.
+        out = node.output[0]
+        after = readers.get(out, [])
+        if len(after) == 1 and after[0].op_type == "Relu" and out not in outputs:
+            return after[0].output[0]
+        return out
+
     activations = []
     for node, _, _ in found:
-        for t in (node.input[0], node.output[0]):
+        for t in (node.input[0], quantized_result(node)):
             if t not in activations:
                 activations.append(t)
     ranges = calibrate(kiln, model, activations, feeds, chunk, threads)

@@ -1217,6 +1217,21 @@ TEST_P(OperatorTest, QdqMatMulPerColumnWeights) {
   run(c);
 }
 
+// A MaxPool between a quantizer's pair and a quantizer of the same
+// parameters pools the uint8 values (resnet's stem).
+TEST_P(OperatorTest, QdqMaxPool) {
+  Case c = quantized_case();
+  c.ops.push_back("MaxPool");
+  c.steps = 0;  // a maximum is exact
+  c.input("x", {1, 16, 9, 9});
+  quantize_dequantize(c, "x", "xd", 1.0f / 127, 128, onnx::TensorProto::UINT8);
+  c.node("MaxPool", {"xd"}, {"y"}, {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}});
+  c.scalar("y_scale", 1.0f / 127).int_constant("y_zp", {}, {128}, onnx::TensorProto::UINT8);
+  c.node("QuantizeLinear", {"y", "y_scale", "y_zp"}, {"y_q"});
+  c.output("y_q", onnx::TensorProto::UINT8);
+  run(c);
+}
+
 // A MatMul quantized dynamically, as ONNX Runtime's quantize_dynamic
 // writes it: DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by the
 // two scales. `limit`: the weights' largest magnitude (see int8_weights).

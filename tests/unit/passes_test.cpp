@@ -470,3 +470,20 @@ TEST(Passes, QdqConvWithAsymmetricWeightsStaysFloat) {
   EXPECT_EQ(std::find(ops.begin(), ops.end(), "QLinearConv"), ops.end());
   EXPECT_EQ(before, after);
 }
+
+TEST(Passes, MaxPoolBetweenEqualQuantizersPoolsTheQuantizedValues) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 2, 4, 4}).output("y", onnx::TensorProto::FLOAT, {1, 2, 2, 2});
+  b.initializer(ModelBuilder::float_tensor("s", {}, {0.02f}));
+  b.initializer(int8_tensor("z", onnx::TensorProto::UINT8, {}, {128}));
+  b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+  b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+  auto& pool = b.node("MaxPool", {"xd"}, {"p"});
+  ModelBuilder::attr_ints(pool, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(pool, "strides", {2, 2});
+  b.node("QuantizeLinear", {"p", "s", "z"}, {"pq"});
+  b.node("DequantizeLinear", {"pq", "s", "z"}, {"y"});
+  std::vector<float> before, after;
+  EXPECT_EQ(ops_after_passes(b, &before, &after), (std::vector<std::string>{"QuantizeLinear", "MaxPool", "DequantizeLinear"}));
+  EXPECT_EQ(before, after);
+}

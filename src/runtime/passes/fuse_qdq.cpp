@@ -39,6 +39,7 @@ class QdqFuser {
       if (is_onnx(g_.nodes[i], "Conv") && fuse(i, "QLinearConv")) ++fused;
       if (is_onnx(g_.nodes[i], "MatMul") && fuse(i, "QLinearMatMul")) ++fused;
     }
+    fused += quantized_max_pools();
     fused += cancel_requantization();
     if (fused) remove_dead_nodes(g_);
     return fused;
@@ -103,9 +104,9 @@ class QdqFuser {
 
   // The QuantizeLinear that alone reads `value` (a per-tensor one), or
   // nothing. Its result is the fused node's.
-  const ir::Node* only_quantizer(const std::string& value) const {
+  ir::Node* only_quantizer(const std::string& value) {
     if (uses_.count(value) == 0 || uses_.at(value) != 1 || graph_output_.count(value)) return nullptr;
-    for (const ir::Node& n : g_.nodes)
+    for (ir::Node& n : g_.nodes)
       for (const auto& in : n.inputs)
         if (in == value) {
           if (!is_onnx(n, "QuantizeLinear") || n.inputs[0] != value || n.inputs.size() < 2 || n.outputs.size() != 1)
@@ -146,7 +147,7 @@ class QdqFuser {
     // saturation computes anyway (its zero point is the lowest value).
     std::string result = n.outputs[0];
     std::vector<size_t> absorbed;
-    const ir::Node* q = only_quantizer(result);
+    ir::Node* q = only_quantizer(result);
     if (!q) {
       const ir::Node* relu = nullptr;
       for (const ir::Node& m : g_.nodes)
@@ -173,9 +174,8 @@ class QdqFuser {
     // The quantizer (and a Relu before it) become dead once nothing reads
     // the float result: the fused node takes the quantizer's output, which
     // no other node makes any more.
-    ir::Node& qnode = const_cast<ir::Node&>(*q);
-    qnode.outputs[0] = fresh_name(g_, spec_, out + "_unused");
-    spec_.result.values[qnode.outputs[0]] = spec_.result.values.at(out);
+    q->outputs[0] = fresh_name(g_, spec_, out + "_unused");
+    spec_.result.values[q->outputs[0]] = spec_.result.values.at(out);
     producer_[out] = index;
     g_.nodes[index] = std::move(fused);
     return true;
@@ -226,6 +226,31 @@ class QdqFuser {
       q.data<int32_t>()[c] = int32_t(v);
     }
     return new_constant(g_, spec_, name + "_int32", std::move(q));
+  }
+
+  // DequantizeLinear -> MaxPool -> QuantizeLinear with the same scale and
+  // zero point: the maximum of the quantized values is the quantized
+  // maximum (scales are positive), so the MaxPool takes the quantized input
+  // and makes the quantizer's output.
+  int quantized_max_pools() {
+    int moved = 0;
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      ir::Node& pool = g_.nodes[i];
+      if (!is_onnx(pool, "MaxPool") || pool.inputs.size() != 1 || pool.outputs.empty() || pool.outputs[0].empty()) continue;
+      if (pool.outputs.size() > 1 && !pool.outputs[1].empty()) continue;  // Indices
+      const ir::Node* dq = producer(pool.inputs[0]);
+      ir::Node* q = only_quantizer(pool.outputs[0]);
+      if (!dq || !is_onnx(*dq, "DequantizeLinear") || dq->inputs.size() < 2 || !q) continue;
+      if (!same_tensor(q->inputs[1], dq->inputs[1]) || !same_zero_point(*q, *dq)) continue;
+      const std::string out = q->outputs[0];
+      q->outputs[0] = fresh_name(g_, spec_, out + "_unused");
+      spec_.result.values[q->outputs[0]] = spec_.result.values.at(out);
+      pool.inputs[0] = dq->inputs[0];
+      pool.outputs = {out};
+      producer_[out] = i;
+      ++moved;
+    }
+    return moved;
   }
 
   // A QuantizeLinear of a DequantizeLinear with the same scale and zero

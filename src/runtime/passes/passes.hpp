@@ -34,8 +34,10 @@ int fold_batch_norm(ir::Graph& graph, ir::Specialization& spec);
 // weights symmetric about zero, per tensor or per output channel) whose
 // result only a per-tensor QuantizeLinear reads, possibly through a Relu its
 // saturation implies, become QLinearConv and QLinearMatMul; a float bias
-// becomes int32 at the product's scale. A QuantizeLinear of a
-// DequantizeLinear with the same parameters is bypassed. New values get
+// becomes int32 at the product's scale. A MaxPool between a
+// DequantizeLinear and a QuantizeLinear of the same parameters pools the
+// quantized values, and a QuantizeLinear of a DequantizeLinear with the same
+// parameters is bypassed. New values get
 // their types in `spec`.
 // Only where int8_products_exact says the int8 kernels compute the same
 // sums as the reference.

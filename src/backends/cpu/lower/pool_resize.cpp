@@ -53,7 +53,11 @@ bool onednn_takes_these_taps(const std::vector<std::vector<ref::ResizeTap>>& tap
 }  // namespace
 
 bool lower_pool(Context& cx, const ir::Node& n) {
-  if (n.inputs.empty() || !cx.is_f32(n.inputs[0])) return false;
+  if (n.inputs.empty()) return false;
+  // The maximum of quantized values is the quantized maximum (fuse_qdq).
+  const DType type = cx.dtype(n.inputs[0]);
+  const bool quantized = n.op_type == "MaxPool" && (type == DType::UInt8 || type == DType::Int8);
+  if (!cx.is_f32(n.inputs[0]) && !quantized) return false;
   if (!cx.only_first_output_wanted(n)) return false;
   const Dims in = cx.dims(n.inputs[0]), out = cx.dims(n.outputs[0]);
   if (in.size() < 3 || in.size() > 5) return false;
@@ -102,7 +106,7 @@ bool lower_pool(Context& cx, const ir::Node& n) {
   for (int64_t d : geo.dilations) dil.push_back(d - 1);
   auto describe = [&](const md& src) {
     dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src,
-                                        md(to_dnnl(out), dt::f32, dnnl::memory::format_tag::any), to_dnnl(geo.strides),
+                                        md(to_dnnl(out), *onednn_type(type), dnnl::memory::format_tag::any), to_dnnl(geo.strides),
                                         to_dnnl(geo.kernel), dil, to_dnnl(geo.pad_begin), to_dnnl(geo.pad_end));
     return dnnl::pooling_v2_forward::primitive_desc(desc, user_scratchpad(), cpu_engine());
   };
