@@ -39,7 +39,7 @@
 
 #include "backends/cpu/codegen.hpp"
 #include "backends/cpu/host_kernels.hpp"
-#include "backends/cpu/interpreter_backend.hpp"
+#include "backends/cpu/interpreter/backend.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/lowering.hpp"
 #include "backends/cpu/program_io.hpp"

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "backends/cpu/interpreter_kernels.hpp"
+#include "backends/cpu/interpreter/kernels.hpp"
 #include "backends/cpu/omp_team.hpp"
 #include "backends/cpu/portable/simd.hpp"
 #include "backends/cpu/vector_clones.hpp"

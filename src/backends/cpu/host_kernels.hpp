@@ -120,7 +120,7 @@ class DynamicQuantizeKernel : public Kernel {
 };
 
 // One node run by its reference kernel, or by the faster one the
-// interpreter has for it (interpreter_kernels.hpp). args: the values the node reads
+// interpreter has for it (interpreter/kernels.hpp). args: the values the node reads
 // (ir::values_read order), then its outputs. Its outputs must have the shapes
 // the specialization inferred.
 class ReferenceKernel : public Kernel {

@@ -6,29 +6,21 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
 
-#include <xxhash.h>
-
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
-#include <system_error>
-#include <thread>
-#include <unordered_map>
 
 #include "runtime/ir/file_hash.hpp"
 #include "runtime/ir/huge_pages.hpp"
+#include "runtime/onnx/model_files.hpp"
+#include "runtime/onnx/tensor_proto.hpp"
 
 namespace kiln::onnx_import {
 
@@ -40,51 +32,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Opens a file to read, refusing anything but a regular file: reading a
-// FIFO would wait for a writer forever, a device could be endless.
-int open_regular(const std::string& path, const std::string& what, struct stat& st) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) fail(ErrorKind::Io, "cannot open " + what + " '" + path + "': " + std::strerror(errno));
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int err = errno;
-    ::close(fd);
-    if (S_ISDIR(st.st_mode)) fail(ErrorKind::Io, "cannot read " + what + " '" + path + "': is a directory");
-    fail(ErrorKind::Io,
-         "cannot read " + what + " '" + path + "': " + (S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file"));
-  }
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  return fd;
-}
-
-std::string read_file(const std::string& path, const char* what) {
-  struct stat st{};
-  const int fd = open_regular(path, what, st);
-  if (st.st_size > INT_MAX) {
-    ::close(fd);
-    fail(ErrorKind::InvalidModel,
-         "'" + path + "' is larger than 2 GiB; protobuf files cannot be; store the weights as external data");
-  }
-  std::string bytes(size_t(st.st_size), '\0');
-  size_t at = 0;
-  while (at < bytes.size()) {
-    const ssize_t n = ::read(fd, bytes.data() + at, bytes.size() - at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    at += size_t(n);
-  }
-  ::close(fd);
-  if (at != bytes.size()) fail(ErrorKind::Io, std::string("cannot read ") + what + " '" + path + "'");
-  return bytes;
-}
-
-// Where an open file really is, every link resolved.
-std::string real_path_of(int fd, const std::string& path) {
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/fd/" + std::to_string(fd), ec);
-  if (ec) p = fs::canonical(path, ec);  // no /proc: resolved by name
-  return ec ? std::string() : p.string();
-}
-
 template <typename Proto>
 bool parse_proto(Proto& proto, const void* data, size_t size) {
   if (size > size_t(INT_MAX)) return false;
@@ -93,120 +40,6 @@ bool parse_proto(Proto& proto, const void* data, size_t size) {
   coded.SetTotalBytesLimit(INT_MAX);
   return proto.ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage();
 }
-
-// A model file mapped read-only for as long as weights view it.
-struct MappedFile {
-  const uint8_t* data = nullptr;
-  size_t size = 0;
-  int fd = -1;  // kept open: own_weights checks the file was not truncated
-  std::string path;
-  XXH128_hash_t hash{};  // of the file alone (hash_blocks), to tell whether it changed since loading
-  int hash_threads = 1;
-  // The model's external data files, when their weights are views too
-  // (owned, like the rest, by the model file's MappedFile).
-  std::vector<std::shared_ptr<MappedFile>> external;
-  ~MappedFile() {
-    if (data) ::munmap(const_cast<uint8_t*>(data), size);
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-struct Span {
-  const uint8_t* data;
-  size_t size;
-};
-
-// Calls work(i) for every i < count on `threads` threads: the caller and up
-// to threads - 1 started here (fewer if the system has none to give).
-template <typename Work>
-void for_each_on_threads(size_t count, int threads, const Work& work) {
-  std::atomic<size_t> next{0};
-  auto take = [&] {
-    for (size_t i; (i = next++) < count;) work(i);
-  };
-  std::vector<std::thread> helpers;
-  for (size_t t = 1; t < std::min(size_t(std::max(threads, 1)), count); ++t) {
-    try {
-      helpers.emplace_back(take);
-    } catch (const std::system_error&) {
-      break;
-    }
-  }
-  take();
-  for (auto& h : helpers) h.join();
-}
-
-constexpr size_t kBlock = size_t(4) << 20;
-
-// A model file's identity: XXH3-128 of each 4 MiB block, `threads` of them
-// at once, then XXH3-128 of those digests and the size, so that it does not
-// depend on the thread count. One thread took 16-24 ms over resnet50's
-// freshly mapped 98 MB (faulting its pages in and hashing them), two took
-// 10-12.
-XXH128_hash_t hash_blocks(const uint8_t* data, size_t size, int threads) {
-  const size_t blocks = std::max<size_t>(1, (size + kBlock - 1) / kBlock);
-  std::vector<XXH128_canonical_t> digests(blocks);
-  for_each_on_threads(blocks, threads, [&](size_t b) {
-    XXH128_canonicalFromHash(&digests[b], XXH3_128bits(data + b * kBlock, std::min(kBlock, size - std::min(size, b * kBlock))));
-  });
-  XXH3_state_t* state = XXH3_createState();
-  if (!state) throw std::bad_alloc();
-  XXH3_128bits_reset(state);
-  XXH3_128bits_update(state, digests.data(), digests.size() * sizeof(XXH128_canonical_t));
-  const uint64_t bytes = size;
-  XXH3_128bits_update(state, &bytes, sizeof bytes);
-  const XXH128_hash_t h = XXH3_128bits_digest(state);
-  XXH3_freeState(state);
-  return h;
-}
-
-std::string hex_of(XXH128_hash_t hash) {
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, hash);
-  return ir::hex_digest(c.digest, sizeof c.digest);
-}
-
-std::optional<XXH128_hash_t> hash_from_hex(const std::string& hex) {
-  XXH128_canonical_t c;
-  if (!ir::parse_hex_digest(hex, c.digest, sizeof c.digest)) return std::nullopt;
-  return XXH128_hashFromCanonical(&c);
-}
-
-// A mapped file's hash: remembered by its identity if the caller keeps a
-// memo (the cache), else read and told to the memo.
-void identify(MappedFile& file, const struct stat& st, const timespec& looked_at, const ImportOptions& opts) {
-  std::optional<XXH128_hash_t> known;
-  if (opts.recall_file_hash) known = hash_from_hex(opts.recall_file_hash(st));
-  file.hash = known ? *known : hash_blocks(file.data, file.size, opts.hash_threads);
-  if (!known && opts.remember_file_hash) opts.remember_file_hash(file.path, st, looked_at, hex_of(file.hash));
-  file.hash_threads = opts.hash_threads;
-}
-
-// An external data file, mapped read-only and identified.
-// `inside`: the real path of the directory the file must be in (links in
-// the model's directory must not lead a hostile model to other files).
-std::shared_ptr<MappedFile> map_external(const std::string& path, const std::string& inside, const ImportOptions& opts,
-                                         const std::string& where) {
-  const timespec looked_at = ir::coarse_now();
-  auto file = std::make_shared<MappedFile>();
-  file->path = path;
-  struct stat st{};
-  file->fd = open_regular(path, where + "external data file", st);
-  const std::string real = real_path_of(file->fd, path);
-  if (real.empty() || real.rfind(inside == "/" ? inside : inside + "/", 0) != 0)
-    fail(ErrorKind::InvalidModel, where + "external data file '" + path + "' is really '" + real +
-                                      "', outside the model's directory '" + inside + "' (through a symbolic link)");
-  file->size = size_t(st.st_size);
-  if (file->size > 0) {
-    void* map = ::mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, file->fd, 0);
-    if (map == MAP_FAILED) fail(ErrorKind::Io, where + "cannot map external data file '" + path + "': " + std::strerror(errno));
-    file->data = static_cast<const uint8_t*>(map);
-  }
-  identify(*file, st, looked_at, opts);
-  return file;
-}
-
-using RawSpans = std::unordered_map<const onnx::TensorProto*, Span>;
 
 // Walks the fields of one serialized message: each length-delimited field
 // numbered `wanted` goes to `take`, every other field is appended to `rest`
@@ -277,24 +110,14 @@ bool parse_model_keeping_weights(const uint8_t* data, size_t size, onnx::ModelPr
 
 class Importer {
  public:
-  Importer(std::string label, ImportOptions options) : label_(std::move(label)), options_(std::move(options)) {
-    XXH3_128bits_reset(hash_.get());
-  }
+  Importer(std::string label, ImportOptions options)
+      : label_(std::move(label)), options_(std::move(options)), reader_(label_, options_, hash_) {}
 
-  // The model's identity for cache keys: the file, then every external
-  // weight read, in order, hashed as they pass (no second read).
-  void hash(const void* data, size_t size) { XXH3_128bits_update(hash_.get(), data, size); }
-  void hash_file(const XXH128_hash_t& file) {
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, file);
-    hash(&c, sizeof c);
-  }
-  XXH128_hash_t digest() const { return XXH3_128bits_digest(hash_.get()); }
+  void hash_file(const XXH128_hash_t& file) { hash_.hash_file(file); }
 
   // Initializers whose raw data stays in the mapped file `file`.
   void keep_weights_in(std::shared_ptr<MappedFile> file, RawSpans raw) {
-    file_ = std::move(file);
-    raw_in_file_ = std::move(raw);
+    reader_.keep_weights_in(std::move(file), std::move(raw));
   }
 
   ir::Model import(const onnx::ModelProto& mp) {
@@ -322,182 +145,12 @@ class Importer {
     }
     if (!mp.has_graph()) fail(ErrorKind::InvalidModel, label_ + ": the model has no graph");
     m.graph = import_graph(mp.graph(), "graph");
-    if (file_ && (!raw_in_file_.empty() || !file_->external.empty())) m.mapped_file = file_;
-    m.content_hash = hex_of(digest());
+    m.mapped_file = reader_.viewed_file();
+    m.content_hash = hex_of(hash_.digest());
     return m;
   }
 
-  ir::Tensor tensor(const onnx::TensorProto& tp, const std::string& where) {
-    DType dt = dtype(tp.data_type(), where + " '" + tp.name() + "'");
-    ir::Dims dims;
-    for (int64_t d : tp.dims()) {
-      if (d < 0) fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "has negative dimension " + std::to_string(d));
-      dims.push_back(d);
-    }
-    int64_t numel;
-    try {
-      numel = ir::checked_numel(dims);
-    } catch (const ir::Error&) {
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "shape " + ir::dims_to_string(dims) + " is too large");
-    }
-    const size_t esize = ir::dtype_size(dt);
-    const uint64_t want_bytes = uint64_t(numel) * esize;
-
-    if (tp.has_data_location() && tp.data_location() == onnx::TensorProto::EXTERNAL)
-      return external_tensor(tp, dt, dims, want_bytes, where);
-
-    auto raw_size_error = [&](size_t have) {
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "shape " + ir::dims_to_string(dims) + " of " +
-                                        ir::dtype_name(dt) + " needs " + std::to_string(want_bytes) +
-                                        " bytes of raw data, the file holds " + std::to_string(have));
-    };
-    auto count_error = [&](size_t have) {
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "shape " + ir::dims_to_string(dims) + " needs " +
-                                        std::to_string(numel) + " elements, the file holds " + std::to_string(have));
-    };
-    if (auto it = raw_in_file_.find(&tp); it != raw_in_file_.end()) {
-      if (it->second.size != want_bytes) raw_size_error(it->second.size);
-      if (want_bytes == 0) return ir::Tensor(dt, dims);
-      // Read only until own_weights() copies it out.
-      return ir::Tensor::view(dt, dims, const_cast<uint8_t*>(it->second.data), file_);
-    }
-    if (tp.has_raw_data()) {
-      if (tp.raw_data().size() != want_bytes) raw_size_error(tp.raw_data().size());
-      if (want_bytes == 0) return ir::Tensor(dt, dims);
-      // Every message an Importer reads belongs to that import and is thrown
-      // away after it: the weights move out of it instead of being copied
-      // (for resnet50, 100 MB less to copy on every load).
-      std::shared_ptr<std::string> bytes(const_cast<onnx::TensorProto&>(tp).release_raw_data());
-      return ir::Tensor::view(dt, dims, bytes->data(), bytes);
-    }
-    // Check the element count before allocating: a hostile file may claim
-    // a huge shape and carry no data at all.
-    int64_t have;
-    switch (dt) {
-      case DType::Float32: have = tp.float_data_size(); break;
-      case DType::Float64: have = tp.double_data_size(); break;
-      case DType::Int64: have = tp.int64_data_size(); break;
-      case DType::UInt32:
-      case DType::UInt64: have = tp.uint64_data_size(); break;
-      default: have = tp.int32_data_size();
-    }
-    if (have != numel) count_error(size_t(have));
-    ir::Tensor t(dt, dims);
-    switch (dt) {
-      case DType::Float32: std::copy(tp.float_data().begin(), tp.float_data().end(), t.data<float>()); break;
-      case DType::Float64: std::copy(tp.double_data().begin(), tp.double_data().end(), t.data<double>()); break;
-      case DType::Int64: std::copy(tp.int64_data().begin(), tp.int64_data().end(), t.data<int64_t>()); break;
-      case DType::UInt32:
-      case DType::UInt64: {
-        for (int64_t i = 0; i < numel; ++i) {
-          uint64_t v = tp.uint64_data(int(i));
-          if (dt == DType::UInt32)
-            t.data<uint32_t>()[i] = uint32_t(v);
-          else
-            t.data<uint64_t>()[i] = v;
-        }
-        break;
-      }
-      default: {
-        // int32_data carries every type of 32 bits or less, 16-bit floats as bit patterns.
-        for (int64_t i = 0; i < numel; ++i) {
-          int32_t v = tp.int32_data(int(i));
-          switch (dt) {
-            case DType::Int32: t.data<int32_t>()[i] = v; break;
-            case DType::Int16: t.data<int16_t>()[i] = int16_t(v); break;
-            case DType::Int8: t.data<int8_t>()[i] = int8_t(v); break;
-            case DType::UInt16: t.data<uint16_t>()[i] = uint16_t(v); break;
-            case DType::UInt8: t.data<uint8_t>()[i] = uint8_t(v); break;
-            case DType::Bool: t.data<bool>()[i] = v != 0; break;
-            case DType::Float16: t.data<ir::Half>()[i].bits = uint16_t(v); break;
-            case DType::BFloat16: t.data<ir::BFloat16>()[i].bits = uint16_t(v); break;
-            default:
-              fail(ErrorKind::Unsupported,
-                   where_msg(where, tp.name()) + "element type " + ir::dtype_name(dt) + " is not supported");
-          }
-        }
-      }
-    }
-    return t;
-  }
-
  private:
-  static std::string where_msg(const std::string& where, const std::string& name) {
-    return where + (name.empty() ? "" : " '" + name + "'") + ": ";
-  }
-
-  DType dtype(int32_t code, const std::string& where) {
-    if (code <= 0 || code > int32_t(DType::BFloat16))
-      fail(ErrorKind::InvalidModel, label_ + ": " + where + " has unknown element type code " + std::to_string(code));
-    DType dt = DType(code);
-    if (!ir::dtype_supported(dt))
-      fail(ErrorKind::Unsupported,
-           label_ + ": " + where + " has element type " + ir::dtype_name(dt) + ", which Kiln does not support");
-    return dt;
-  }
-
-  ir::Tensor external_tensor(const onnx::TensorProto& tp, DType dt, const ir::Dims& dims, uint64_t want_bytes,
-                             const std::string& where) {
-    std::string location;
-    int64_t offset = 0, length = -1;
-    for (const auto& kv : tp.external_data()) {
-      try {
-        if (kv.key() == "location")
-          location = kv.value();
-        else if (kv.key() == "offset")
-          offset = std::stoll(kv.value());
-        else if (kv.key() == "length")
-          length = std::stoll(kv.value());
-      } catch (const std::exception&) {
-        fail(ErrorKind::InvalidModel,
-             where_msg(where, tp.name()) + "external data field '" + kv.key() + "' is not a number: '" + kv.value() + "'");
-      }
-    }
-    std::string dir = options_.external_data_dir;
-    if (dir.empty())
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "weights are in an external file '" + location +
-                                        "' but the model was loaded from memory without a directory for external data");
-    if (location.empty()) fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data has no location");
-    fs::path rel(location);
-    // Keep external data inside the model's directory: a hostile file must not read /etc/passwd.
-    if (rel.is_absolute() || location.find("..") != std::string::npos)
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data location '" + location +
-                                        "' must be a relative path inside the model's directory");
-    const std::string full = (fs::path(dir) / rel).string();
-    std::shared_ptr<MappedFile>& file = external_[full];
-    if (!file) {
-      std::error_code ec;
-      const std::string inside = fs::canonical(dir, ec).string();
-      if (ec)
-        fail(ErrorKind::Io,
-             where_msg(where, tp.name()) + "cannot open the external data directory '" + dir + "': " + ec.message());
-      file = map_external(full, inside, options_, where_msg(where, tp.name()));
-      if (file_) file_->external.push_back(file);
-    }
-    const uint64_t file_size = file->size;
-    if (offset < 0 || uint64_t(offset) > file_size)
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data offset " + std::to_string(offset) +
-                                        " is outside '" + full + "' (" + std::to_string(file_size) + " bytes)");
-    if (length >= 0 && uint64_t(length) != want_bytes)
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data length " + std::to_string(length) +
-                                        " does not match the " + std::to_string(want_bytes) + " bytes its shape needs");
-    if (file_size - uint64_t(offset) < want_bytes)
-      fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "external data file '" + full + "' is too short: needs " +
-                                        std::to_string(want_bytes) + " bytes at offset " + std::to_string(offset));
-    // The file's identity and where in it: each file is read once however
-    // many tensors it holds, and not at all when its hash is remembered.
-    hash_file(file->hash);
-    const uint64_t span[2] = {uint64_t(offset), want_bytes};
-    hash(span, sizeof span);
-    if (want_bytes == 0) return ir::Tensor(dt, dims);
-    const uint8_t* at = file->data + offset;
-    // Read only until own_weights() copies it out.
-    if (file_) return ir::Tensor::view(dt, dims, const_cast<uint8_t*>(at), file_);
-    ir::Tensor t = ir::Tensor::uninitialized(dt, dims);
-    std::memcpy(t.raw(), at, want_bytes);
-    return t;
-  }
-
   ir::ValueInfo value_info(const onnx::ValueInfoProto& vp, const std::string& where) {
     ir::ValueInfo v;
     v.name = vp.name();
@@ -512,7 +165,7 @@ class Importer {
                                        "; Kiln supports dense tensors only");
     if (!type.has_tensor_type()) return v;
     const auto& tt = type.tensor_type();
-    if (tt.elem_type() != 0) v.dtype = dtype(tt.elem_type(), where + " '" + vp.name() + "'");
+    if (tt.elem_type() != 0) v.dtype = reader_.dtype(tt.elem_type(), where + " '" + vp.name() + "'");
     if (tt.has_shape()) {
       v.shape = ir::Shape{};
       for (const auto& d : tt.shape().dim()) {
@@ -550,7 +203,7 @@ class Importer {
         break;
       case onnx::AttributeProto::TENSOR:
         a.kind = K::Tensor;
-        a.t = tensor(ap.t(), where);
+        a.t = reader_.tensor(ap.t(), where);
         break;
       case onnx::AttributeProto::GRAPH:
         a.kind = K::Graph;
@@ -570,7 +223,7 @@ class Importer {
         break;
       case onnx::AttributeProto::TENSORS:
         a.kind = K::Tensors;
-        for (const auto& t : ap.tensors()) a.tensors.push_back(tensor(t, where));
+        for (const auto& t : ap.tensors()) a.tensors.push_back(reader_.tensor(t, where));
         break;
       case onnx::AttributeProto::GRAPHS:
         a.kind = K::Graphs;
@@ -589,7 +242,7 @@ class Importer {
           a.s = ap.s();
         } else if (ap.has_t()) {
           a.kind = K::Tensor;
-          a.t = tensor(ap.t(), where);
+          a.t = reader_.tensor(ap.t(), where);
         } else if (ap.has_g()) {
           a.kind = K::Graph;
           a.g = import_graph(ap.g(), where);
@@ -635,7 +288,7 @@ class Importer {
 
     for (const auto& t : gp.initializer()) {
       if (t.name().empty()) fail(ErrorKind::InvalidModel, label_ + ": " + gwhere + " has an initializer without a name");
-      g->initializers[t.name()] = tensor(t, label_ + ": initializer");
+      g->initializers[t.name()] = reader_.tensor(t, label_ + ": initializer");
     }
     if (gp.sparse_initializer_size())
       fail(ErrorKind::Unsupported, label_ + ": " + gwhere + " has sparse initializers, which Kiln does not support");
@@ -697,12 +350,10 @@ class Importer {
 
   std::string label_;
   ImportOptions options_;
-  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash_{XXH3_createState(), XXH3_freeState};
+  ContentHash hash_;
+  TensorReader reader_;
   std::map<std::string, int64_t> opsets_;
   int depth_ = 0;
-  std::shared_ptr<MappedFile> file_;
-  RawSpans raw_in_file_;
-  std::map<std::string, std::shared_ptr<MappedFile>> external_;  // by path
 };
 
 }  // namespace
@@ -800,7 +451,9 @@ ir::Tensor import_tensor_bytes(const void* data, size_t size, const std::string&
   onnx::TensorProto tp;
   if (!parse_proto(tp, data, size)) fail(ErrorKind::InvalidModel, label + ": not a valid ONNX TensorProto");
   if (tp.data_type() == int32_t(DType::String)) fail(ErrorKind::Unsupported, label + ": string tensors are not supported");
-  return Importer(label, {}).tensor(tp, label + ": tensor");
+  const ImportOptions none;
+  ContentHash unused;
+  return TensorReader(label, none, unused).tensor(tp, label + ": tensor");
 }
 
 ir::Tensor import_tensor_file(const std::string& path) {

@@ -135,7 +135,7 @@ bool lower_pool(Context& cx, const ir::Node& n) {
 // nearest upsampling by whole factors, a detector's bilinear image resize.
 // It then runs in the activations' blocked layout; as a reference-kernel
 // step it needed them plain, with reorders on both sides. The other
-// Resizes run the interpreter's kernel (interpreter_kernels.cpp: the same
+// Resizes run the interpreter's kernel (interpreter/resize.cpp: the same
 // plan of taps, on plain values only); the reference kernel stays the
 // oracle both are tested against.
 bool lower_resize(Context& cx, const ir::Node& n) {

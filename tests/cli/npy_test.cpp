@@ -24,7 +24,7 @@ using kiln::Shape;
 
 namespace {
 
-const std::string kNumpyFiles = std::string(KILN_SOURCE_DIR) + "/tests/unit/npy_data/";
+const std::string kNumpyFiles = std::string(KILN_SOURCE_DIR) + "/tests/cli/npy_data/";
 
 // Per-process paths: ctest runs tests in parallel processes.
 fs::path temp_path(const std::string& name) { return fs::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid())); }
@@ -96,7 +96,7 @@ std::string refusal(const fs::path& path, kiln::ErrorCode code = kiln::ErrorCode
   return "";
 }
 
-// ---- files numpy wrote (tests/unit/npy_data/make_npy_data.py) ----------
+// ---- files numpy wrote (tests/cli/npy_data/make_npy_data.py) ----------
 
 struct NumpyFile {
   const char* name;

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-# Writes the .npy files that tests/unit/npy_test.cpp reads, with numpy itself
+# Writes the .npy files that tests/cli/npy_test.cpp reads, with numpy itself
 # (Debian's python3-numpy). Element i of every array is i % 7 (bool: i % 2),
 # so that the test knows the values without a second copy of them.
-# Run: /usr/bin/python3 tests/unit/npy_data/make_npy_data.py
+# Run: /usr/bin/python3 tests/cli/npy_data/make_npy_data.py
 import os
 
 import numpy as np

@@ -1,9 +1,9 @@
-#include "backends/cpu/interpreter_backend.hpp"
+#include "backends/cpu/interpreter/backend.hpp"
 
 #include <mutex>
 #include "backends/artifact_weights.hpp"
 
-#include "backends/cpu/interpreter_kernels.hpp"
+#include "backends/cpu/interpreter/kernels.hpp"
 #include "backends/cpu/step_profile.hpp"
 #include "backends/reference/reference_executor.hpp"
 #include "runtime/ir/serialize.hpp"
