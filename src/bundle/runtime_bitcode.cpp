@@ -3,8 +3,6 @@
 #include <llvm/IR/Function.h>
 #include <llvm/IR/Module.h>
 
-#include <cstddef>
-
 #include "backends/cpu/embedded_bitcode.hpp"
 #include "backends/cpu/jit.hpp"
 
@@ -20,16 +18,10 @@ extern const char kiln_bundle_native_bitcode_end[];
 
 namespace kiln::bundle {
 
-namespace {
-
-std::string_view bytes(const char* begin, const char* end) { return {begin, size_t(end - begin)}; }
-
-}  // namespace
-
 void link_bundle_runtime(llvm::Module& m) {
   static const cpu::EmbeddedBitcode copies[] = {
-      {"x86_64", bytes(kiln_bundle_runtime_bitcode_x86_64, kiln_bundle_runtime_bitcode_x86_64_end)},
-      {"aarch64", bytes(kiln_bundle_runtime_bitcode_aarch64, kiln_bundle_runtime_bitcode_aarch64_end)},
+      {"x86_64", cpu::embedded_bytes(kiln_bundle_runtime_bitcode_x86_64, kiln_bundle_runtime_bitcode_x86_64_end)},
+      {"aarch64", cpu::embedded_bytes(kiln_bundle_runtime_bitcode_aarch64, kiln_bundle_runtime_bitcode_aarch64_end)},
   };
   constexpr std::string_view library = "bundle runtime";
   // The runtime checks the CPU before the bundle's code runs: it keeps the
@@ -40,7 +32,7 @@ void link_bundle_runtime(llvm::Module& m) {
 
 void link_native_runtime(llvm::Module& m) {
   static const cpu::EmbeddedBitcode copies[] = {
-      {KILN_NATIVE_ARCH, bytes(kiln_bundle_native_bitcode, kiln_bundle_native_bitcode_end)},
+      {KILN_NATIVE_ARCH, cpu::embedded_bytes(kiln_bundle_native_bitcode, kiln_bundle_native_bitcode_end)},
   };
   constexpr std::string_view library = "native bundle runtime";
   cpu::link_bitcode(m, cpu::bitcode_for(m, copies, library), library);

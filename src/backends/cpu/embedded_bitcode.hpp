@@ -5,6 +5,7 @@
 #include <llvm/ADT/STLFunctionalExtras.h>
 #include <llvm/ADT/StringRef.h>
 
+#include <cstddef>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -22,6 +23,9 @@ struct EmbeddedBitcode {
   std::string_view arch;  // as llvm::Triple names it: "x86_64", "aarch64"
   std::string_view bytes;
 };
+
+// The bytes between an .incbin's start and end symbols.
+inline std::string_view embedded_bytes(const char* begin, const char* end) { return {begin, size_t(end - begin)}; }
 
 // The copy among `copies` for the module's target architecture. Throws
 // ir::Error(Unsupported), naming `library` and the architectures it was built

@@ -4,7 +4,6 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
-#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -24,12 +23,10 @@ namespace {
 
 constexpr std::string_view kLibrary = "portable kernels";
 
-std::string_view bytes(const char* begin, const char* end) { return {begin, size_t(end - begin)}; }
-
 std::string_view kernel_bitcode(const llvm::Module& m) {
   static const EmbeddedBitcode copies[] = {
-      {"x86_64", bytes(kiln_portable_bitcode_x86_64, kiln_portable_bitcode_x86_64_end)},
-      {"aarch64", bytes(kiln_portable_bitcode_aarch64, kiln_portable_bitcode_aarch64_end)},
+      {"x86_64", embedded_bytes(kiln_portable_bitcode_x86_64, kiln_portable_bitcode_x86_64_end)},
+      {"aarch64", embedded_bytes(kiln_portable_bitcode_aarch64, kiln_portable_bitcode_aarch64_end)},
   };
   return bitcode_for(m, copies, kLibrary);
 }
