@@ -20,6 +20,7 @@
 #include "bundle/runtime/bundle_abi.h"
 #include "bundle/runtime/bundle_cpu_features.h"
 #include "bundle/runtime/bundle_native.h"
+#include "bundle/runtime_bitcode.hpp"
 #include "runtime/ir/error.hpp"
 
 namespace kiln::bundle {
@@ -240,9 +241,9 @@ std::string compile_bundle(const BundlePlan& plan, const cpu::TargetCompiler& co
     ir::fail(ir::ErrorKind::InvalidArgument,
              "a bundle has at most " + std::to_string(KILN_BUNDLE_MAX_IO) + " inputs and outputs");
   auto unit = compiler.new_module(plan.name);
-  cpu::link_bitcode(*unit.module, cpu::BitcodeLibrary::Kernels, compiler.vector_config());
-  cpu::link_bitcode(*unit.module, cpu::BitcodeLibrary::BundleRuntime);
-  if (plan.native) cpu::link_bitcode(*unit.module, cpu::BitcodeLibrary::BundleNative);
+  cpu::link_kernel_bitcode(*unit.module, compiler.vector_config());
+  link_bundle_runtime(*unit.module);
+  if (plan.native) link_native_runtime(*unit.module);
   try {
     BundleEmitter(*unit.module, plan, compiler).emit();
   } catch (const nlohmann::json::exception& e) {

@@ -361,7 +361,7 @@ void Jit::link_portable_kernels(std::string_view cached_object) {
     if (code.empty()) {
       auto unit = new_module("kiln_portable_kernels");
       MachinePool::Borrowed machine(*impl_->machines);
-      link_bitcode(*unit.module, BitcodeLibrary::Kernels, vectors_of(*machine), KernelLinkage::Shared);
+      link_kernel_bitcode(*unit.module, vectors_of(*machine), KernelLinkage::Shared);
       code = optimise_and_emit(*unit.module, *machine, Optimise::Full);
       impl_->codegen_runs++;
     }

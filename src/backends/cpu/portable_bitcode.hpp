@@ -1,10 +1,7 @@
 #pragma once
-// Code compiled to LLVM bitcode at build time by clang-19, one file per
-// target architecture, embedded in libkiln: the portable kernel library, and
-// the runtime of frozen bundles.
+// The portable kernel library (src/backends/cpu/portable) as bitcode, one
+// copy per target architecture, embedded in libkiln (see embedded_bitcode.hpp).
 #include <cstdint>
-#include <string>
-#include <vector>
 
 namespace llvm {
 class Module;
@@ -12,21 +9,12 @@ class Module;
 
 namespace kiln::cpu {
 
-enum class BitcodeLibrary {
-  Kernels,        // src/backends/cpu/portable
-  BundleRuntime,  // src/bundle/runtime/bundle_runtime.c
-  BundleNative,   // src/bundle/runtime/bundle_native.c: the host's architecture only
-};
-
 // What the GEMM micro-kernels are shaped for: the target's widest vector
 // register and how many there are.
 struct VectorConfig {
   int32_t bytes = 16;
   int32_t registers = 16;
 };
-
-// The architectures ("x86_64", "aarch64") there is bitcode for.
-std::vector<std::string> bitcode_architectures();
 
 enum class KernelLinkage {
   // Bundles: every function internal (what no step calls is dropped); the
@@ -38,11 +26,10 @@ enum class KernelLinkage {
   Shared,
 };
 
-// Links the whole library into `m`, for the module's target triple. Throws
-// ir::Error(Unsupported) if there is no bitcode for the triple's
+// Links the whole kernel library into `m`, for the module's target triple.
+// Throws ir::Error(Unsupported) if there is no bitcode for the triple's
 // architecture, Internal if it does not link.
-void link_bitcode(llvm::Module& m, BitcodeLibrary library, VectorConfig vectors = {},
-                  KernelLinkage linkage = KernelLinkage::Specialized);
+void link_kernel_bitcode(llvm::Module& m, VectorConfig vectors = {}, KernelLinkage linkage = KernelLinkage::Specialized);
 
 // Declares every kiln_pk_* kernel in `m` (types from the embedded bitcode,
 // bodies not read): what a specialization calling the JIT's shared kernel
