@@ -1217,6 +1217,20 @@ TEST_P(OperatorTest, QdqMatMulPerColumnWeights) {
   run(c);
 }
 
+// ConvInteger's int32 sums are exact wherever it compiles.
+TEST_P(OperatorTest, ConvInteger) {
+  Case c = quantized_case();
+  c.ops = {"ConvInteger"};
+  c.steps = 0;
+  c.input("x", {1, 4, 6, 6});
+  c.scalar("xs", 1.0f / 127).int_constant("xz", {}, {100}, onnx::TensorProto::UINT8);
+  c.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  c.int_constant("w", {6, 4, 3, 3}, int8_values(c, 6 * 4 * 3 * 3, 64), onnx::TensorProto::INT8);
+  c.node("ConvInteger", {"xq", "w", "xz"}, {"y"}, {{"pads", {1, 0, 1, 0}}});
+  c.output("y", kInt32);
+  run(c);
+}
+
 // A MaxPool between a quantizer's pair and a quantizer of the same
 // parameters pools the uint8 values (resnet's stem).
 TEST_P(OperatorTest, QdqMaxPool) {

@@ -50,6 +50,7 @@ bool portable_gather(Context& cx, const ir::Node& n);
 
 // quantized.cpp
 bool lower_qlinear_conv(Context& cx, const ir::Node& n);
+bool lower_conv_integer(Context& cx, const ir::Node& n);
 bool lower_qlinear_matmul(Context& cx, const ir::Node& n);
 bool lower_matmul_integer(Context& cx, const ir::Node& n);
 bool lower_dynamic_quantize(Context& cx, const ir::Node& n);

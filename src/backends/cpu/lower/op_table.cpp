@@ -53,6 +53,7 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
         {"LSTM", primitive(&lower_recurrent, &portable_recurrent)},
         // quantized.cpp
         {"QLinearConv", primitive(&lower_qlinear_conv, nullptr)},
+        {"ConvInteger", primitive(&lower_conv_integer, nullptr)},
         {"QLinearMatMul", primitive(&lower_qlinear_matmul, nullptr)},
         {"QuantizeLinear", primitive(&lower_quantize, nullptr)},
         {"DequantizeLinear", primitive(&lower_quantize, nullptr)},

@@ -112,21 +112,23 @@ void emit(Context& cx, const ir::Node& n, const dnnl::primitive_desc_base& pd, i
 
 }  // namespace
 
-bool lower_qlinear_conv(Context& cx, const ir::Node& n) {
-  if (n.inputs.size() < 8 || n.outputs.size() != 1) return false;
+namespace {
+
+// What an int8 convolution computes besides its operands: the zero point of
+// x, the output's type, its requantization (none: int32) and zero point.
+struct Int8Conv {
+  int32_t x_zero_point = 0;
+  DType out = DType::Int32;
+  std::vector<float> scales;
+  int32_t y_zero_point = 0;
+};
+
+// An int8 convolution of x by constant int8 weights `w` (+ an int32 bias).
+bool emit_int8_conv(Context& cx, const ir::Node& n, const ir::Tensor& w, const ir::Tensor* b, const Int8Conv& q) {
   const std::string &x = n.inputs[0], &y = n.outputs[0];
-  const ir::Tensor* w = cx.constant(n.inputs[3]);
-  const DType xt = cx.dtype(x), yt = cx.dtype(y);
-  if (!is_8bit(xt) || !is_8bit(yt) || !w || !passes::int8_products_exact(xt, *w)) return false;
-  const Dims in = cx.dims(x), out = cx.dims(y), wdims = w->dims();
+  const Dims in = cx.dims(x), out = cx.dims(y), wdims = w.dims();
   const size_t rank = in.size();
   if (rank < 3 || rank > 5 || wdims.size() != rank) return false;
-  const ir::Tensor* b = n.inputs.size() > 8 && !n.inputs[8].empty() ? cx.constant(n.inputs[8]) : nullptr;
-  if (n.inputs.size() > 8 && !n.inputs[8].empty() && (!b || b->dtype() != DType::Int32 || b->numel() != wdims[0])) return false;
-  const auto xq = per_tensor(cx, n, 1, 2, xt), yq = per_tensor(cx, n, 6, 7, yt);
-  const auto wq = symmetric_weights(cx, n, 4, 5, wdims[0]);
-  if (!xq || !yq || !wq) return false;
-
   ref::KernelContext ctx(n, {}, nullptr);
   const int64_t group = ctx.attr_int("group", 1);
   if (group < 1 || in[1] != wdims[1] * group || wdims[0] % group) return false;
@@ -142,16 +144,15 @@ bool lower_qlinear_conv(Context& cx, const ir::Node& n) {
 
   std::unordered_map<int, dnnl::memory> constants;
   dnnl::primitive_attr attr = user_scratchpad();
-  const std::vector<float> scales = requantization(xq->scale, *wq, yq->scale);
-  attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
-  zero_point_arg(cx, constants, attr, DNNL_ARG_SRC, xq->zero_point);
-  zero_point_arg(cx, constants, attr, DNNL_ARG_DST, yq->zero_point);
+  if (!q.scales.empty()) attr.set_output_scales(q.scales.size() == 1 ? 0 : 1 << 1, q.scales);
+  zero_point_arg(cx, constants, attr, DNNL_ARG_SRC, q.x_zero_point);
+  zero_point_arg(cx, constants, attr, DNNL_ARG_DST, q.y_zero_point);
   const md bias_md = b ? md({wdims[0]}, dt::s32, dnnl::memory::format_tag::x) : md();
   const auto any = dnnl::memory::format_tag::any;
   dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                       md(to_dnnl(in), *onednn_type(xt), any), md(wei, dt::s8, any), bias_md,
-                                       md(to_dnnl(out), *onednn_type(yt), any), to_dnnl(geo.strides), dil, to_dnnl(geo.pad_begin),
-                                       to_dnnl(geo.pad_end));
+                                       md(to_dnnl(in), *onednn_type(cx.dtype(x)), any), md(wei, dt::s8, any), bias_md,
+                                       md(to_dnnl(out), *onednn_type(q.out), any), to_dnnl(geo.strides), dil,
+                                       to_dnnl(geo.pad_begin), to_dnnl(geo.pad_end));
   dnnl::convolution_forward::primitive_desc pd;
   try {
     pd = dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
@@ -165,11 +166,48 @@ bool lower_qlinear_conv(Context& cx, const ir::Node& n) {
                                      : rank == 4 ? tag::goihw
                                                  : tag::goidhw)
                                 : plain_md(wdims, dt::s8);
-  constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(user_wei, w->raw(), pd.weights_desc());
+  constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(user_wei, w.raw(), pd.weights_desc());
   if (b) constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, b->raw(), bias_md);
   const int src = cx.as_layout(x, pd.src_desc());
   emit(cx, n, pd, src, pd.src_desc(), std::move(constants), pd.dst_desc());
   return true;
+}
+
+}  // namespace
+
+bool lower_qlinear_conv(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() < 8 || n.outputs.size() != 1) return false;
+  const ir::Tensor* w = cx.constant(n.inputs[3]);
+  const DType xt = cx.dtype(n.inputs[0]), yt = cx.dtype(n.outputs[0]);
+  if (!is_8bit(xt) || !is_8bit(yt) || !w || !passes::int8_products_exact(xt, *w)) return false;
+  const bool has_bias = n.inputs.size() > 8 && !n.inputs[8].empty();
+  const ir::Tensor* b = has_bias ? cx.constant(n.inputs[8]) : nullptr;
+  if (has_bias && (!b || b->dtype() != DType::Int32 || b->numel() != w->dims()[0])) return false;
+  const auto xq = per_tensor(cx, n, 1, 2, xt), yq = per_tensor(cx, n, 6, 7, yt);
+  const auto wq = symmetric_weights(cx, n, 4, 5, w->dims()[0]);
+  if (!xq || !yq || !wq) return false;
+  return emit_int8_conv(cx, n, *w, b, {xq->zero_point, yt, requantization(xq->scale, *wq, yq->scale), yq->zero_point});
+}
+
+// ConvInteger: the int32 sums themselves, x's zero point a constant.
+bool lower_conv_integer(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() < 2 || n.outputs.size() != 1) return false;
+  const ir::Tensor* w = cx.constant(n.inputs[1]);
+  const DType xt = cx.dtype(n.inputs[0]);
+  if (!is_8bit(xt) || !w || !passes::int8_products_exact(xt, *w)) return false;
+  int32_t x_zero_point = 0;
+  if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+    const ir::Tensor* z = cx.constant(n.inputs[2]);
+    if (!z || z->dtype() != xt || z->numel() != 1) return false;
+    x_zero_point = int32_t(z->as_int64(0));
+  }
+  if (n.inputs.size() > 3 && !n.inputs[3].empty()) {
+    const ir::Tensor* z = cx.constant(n.inputs[3]);
+    for (int64_t i = 0; z && i < z->numel(); ++i)
+      if (z->as_int64(i) != 0) return false;
+    if (!z) return false;
+  }
+  return emit_int8_conv(cx, n, *w, nullptr, {x_zero_point, DType::Int32, {}, 0});
 }
 
 bool lower_qlinear_matmul(Context& cx, const ir::Node& n) {
