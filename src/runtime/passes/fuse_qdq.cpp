@@ -47,7 +47,7 @@ class QdqFuser {
 
  private:
   // A DequantizeLinear's operands: the quantized value, its scale and zero
-  // point (a constant of the quantized type, made when the model omits it).
+  // point (empty when the model omits it: zero).
   struct Dequantized {
     std::string value, scale, zero_point;
     const ir::Node* node;
@@ -87,17 +87,18 @@ class QdqFuser {
       return std::nullopt;
     }
     Dequantized d{dq->inputs[0], dq->inputs[1], dq->inputs.size() > 2 ? dq->inputs[2] : "", dq};
-    if (d.zero_point.empty()) {
-      d.zero_point = zero_of(dtype(d.value), scale->dims());
-    } else {
+    if (!d.zero_point.empty()) {
       const ir::Tensor* zp = g_.constant(d.zero_point);
       if (!zp || zp->dtype() != dtype(d.value) || zp->dims() != scale->dims()) return std::nullopt;
     }
     return d;
   }
 
-  std::string zero_of(ir::DType type, const ir::Dims& dims) {
-    ir::Tensor t = ir::Tensor::uninitialized(type, dims);
+  // The zero point as the integer operators take it: an input always.
+  std::string zero_point_of(const Dequantized& d) {
+    if (!d.zero_point.empty()) return d.zero_point;
+    const ir::Dims dims = g_.constant(d.scale)->dims();
+    ir::Tensor t = ir::Tensor::uninitialized(dtype(d.value), dims);
     std::fill_n(static_cast<char*>(t.raw()), t.nbytes(), 0);
     return new_constant(g_, spec_, "zero_point", std::move(t));
   }
@@ -138,31 +139,28 @@ class QdqFuser {
     auto wq = dequantized(n.inputs[1], channels, conv ? 0 : 1);
     if (!x || !wq || dtype(wq->value) != ir::DType::Int8) return false;
     // The integer kernels take weights symmetric about zero.
-    const ir::Tensor* wzp = g_.constant(wq->zero_point);
-    for (int64_t i = 0; i < wzp->numel(); ++i)
-      if (wzp->as_int64(i) != 0) return false;
+    if (const ir::Tensor* wzp = wq->zero_point.empty() ? nullptr : g_.constant(wq->zero_point))
+      for (int64_t i = 0; i < wzp->numel(); ++i)
+        if (wzp->as_int64(i) != 0) return false;
     if (!int8_products_exact(dtype(x->value), *w)) return false;
 
     // What the result is quantized to, through a Relu that the quantizer's
     // saturation computes anyway (its zero point is the lowest value).
-    std::string result = n.outputs[0];
-    std::vector<size_t> absorbed;
+    const std::string& result = n.outputs[0];
     ir::Node* q = only_quantizer(result);
     if (!q) {
       const ir::Node* relu = nullptr;
       for (const ir::Node& m : g_.nodes)
         if (!m.inputs.empty() && m.inputs[0] == result) relu = &m;
-      if (!relu || !is_onnx(*relu, "Relu") || uses_[result] != 1 || graph_output_.count(result)) return false;
+      if (!relu || !is_onnx(*relu, "Relu") || uses_.at(result) != 1 || graph_output_.count(result)) return false;
       q = only_quantizer(relu->outputs[0]);
       if (!q || !lowest_zero_point(*q)) return false;
     }
-    std::vector<std::string> inputs = {x->value,  x->scale,       x->zero_point, wq->value,
-                                       wq->scale, wq->zero_point, q->inputs[1],  y_zero_point(*q)};
-    if (conv && n.inputs.size() > 2 && !n.inputs[2].empty()) {
-      auto bias = int32_bias(n.inputs[2], *x, *wq, channels);
-      if (!bias) return false;
-      inputs.push_back(*bias);
-    }
+    std::optional<std::string> bias;
+    if (conv && n.inputs.size() > 2 && !n.inputs[2].empty() && !(bias = int32_bias(n.inputs[2], *x, *wq, channels))) return false;
+    std::vector<std::string> inputs = {x->value,  x->scale,           zero_point_of(*x), wq->value,
+                                       wq->scale, zero_point_of(*wq), q->inputs[1],      y_zero_point(*q)};
+    if (bias) inputs.push_back(*bias);
     ir::Node fused;
     fused.name = n.name + "_quantized";
     fused.op_type = op;
@@ -189,7 +187,7 @@ class QdqFuser {
 
   std::string y_zero_point(const ir::Node& q) {
     if (q.inputs.size() > 2 && !q.inputs[2].empty()) return q.inputs[2];
-    return zero_of(ir::DType::UInt8, {});
+    return new_constant(g_, spec_, "zero_point", ir::Tensor::scalar<uint8_t>(0));
   }
 
   // The bias in int32 at scale x_scale * w_scale: a DequantizeLinear of an
@@ -202,19 +200,17 @@ class QdqFuser {
     if (const ir::Node* dq = producer(name); dq && is_onnx(*dq, "DequantizeLinear")) {
       const ir::Tensor* b = g_.constant(dq->inputs[0]);
       const ir::Tensor* bs = dq->inputs.size() > 1 ? g_.constant(dq->inputs[1]) : nullptr;
-      if (!b || b->dtype() != ir::DType::Int32 || b->numel() != channels || !bs || bs->dtype() != ir::DType::Float32)
+      if (!b || b->dtype() != ir::DType::Int32 || b->numel() != channels || !bs || bs->dtype() != ir::DType::Float32 ||
+          (bs->numel() != 1 && bs->numel() != channels))
         return std::nullopt;
       if (dq->inputs.size() > 2 && !dq->inputs[2].empty()) {
         const ir::Tensor* zp = g_.constant(dq->inputs[2]);
-        for (int64_t i = 0; zp && i < zp->numel(); ++i)
-          if (zp->as_int64(i) != 0) return std::nullopt;
         if (!zp) return std::nullopt;
+        for (int64_t i = 0; i < zp->numel(); ++i)
+          if (zp->as_int64(i) != 0) return std::nullopt;
       }
-      for (int64_t c = 0; c < channels; ++c) {
-        const double s = bs->data<float>()[bs->numel() == 1 ? 0 : c];
-        if (bs->numel() != 1 && bs->numel() != channels) return std::nullopt;
-        if (std::abs(s - scale(c)) > 1e-6 * scale(c)) return std::nullopt;
-      }
+      for (int64_t c = 0; c < channels; ++c)
+        if (std::abs(bs->data<float>()[bs->numel() == 1 ? 0 : c] - scale(c)) > 1e-6 * scale(c)) return std::nullopt;
       return dq->inputs[0];
     }
     const ir::Tensor* b = g_.constant(name);

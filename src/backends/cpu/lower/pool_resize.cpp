@@ -134,7 +134,9 @@ bool lower_pool(Context& cx, const ir::Node& n) {
 // reference kernel's own) is what oneDNN's resampling computes: FPN's
 // nearest upsampling by whole factors, a detector's bilinear image resize.
 // It then runs in the activations' blocked layout; as a reference-kernel
-// step it needed them plain, with reorders on both sides. The other
+// step it needed them plain, with reorders on both sides: FPN's 2x nearest
+// upsampling of 256 channels from 25x25 took 1.14-1.17 ms in the
+// interpreter's kernel plus a 0.06 ms reorder, 0.15-0.17 ms here. The other
 // Resizes run the interpreter's kernel (interpreter/resize.cpp: the same
 // plan of taps, on plain values only); the reference kernel stays the
 // oracle both are tested against.

@@ -1,6 +1,8 @@
-// Quantized operators (QLinearConv, QLinearMatMul, QuantizeLinear,
-// DequantizeLinear): oneDNN int8 convolutions and matmuls with the scales
-// and zero points as attributes, and reorders that quantize or dequantize.
+// Quantized operators (QLinearConv, ConvInteger, QLinearMatMul,
+// MatMulInteger, QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+// Cast of integers to float): oneDNN int8 convolutions and matmuls with the
+// scales and zero points as attributes, reorders that quantize, dequantize
+// or convert, and a host kernel for the dynamic quantization.
 // A quantized model's QDQ form reaches here as these operators
 // (passes/fuse_qdq.cpp). The arithmetic is the reference kernels' (an int32
 // accumulator, requantized with rounding half to even and saturation) but
@@ -110,10 +112,6 @@ void emit(Context& cx, const ir::Node& n, const dnnl::primitive_desc_base& pd, i
   cx.add_primitive(n.describe(), pd, {src, dst}, {0, 1}, {{DNNL_ARG_SRC, src_md}, {DNNL_ARG_DST, dst_md}}, std::move(constants));
 }
 
-}  // namespace
-
-namespace {
-
 // What an int8 convolution computes besides its operands: the zero point of
 // x, the output's type, its requantization (none: int32) and zero point.
 struct Int8Conv {
@@ -171,6 +169,15 @@ bool emit_int8_conv(Context& cx, const ir::Node& n, const ir::Tensor& w, const i
   const int src = cx.as_layout(x, pd.src_desc());
   emit(cx, n, pd, src, pd.src_desc(), std::move(constants), pd.dst_desc());
   return true;
+}
+
+// A uint8 zero point known only when the program runs (DynamicQuantizeLinear's)
+// as the int32 oneDNN binds: one more step converting it.
+int runtime_zero_point(Context& cx, const std::string& name) {
+  const md one_u8({1}, dt::u8, dnnl::memory::format_tag::x), one_s32({1}, dt::s32, dnnl::memory::format_tag::x);
+  const int s32 = cx.add_buffer(Buffer::Kind::Arena, 0, 4, name + "#int32");
+  cx.add_reorder("zero point " + name + " as int32", cx.plain(name), s32, one_u8, one_s32);
+  return s32;
 }
 
 }  // namespace
@@ -258,15 +265,6 @@ bool lower_dynamic_quantize(Context& cx, const ir::Node& n) {
   cx.add_kernel(n.describe(), std::move(args), {0, 1, 1, 1},
                 std::make_unique<DynamicQuantizeKernel>(ir::checked_numel(cx.dims(n.inputs[0]))));
   return true;
-}
-
-// A uint8 zero point known only when the program runs (DynamicQuantizeLinear's)
-// as the int32 oneDNN binds: one more step converting it.
-int runtime_zero_point(Context& cx, const std::string& name) {
-  const md one_u8({1}, dt::u8, dnnl::memory::format_tag::x), one_s32({1}, dt::s32, dnnl::memory::format_tag::x);
-  const int s32 = cx.add_buffer(Buffer::Kind::Arena, 0, 4, name + "#int32");
-  cx.add_reorder("zero point " + name + " as int32", cx.plain(name), s32, one_u8, one_s32);
-  return s32;
 }
 
 // MatMulInteger of 8-bit rows (a stack of them) by constant int8 weights
