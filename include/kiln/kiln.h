@@ -78,6 +78,8 @@ typedef struct kiln_runtime_options {
   const char* kernels; /* "native" or "portable"; NULL: $KILN_KERNELS, else "native" */
   /* Since Kiln 0.4 (check struct_size): */
   const char* cache_key_file; /* a shared cache's key (README "What Kiln trusts"); NULL: $KILN_CACHE_KEY_FILE */
+  /* Since Kiln 0.5 (check struct_size): */
+  const char* precision; /* "fp32" or "bf16" (RuntimeOptions::precision); NULL: "fp32" */
 } kiln_runtime_options;
 
 /* How kiln_model_load_from_memory_with_options treats the model. Set

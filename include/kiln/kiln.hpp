@@ -154,6 +154,13 @@ struct RuntimeOptions {
   // cache directory must be private to this user; with one it may be shared
   // (e.g. by a group), and only entries made with the same key are loaded.
   std::string cache_key_file;  // "" = $KILN_CACHE_KEY_FILE
+  // The precision of convolutions and matrix products: "fp32", or "bf16"
+  // (bfloat16 weights and activations, float32 accumulation, everything
+  // else in float32; OpenVINO's inference precision hint). "" = fp32.
+  // bf16 is refused with the reason where it cannot run: oneDNN 2.6 has no
+  // bf16 kernels for CPUs without AVX-512, and Kiln does not compile bf16
+  // yet on those with them (docs/cpu-backend.md#quantized-models).
+  std::string precision;
   LogLevel log_level = LogLevel::Warning;
   // Receives every message at or above log_level; default: stderr. Called
   // from the thread that logs, never from two threads at once; it may run

@@ -76,7 +76,8 @@ std::unique_ptr<Executable> Backend::load(const LoadedArtifact&, std::shared_ptr
 }
 
 std::string Backend::identity(const CompileOptions& options) const {
-  return name() + " " + version() + " threads=" + std::to_string(options.threads) + " kernels=" + options.kernels;
+  return name() + " " + version() + " threads=" + std::to_string(options.threads) + " kernels=" + options.kernels +
+         (options.precision == "fp32" ? "" : " precision=" + options.precision);
 }
 
 }  // namespace kiln::backends

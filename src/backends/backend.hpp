@@ -116,6 +116,8 @@ struct CompileOptions {
   std::optional<bool> winograd;
   std::optional<int64_t> channel_blocks_from;
   std::optional<std::string> implementation_trials;  // off, timed or other
+  // Convolutions and products in "fp32" or "bf16" (RuntimeOptions::precision).
+  std::string precision = "fp32";
 };
 
 class Backend {
@@ -158,6 +160,10 @@ class Backend {
   // Everything about this backend and machine that changes the code it
   // produces (version, target, CPU and features, libraries): part of cache keys.
   virtual std::string identity(const CompileOptions& options) const;
+  // Why this backend cannot compute in `precision` here, or "" if it can.
+  virtual std::string refuses_precision(const std::string& precision) const {
+    return precision == "fp32" ? "" : name() + " computes in fp32 only";
+  }
   // Codegen runs so far (a warm cache keeps this unchanged).
   virtual int64_t codegen_runs() const { return 0; }
 };

@@ -21,6 +21,7 @@ struct CompileArgs {
   std::string backend = "cpu";
   std::vector<std::string> plugins;
   std::string kernels;
+  std::string precision;
   std::string cache_dir;
   bool json = false;
 };
@@ -31,6 +32,7 @@ void compile(const CompileArgs& args) {
   opts.backend = args.backend;
   opts.plugins = args.plugins;
   opts.kernels = args.kernels;
+  opts.precision = args.precision;
   opts.cache_dir = args.cache_dir;
   Runtime runtime(opts);
   if (runtime.cache_dir().empty()) std::cerr << "warning: no cache (KILN_CACHE=off?): nothing will be stored\n";
@@ -82,6 +84,9 @@ void add_compile_command(CLI::App& app) {
   cmd->add_option("--kernels", args->kernels,
                   "cpu kernels: native (oneDNN) or portable (self-contained; default: $KILN_KERNELS, else native)")
       ->check(CLI::IsMember({"native", "portable"}));
+  cmd->add_option("--precision", args->precision,
+                  "convolutions and products in fp32 (the default) or bf16 (refused, with the reason, where it cannot run)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--cache-dir", args->cache_dir, "cache directory (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
   cmd->add_flag("--json", args->json, "print the result as JSON");
   cmd->callback([args] { compile(*args); });

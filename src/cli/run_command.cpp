@@ -86,6 +86,7 @@ struct RunArgs {
   std::string backend = "cpu";
   std::vector<std::string> plugins;
   std::string kernels;
+  std::string precision;
   bool json = false;
   std::string cache_dir;
   bool no_cache = false;
@@ -207,6 +208,7 @@ void run(const RunArgs& args) {
   opts.backend = args.backend;
   opts.plugins = args.plugins;
   opts.kernels = args.kernels;
+  opts.precision = args.precision;
   opts.cache = !args.no_cache;
   opts.cache_dir = args.cache_dir;
   const auto runtime_start = std::chrono::steady_clock::now();
@@ -357,6 +359,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--kernels", args->kernels,
                   "cpu kernels: native (oneDNN) or portable (self-contained; default: $KILN_KERNELS, else native)")
       ->check(CLI::IsMember({"native", "portable"}));
+  cmd->add_option("--precision", args->precision,
+                  "convolutions and products in fp32 (the default) or bf16 (refused, with the reason, where it cannot run)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_flag("--json", args->json, "print the summary as JSON");
   cmd->callback([args] { run(*args); });
 }

@@ -120,6 +120,8 @@ kiln_status kiln_runtime_create(const kiln_runtime_options* options, kiln_runtim
       o.kernels = options->kernels;
     if (options->struct_size >= offsetof(kiln_runtime_options, cache_key_file) + sizeof(const char*) && options->cache_key_file)
       o.cache_key_file = options->cache_key_file;
+    if (options->struct_size >= offsetof(kiln_runtime_options, precision) + sizeof(const char*) && options->precision)
+      o.precision = options->precision;
   }
   return guarded([&] { *out = new kiln_runtime{kiln::Runtime(o)}; });
 }

@@ -105,6 +105,12 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
   if (options.kernels != "native" && options.kernels != "portable")
     throw Error(ErrorCode::InvalidArgument,
                 "RuntimeOptions::kernels (or KILN_KERNELS) is '" + options.kernels + "'; expected 'native' or 'portable'");
+  if (options.precision.empty()) options.precision = "fp32";
+  if (options.precision != "fp32" && options.precision != "bf16")
+    throw Error(ErrorCode::InvalidArgument,
+                "RuntimeOptions::precision is '" + options.precision + "'; expected 'fp32' or 'bf16'");
+  if (std::string why = impl_->backend->refuses_precision(options.precision); !why.empty())
+    throw Error(ErrorCode::Unsupported, "RuntimeOptions::precision '" + options.precision + "': " + why);
   impl_->options = std::move(options);
   const RuntimeOptions& o = impl_->options;
   if (o.cache && !env::cache_off()) {

@@ -72,6 +72,7 @@ void Model::Impl::make(const std::shared_ptr<Specialized>& entry, const std::str
   backends::CompileOptions options;
   options.threads = runtime.threads();
   options.kernels = runtime.options().kernels;
+  options.precision = runtime.options().precision;
   SpecializationStats& stats = entry->stats;
   backends::PartitionedCompile made;  // loaded or compiled
   cache::Key cache_key;

@@ -311,6 +311,45 @@ TEST(Api, UnknownBackendIsAnError) {
   }
 }
 
+// bf16 is refused with the reason wherever the cpu backend cannot compute
+// in it (on every CPU without AVX-512, and not yet compiled on the others);
+// an unknown precision is a wrong argument, and fp32 is the default.
+TEST(Api, PrecisionIsCheckedWhenTheRuntimeIsMade) {
+  for (const char* precision : {"", "fp32"}) {
+    kiln::RuntimeOptions opts;
+    opts.precision = precision;
+    opts.cache = false;
+    EXPECT_NO_THROW(kiln::Runtime{opts}) << precision;
+  }
+  kiln::RuntimeOptions opts;
+  opts.cache = false;
+  opts.precision = "bf16";
+  try {
+    kiln::Runtime rt(opts);
+    FAIL() << "bf16 is not compiled by this cpu backend";
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), kiln::ErrorCode::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("precision 'bf16': "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("use 'fp32'"), std::string::npos) << e.what();
+  }
+  opts.precision = "fp16";
+  try {
+    kiln::Runtime rt(opts);
+    FAIL();
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), kiln::ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("expected 'fp32' or 'bf16'"), std::string::npos) << e.what();
+  }
+  opts.backend = "reference";
+  opts.precision = "bf16";
+  try {
+    kiln::Runtime rt(opts);
+    FAIL();
+  } catch (const kiln::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reference computes in fp32 only"), std::string::npos) << e.what();
+  }
+}
+
 // x.view(x.size(0), -1) as exporters write it: after specialization only the
 // Reshape is left, and the result is unchanged.
 TEST(Api, SpecializationFoldsShapeArithmetic) {

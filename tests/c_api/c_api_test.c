@@ -136,6 +136,15 @@ int main(void) {
   kiln_runtime_destroy(rt);
   zeroed.log_level = KILN_LOG_OFF + 1;
   CHECK(kiln_runtime_create(&zeroed, &rt) == KILN_ERROR_INVALID_ARGUMENT);
+  zeroed.log_level = 0;
+
+  /* A precision the cpu backend cannot compute in is refused, with the reason. */
+  zeroed.precision = "bf16";
+  CHECK(kiln_runtime_create(&zeroed, &rt) == KILN_ERROR_UNSUPPORTED);
+  CHECK(strstr(kiln_last_error(), "precision 'bf16'") != NULL);
+  zeroed.precision = "fp32";
+  CHECK(kiln_runtime_create(&zeroed, &rt) == KILN_OK);
+  kiln_runtime_destroy(rt);
 
   kiln_tensor_destroy(input);
   free(pixels);

@@ -42,6 +42,7 @@
 #include "backends/cpu/interpreter/backend.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/lowering.hpp"
+#include "backends/cpu/onednn_kernel.hpp"
 #include "backends/cpu/program_io.hpp"
 #include "backends/cpu/step_profile.hpp"
 #include "backends/cpu/thread_budget.hpp"
@@ -343,6 +344,19 @@ class CpuBackend : public Backend {
           v->hash + " dnnl_md=" + std::to_string(sizeof(dnnl_memory_desc_t)) + " llvm=" + LLVM_VERSION_STRING +
           " channel_blocks_from=" + std::to_string(tuning.channel_blocks_from) + " winograd=" + (tuning.winograd ? "1" : "0");
     return id;
+  }
+
+  // bf16: oneDNN 2.6 makes bf16 convolutions and matmuls only on CPUs with
+  // AVX-512 (natively with AVX512_BF16); on others it has no implementation
+  // at all, not even a reference one (measured on AVX2: every descriptor
+  // refused). Where it has them, the lowering does not use them yet.
+  std::string refuses_precision(const std::string& precision) const override {
+    if (precision == "fp32") return "";
+    if (precision != "bf16") return Backend::refuses_precision(precision);
+    if (!cpu::onednn_has_bf16())
+      return "oneDNN " + std::to_string(dnnl_version()->major) + "." + std::to_string(dnnl_version()->minor) +
+             " has no bf16 convolution or matmul on this CPU (" + jit().host().cpu + "; they need AVX-512); use 'fp32'";
+    return "this CPU has oneDNN's bf16 kernels, but Kiln's cpu backend does not compile bf16 yet; use 'fp32'";
   }
 
   int64_t codegen_runs() const override { return jit().codegen_runs(); }

@@ -32,6 +32,21 @@ void reorder_constant(const dnnl::memory::desc& user, const void* data, dnnl::me
   stream.wait();
 }
 
+bool onednn_has_bf16() {
+  static const bool has = [] {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    try {
+      const dnnl::memory::desc a({16, 16}, dt::bf16, tag::ab), c({16, 16}, dt::f32, tag::ab);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, a, c), cpu_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
 dnnl::primitive_attr user_scratchpad() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

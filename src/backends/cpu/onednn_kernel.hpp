@@ -94,6 +94,9 @@ const dnnl::engine& cpu_engine();
 // the thread that created the primitive, and a run may come from any thread.
 dnnl::primitive_attr user_scratchpad();
 
+// Whether oneDNN makes a bf16 matmul on this CPU (it does only with AVX-512).
+bool onednn_has_bf16();
+
 // `data` (of `user` layout) copied into `dst`, on the calling thread alone
 // (this runs beside other compile work, never with a run's threads).
 void reorder_constant(const dnnl::memory::desc& user, const void* data, dnnl::memory dst);

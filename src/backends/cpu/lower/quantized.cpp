@@ -171,12 +171,13 @@ bool emit_int8_conv(Context& cx, const ir::Node& n, const ir::Tensor& w, const i
   return true;
 }
 
-// A uint8 zero point known only when the program runs (DynamicQuantizeLinear's)
+// An 8-bit zero point known only when the program runs (DynamicQuantizeLinear's)
 // as the int32 oneDNN binds: one more step converting it.
 int runtime_zero_point(Context& cx, const std::string& name) {
-  const md one_u8({1}, dt::u8, dnnl::memory::format_tag::x), one_s32({1}, dt::s32, dnnl::memory::format_tag::x);
+  const md one({1}, *onednn_type(cx.dtype(name)), dnnl::memory::format_tag::x);
+  const md one_s32({1}, dt::s32, dnnl::memory::format_tag::x);
   const int s32 = cx.add_buffer(Buffer::Kind::Arena, 0, 4, name + "#int32");
-  cx.add_reorder("zero point " + name + " as int32", cx.plain(name), s32, one_u8, one_s32);
+  cx.add_reorder("zero point " + name + " as int32", cx.plain(name), s32, one, one_s32);
   return s32;
 }
 
@@ -270,9 +271,12 @@ bool lower_dynamic_quantize(Context& cx, const ir::Node& n) {
 // MatMulInteger of 8-bit rows (a stack of them) by constant int8 weights
 // symmetric about zero, into int32. The zero point of A may be a constant or
 // come from the run (DynamicQuantizeLinear). Where the int8 kernels are not
-// exact (int8_products_exact), a float product is, while every sum stays
-// below 2^24: K * 255 * 128 < 2^24, K up to 513. Otherwise the reference
-// kernel runs it.
+// exact (int8_products_exact), float products are, over chunks of K whose
+// sums stay below 2^24, added up in int32.
+// Rows of B per float product: |a - zero point| <= 255 and |b| <= 128, so
+// 512 of them sum to at most 16,711,680 < 2^24, where floats are exact.
+constexpr int64_t kExactChunk = 512;
+
 bool lower_matmul_integer(Context& cx, const ir::Node& n) {
   if (n.inputs.size() < 2 || n.outputs.size() != 1) return false;
   const std::string &a = n.inputs[0], &y = n.outputs[0];
@@ -298,10 +302,9 @@ bool lower_matmul_integer(Context& cx, const ir::Node& n) {
   const ir::Tensor* zp_constant = zp.empty() ? nullptr : cx.constant(zp);
   if (!zp.empty() && (cx.dtype(zp) != at || ir::checked_numel(cx.dims(zp)) != 1)) return false;
   const bool exact_int8 = passes::int8_products_exact(at, *w);
-  if (!exact_int8 && (k > 513 || (zp_constant == nullptr && !zp.empty() && at != DType::UInt8))) return false;
   const int64_t rows = ir::checked_numel(ad) / k;
   const md a_md = plain_md({rows, k}, *onednn_type(at));
-  const md any_w({k, cols}, exact_int8 ? dt::s8 : dt::f32, dnnl::memory::format_tag::any);
+  const md any_w({k, cols}, dt::s8, dnnl::memory::format_tag::any);
 
   // The zero point, bound as a constant or as the converted run-time value.
   std::vector<int> bufs;
@@ -351,12 +354,28 @@ bool lower_matmul_integer(Context& cx, const ir::Node& n) {
   writes.back() = 1;
   cx.add_primitive(n.describe() + " (A in float)", to_float, std::move(bufs), std::move(writes), std::move(rt),
                    std::move(constants));
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_f32, any_w, out_f32), user_scratchpad(), cpu_engine());
-  auto weights = std::make_shared<std::vector<float>>(w->data<int8_t>(), w->data<int8_t>() + w->numel());
+  // K in chunks of at most kExactChunk rows of W: each chunk's sums are
+  // exact in float, and the chunks add up in int32 (a reorder's sum).
   const int product = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(out_f32.get_size()), y + "#float");
-  cx.add_primitive(n.describe(), pd, {a_float, product}, {0, 1}, {{DNNL_ARG_SRC, a_f32}, {DNNL_ARG_DST, out_f32}},
-                   {{DNNL_ARG_WEIGHTS, cx.constant_memory(plain_md({k, cols}), weights->data(), pd.weights_desc(), weights)}});
-  cx.add_reorder(n.describe() + " (as int32)", product, cx.define_plain(y), out_f32, out_md);
+  const int dst = cx.define_plain(y);
+  dnnl::primitive_attr add = user_scratchpad();
+  dnnl::post_ops sum;
+  sum.append_sum(1.0f);
+  add.set_post_ops(sum);
+  for (int64_t k0 = 0; k0 < k; k0 += kExactChunk) {
+    const int64_t kc = std::min(kExactChunk, k - k0);
+    const md a_part = a_f32.submemory_desc({rows, kc}, {0, k0});
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(a_part, md({kc, cols}, dt::f32, dnnl::memory::format_tag::any), out_f32), user_scratchpad(),
+        cpu_engine());
+    auto weights = std::make_shared<std::vector<float>>(w->data<int8_t>() + k0 * cols, w->data<int8_t>() + (k0 + kc) * cols);
+    const std::string part = n.describe() + " (rows " + std::to_string(k0) + ".." + std::to_string(k0 + kc - 1) + " of B)";
+    cx.add_primitive(part, pd, {a_float, product}, {0, 1}, {{DNNL_ARG_SRC, a_part}, {DNNL_ARG_DST, out_f32}},
+                     {{DNNL_ARG_WEIGHTS, cx.constant_memory(plain_md({kc, cols}), weights->data(), pd.weights_desc(), weights)}});
+    const dnnl::reorder::primitive_desc to_int(cpu_engine(), out_f32, cpu_engine(), out_md, k0 == 0 ? user_scratchpad() : add);
+    // The sum reads the destination: the step writes it in place.
+    cx.add_primitive(part + " as int32", to_int, {product, dst}, {0, 1}, {{DNNL_ARG_FROM, out_f32}, {DNNL_ARG_TO, out_md}}, {});
+  }
   cx.compiled();
   return true;
 }
