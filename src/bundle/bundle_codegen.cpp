@@ -144,6 +144,13 @@ class BundleEmitter {
     auto blob = [&](const nlohmann::json& ref, const std::string& what) { return this->blob(saved.block(ref, what)); };
     for (const nlohmann::json& k : saved.document()) {
       const nlohmann::json& prim = k.at("primitive");
+      // kiln_bundle_native_primitive (bundle_native.h) has no place for
+      // output scales and zero points: without them the primitive would
+      // compute something else.
+      if (prim.contains("quantization") && !prim["quantization"].empty())
+        ir::fail(ir::ErrorKind::Unsupported, "cannot freeze with native kernels: step '" + k.at("label").get<std::string>() +
+                                                 "' is a quantized oneDNN primitive, and native bundles do not carry scales "
+                                                 "and zero points yet");
       const int32_t kind = prim.at("kind").get<int32_t>();
       llvm::Constant *desc = null(), *dst = null();
       std::vector<llvm::Constant*> srcs, posts, runtime_args, constants;

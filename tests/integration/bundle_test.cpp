@@ -635,6 +635,39 @@ TEST_F(BundleTest, UnsupportedNodeIsNamed) {
   }
 }
 
+// Quantized steps have no portable kernels yet, and native bundles do not
+// carry a oneDNN primitive's scales and zero points: both refuse, naming the
+// step, instead of freezing code that would compute something else.
+TEST_F(BundleTest, QuantizedStepsAreRefusedByName) {
+  using kiln::test::ModelBuilder;
+  ModelBuilder b;
+  b.input("x", 1, {"batch", 4}).output("y", 1, {"batch", 4});
+  b.initializer(ModelBuilder::float_tensor("scale", {}, {0.05f}));
+  onnx::TensorProto zero;
+  zero.set_name("zero");
+  zero.set_data_type(onnx::TensorProto::UINT8);
+  zero.add_int32_data(128);
+  b.initializer(zero);
+  b.node("QuantizeLinear", {"x", "scale", "zero"}, {"q"}, "quantize_x");
+  b.node("DequantizeLinear", {"q", "scale", "zero"}, {"y"}, "dequantize_x");
+  write_file(dir_ / "qdq.onnx", b.model().SerializeAsString());
+  kiln::Model m = kiln::Model::load(*runtime_, (dir_ / "qdq.onnx").string());
+  for (const char* kernels : {"portable", "native"}) {
+    SCOPED_TRACE(kernels);
+    kiln::Model::FreezeOptions o;
+    o.output_dir = dir_.string();
+    o.kernels = kernels;
+    try {
+      m.freeze(o);
+      ADD_FAILURE() << "a quantized model froze";
+    } catch (const kiln::Error& e) {
+      EXPECT_EQ(e.code(), kiln::ErrorCode::Unsupported);
+      EXPECT_NE(std::string(e.what()).find("quantize_x"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "qdq.o"));
+  }
+}
+
 // A bundle compiled for AVX-512 (x86-64-v4) on a CPU without it (qemu's has
 // none): create and the static API return DIGITS_ERROR_CPU naming what is
 // missing, before any of its instructions runs, instead of dying of SIGILL.
