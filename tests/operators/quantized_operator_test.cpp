@@ -1,0 +1,190 @@
+// The operator suite for quantized models (operator_case.hpp): QDQ as
+// quantizers write it, which the graph passes fuse into integer operators,
+// and the QOperator form, on every backend that claims the operators.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "operator_case.hpp"
+
+namespace {
+
+using namespace kiln::test::operators;
+
+// ---- quantized (QDQ as quantizers write it, and the QLinear operators) -------------
+//
+// Quantized outputs may be one step from the reference's: the compiled
+// kernels requantize with a float scale, the reference in double, so a value
+// on a rounding tie may round the other way.
+
+// `x` quantized to 8 bits and dequantized again, as a quantized model's
+// input reaches its first operator; the quantized value is `x`_q.
+void quantize_dequantize(Case& c, const std::string& x, const std::string& out, float scale, int64_t zero_point, int elem) {
+  c.scalar(x + "_scale", scale).int_constant(x + "_zp", {}, {zero_point}, elem);
+  c.node("QuantizeLinear", {x, x + "_scale", x + "_zp"}, {x + "_q"});
+  c.node("DequantizeLinear", {x + "_q", x + "_scale", x + "_zp"}, {out});
+}
+
+// The graph's output: `y` quantized to uint8, as `y`_q.
+void quantize(Case& c, const std::string& y, float scale, int64_t zero_point) {
+  c.scalar(y + "_scale", scale).int_constant(y + "_zp", {}, {zero_point}, onnx::TensorProto::UINT8);
+  c.node("QuantizeLinear", {y, y + "_scale", y + "_zp"}, {y + "_q"});
+  c.output(y + "_q", onnx::TensorProto::UINT8);
+}
+
+// Random int8 weights up to +-`limit`.
+std::vector<int64_t> int8_values(Case& c, int64_t n, float limit) {
+  std::vector<int64_t> q;
+  for (float v : c.random(n, -limit, limit)) q.push_back(int64_t(std::lround(v)));
+  return q;
+}
+
+// Random int8 weights `name`_q with per-channel scales along `axis`,
+// dequantized into `name`. Within +-64 (as ONNX Runtime's reduce_range
+// quantizes), every CPU's int8 kernels take them (int8_products_exact);
+// beyond, those without VNNI compute in float.
+void int8_weights(Case& c, const std::string& name, const Dims& dims, int64_t axis, float limit = 64) {
+  const std::vector<int64_t> q = int8_values(c, numel(dims), limit);
+  c.int_constant(name + "_q", dims, q, onnx::TensorProto::INT8);
+  const int64_t channels = dims[size_t(axis)];
+  std::vector<float> scales = c.random(channels, 0.002f, 0.01f);
+  c.constant(name + "_scale", {channels}, scales);
+  c.int_constant(name + "_zp", {channels}, std::vector<int64_t>(size_t(channels), 0), onnx::TensorProto::INT8);
+  c.node("DequantizeLinear", {name + "_q", name + "_scale", name + "_zp"}, {name}, {{"axis", axis}});
+}
+
+Case quantized_case() {
+  Case c({"QuantizeLinear", "DequantizeLinear"});
+  c.portable = false;
+  c.steps = 1;
+  return c;
+}
+
+// Conv between a quantized input and int8 weights, its bias float, its
+// result (through a Relu where `relu`) quantized: one int8 convolution.
+Case qdq_conv(int elem, int64_t x_zero_point, bool relu, int64_t group, const Dims& w, float limit = 64) {
+  Case c = quantized_case();
+  const Dims x{1, w[1] * group, 9, 9};
+  c.input("x", x);
+  quantize_dequantize(c, "x", "xd", 1.0f / 127, x_zero_point, elem);
+  int8_weights(c, "w", w, 0, limit);
+  c.weight("b", {w[0]}, 0.5f);
+  c.node("Conv", {"xd", "w", "b"}, {relu ? "c" : "y"}, {{"pads", {1, 1, 1, 1}}, {"group", group}, {"strides", {2, 1}}});
+  if (relu) c.node("Relu", {"c"}, {"y"});
+  // The range of the result: about 1 either way for these weights.
+  quantize(c, "y", relu ? 1.5f / 255 : 3.0f / 255, relu ? 0 : 128);
+  return c;
+}
+
+TEST_P(OperatorTest, QdqConvReluPerChannelWeights) { run(qdq_conv(onnx::TensorProto::UINT8, 128, true, 1, {8, 3, 3, 3})); }
+TEST_P(OperatorTest, QdqConvSignedActivationsWithAZeroPoint) {
+  run(qdq_conv(onnx::TensorProto::INT8, -5, false, 1, {6, 4, 3, 3}, 127));
+}
+TEST_P(OperatorTest, QdqConvFullRangeWeights) { run(qdq_conv(onnx::TensorProto::UINT8, 128, true, 1, {8, 3, 3, 3}, 127)); }
+TEST_P(OperatorTest, QdqConvDepthwise) { run(qdq_conv(onnx::TensorProto::UINT8, 120, true, 8, {8, 1, 3, 3})); }
+
+// Two quantized convolutions in a row: the activations stay 8-bit between
+// them (the QuantizeLinear -> DequantizeLinear pair between them cancels).
+TEST_P(OperatorTest, QdqConvChain) {
+  Case c = quantized_case();
+  c.input("x", {2, 4, 6, 6});
+  quantize_dequantize(c, "x", "xd", 1.0f / 127, 128, onnx::TensorProto::UINT8);
+  int8_weights(c, "w1", {16, 4, 1, 1}, 0);
+  int8_weights(c, "w2", {8, 16, 3, 3}, 0);
+  c.node("Conv", {"xd", "w1"}, {"c1"});
+  c.node("Relu", {"c1"}, {"r1"});
+  quantize_dequantize(c, "r1", "h", 0.5f / 255, 0, onnx::TensorProto::UINT8);
+  c.node("Conv", {"h", "w2"}, {"y"}, {{"pads", {1, 1, 1, 1}}});
+  quantize(c, "y", 0.5f / 255, 128);
+  run(c);
+}
+
+// MatMul over a stack of rows with per-column int8 weights.
+TEST_P(OperatorTest, QdqMatMulPerColumnWeights) {
+  Case c = quantized_case();
+  c.input("x", {2, 5, 16});
+  quantize_dequantize(c, "x", "xd", 1.0f / 127, 128, onnx::TensorProto::UINT8);
+  int8_weights(c, "w", {16, 24}, 1);
+  c.node("MatMul", {"xd", "w"}, {"y"});
+  quantize(c, "y", 0.6f / 127, 128);
+  run(c);
+}
+
+// ConvInteger's int32 sums are exact wherever it compiles.
+TEST_P(OperatorTest, ConvInteger) {
+  Case c = quantized_case();
+  c.ops = {"ConvInteger"};
+  c.steps = 0;
+  c.input("x", {1, 4, 6, 6});
+  c.scalar("xs", 1.0f / 127).int_constant("xz", {}, {100}, onnx::TensorProto::UINT8);
+  c.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  c.int_constant("w", {6, 4, 3, 3}, int8_values(c, 6 * 4 * 3 * 3, 64), onnx::TensorProto::INT8);
+  c.node("ConvInteger", {"xq", "w", "xz"}, {"y"}, {{"pads", {1, 0, 1, 0}}});
+  c.output("y", kInt32);
+  run(c);
+}
+
+// A MaxPool between a quantizer's pair and a quantizer of the same
+// parameters pools the uint8 values (resnet's stem).
+TEST_P(OperatorTest, QdqMaxPool) {
+  Case c = quantized_case();
+  c.ops.push_back("MaxPool");
+  c.steps = 0;  // a maximum is exact
+  c.input("x", {1, 16, 9, 9});
+  quantize_dequantize(c, "x", "xd", 1.0f / 127, 128, onnx::TensorProto::UINT8);
+  c.node("MaxPool", {"xd"}, {"y"}, {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}});
+  c.scalar("y_scale", 1.0f / 127).int_constant("y_zp", {}, {128}, onnx::TensorProto::UINT8);
+  c.node("QuantizeLinear", {"y", "y_scale", "y_zp"}, {"y_q"});
+  c.output("y_q", onnx::TensorProto::UINT8);
+  run(c);
+}
+
+// A MatMul quantized dynamically, as ONNX Runtime's quantize_dynamic
+// writes it: DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by the
+// two scales. `limit`: the weights' largest magnitude (see int8_weights).
+Case dynamic_matmul(float limit, int64_t k) {
+  Case c({"DynamicQuantizeLinear", "MatMulInteger", "Cast"});
+  c.portable = false;
+  c.input("x", {2, 3, k}, -2, 3);
+  c.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"});
+  c.int_constant("w", {k, 8}, int8_values(c, k * 8, limit), onnx::TensorProto::INT8);
+  c.node("MatMulInteger", {"xq", "w", "xz"}, {"acc"});
+  c.node("Cast", {"acc"}, {"accf"}, {{"to", int64_t(kFloat)}});
+  c.scalar("ws", 0.01f);
+  c.node("Mul", {"xs", "ws"}, {"scale"});
+  c.node("Mul", {"accf", "scale"}, {"y"});
+  c.output("y").output("acc", kInt32).output("xq", onnx::TensorProto::UINT8);
+  return c;
+}
+
+TEST_P(OperatorTest, DynamicQuantizedMatMul) { run(dynamic_matmul(64, 32)); }
+// Full-range weights: int8 kernels with VNNI; without, float products over
+// chunks of 512 rows of B (three here), added up in int32.
+TEST_P(OperatorTest, DynamicQuantizedMatMulFullRangeWeights) { run(dynamic_matmul(127, 1100)); }
+
+// The QOperator form: QLinearConv and QLinearMatMul as the model has them.
+TEST_P(OperatorTest, QLinearConvAndQLinearMatMul) {
+  Case c = quantized_case();
+  c.ops = {"QLinearConv", "QLinearMatMul"};
+  c.input("x", {1, 3, 5, 5});
+  c.scalar("xs", 1.0f / 127).int_constant("xz", {}, {128}, onnx::TensorProto::UINT8);
+  c.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  c.int_constant("w", {4, 3, 2, 2}, int8_values(c, 4 * 3 * 2 * 2, 64), onnx::TensorProto::INT8);
+  c.constant("ws", {4}, {0.01f, 0.02f, 0.005f, 0.008f});
+  c.int_constant("wz", {4}, {0, 0, 0, 0}, onnx::TensorProto::INT8);
+  c.int_constant("b", {4}, {100, -2000, 0, 512}, kInt32);
+  c.scalar("ys", 2.0f / 255).int_constant("yz", {}, {128}, onnx::TensorProto::UINT8);
+  c.node("QLinearConv", {"xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, {"yq"}, {{"pads", {0, 0, 1, 1}}});
+  c.int_constant("flat", {2}, {1, 4 * 5 * 5});
+  c.node("Reshape", {"yq", "flat"}, {"rows"});
+  c.int_constant("m", {100, 3}, int8_values(c, 100 * 3, 64), onnx::TensorProto::INT8);
+  c.scalar("ms", 0.01f).int_constant("mz", {}, {0}, onnx::TensorProto::INT8);
+  c.scalar("zs", 4.0f / 255).int_constant("zz", {}, {100}, onnx::TensorProto::UINT8);
+  c.node("QLinearMatMul", {"rows", "ys", "yz", "m", "ms", "mz", "zs", "zz"}, {"zq"});
+  c.output("zq", onnx::TensorProto::UINT8);
+  run(c);
+}
+
+}  // namespace
