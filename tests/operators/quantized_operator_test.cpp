@@ -187,4 +187,24 @@ TEST_P(OperatorTest, QLinearConvAndQLinearMatMul) {
   run(c);
 }
 
+// A residual connection: two dequantized tensors added, through a Relu,
+// quantized again (com.microsoft's QLinearAdd after the graph passes), and
+// without the Relu into int8 with a zero point.
+Case residual_add(bool relu, int out_type, int64_t out_zero_point) {
+  Case c = quantized_case();
+  c.ops.push_back("Add");
+  c.input("a", {2, 16, 5, 5}).input("b", {2, 16, 5, 5}, -2, 2);
+  quantize_dequantize(c, "a", "ad", 1.0f / 127, 128, onnx::TensorProto::UINT8);
+  quantize_dequantize(c, "b", "bd", 2.0f / 127, 120, onnx::TensorProto::UINT8);
+  c.node("Add", {"ad", "bd"}, {relu ? "s" : "y"});
+  if (relu) c.node("Relu", {"s"}, {"y"});
+  c.scalar("y_scale", 3.0f / 255).int_constant("y_zp", {}, {out_zero_point}, out_type);
+  c.node("QuantizeLinear", {"y", "y_scale", "y_zp"}, {"y_q"});
+  c.output("y_q", out_type);
+  return c;
+}
+
+TEST_P(OperatorTest, QdqResidualAddRelu) { run(residual_add(true, onnx::TensorProto::UINT8, 0)); }
+TEST_P(OperatorTest, QdqResidualAddIntoInt8) { run(residual_add(false, onnx::TensorProto::INT8, -3)); }
+
 }  // namespace

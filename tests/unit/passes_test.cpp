@@ -487,3 +487,22 @@ TEST(Passes, MaxPoolBetweenEqualQuantizersPoolsTheQuantizedValues) {
   EXPECT_EQ(ops_after_passes(b, &before, &after), (std::vector<std::string>{"QuantizeLinear", "MaxPool", "DequantizeLinear"}));
   EXPECT_EQ(before, after);
 }
+
+TEST(Passes, DequantizedAddThatIsQuantizedBecomesQLinearAdd) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 2, 4, 4}).output("y", onnx::TensorProto::FLOAT, {1, 2, 4, 4});
+  b.initializer(ModelBuilder::float_tensor("s", {}, {0.02f}));
+  b.initializer(ModelBuilder::float_tensor("s2", {}, {0.05f}));
+  b.initializer(int8_tensor("z", onnx::TensorProto::UINT8, {}, {128}));
+  b.initializer(int8_tensor("zero", onnx::TensorProto::UINT8, {}, {0}));
+  b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+  b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+  b.node("Add", {"xd", "xd"}, {"sum"});
+  b.node("Relu", {"sum"}, {"r"});
+  b.node("QuantizeLinear", {"r", "s2", "zero"}, {"rq"});
+  b.node("DequantizeLinear", {"rq", "s2", "zero"}, {"y"});
+  std::vector<float> before, after;
+  EXPECT_EQ(ops_after_passes(b, &before, &after), (std::vector<std::string>{"QuantizeLinear", "QLinearAdd", "DequantizeLinear"}));
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(before[i], after[i], 0.0501f) << i;
+}

@@ -128,3 +128,49 @@ TEST(ReferenceNonMaxSuppression, ManyBoxesMatchThePairwiseRule) {
   ASSERT_EQ(got.dims(), (kiln::ir::Dims{int64_t(want.size()), 3}));
   for (size_t k = 0; k < want.size(); ++k) ASSERT_EQ(got.as_int64(int64_t(k * 3 + 2)), want[k]) << "selection " << k;
 }
+
+namespace {
+
+// com.microsoft's QLinearAdd on the given operands (all graph inputs).
+std::vector<Tensor> qlinear_add(const std::vector<Tensor>& inputs) {
+  ModelBuilder b;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    names.push_back("x" + std::to_string(i));
+    b.graph().add_input()->set_name(names.back());
+  }
+  b.output_untyped("y");
+  b.node("QLinearAdd", names, {"y"}).set_domain("com.microsoft");
+  auto* opset = b.model().add_opset_import();
+  opset->set_domain("com.microsoft");
+  opset->set_version(1);
+  std::string bytes = b.bytes();
+  auto m = kiln::onnx_import::import_model_bytes(bytes.data(), bytes.size(), "qlinear_add.onnx");
+  std::map<std::string, Tensor> feeds;
+  for (size_t i = 0; i < inputs.size(); ++i) feeds[names[i]] = inputs[i];
+  return kiln::ref::run_graph(*m.graph, feeds);
+}
+
+}  // namespace
+
+// ONNX Runtime's contrib QLinearAdd, which the graph passes make from a
+// dequantized Add: not in ONNX's schemas, so the hostile-shapes sweep
+// cannot reach it; its refusals are checked here.
+TEST(ReferenceQLinearAdd, AddsDequantizedValuesAndRefusesBadOperands) {
+  const Tensor a = Tensor::from_vector<uint8_t>({4}, {10, 20, 30, 255});
+  const Tensor b = Tensor::from_vector<uint8_t>({4}, {4, 8, 12, 0});
+  const Tensor sa = Tensor::scalar<float>(0.5f), sb = Tensor::scalar<float>(0.25f), sc = Tensor::scalar<float>(2.0f);
+  const Tensor za = Tensor::scalar<uint8_t>(6), zb = Tensor::scalar<uint8_t>(0), zc = Tensor::scalar<uint8_t>(10);
+  // (0.5 (a - 6) + 0.25 b) / 2 + 10, rounded half to even and saturated.
+  const auto y = qlinear_add({a, sa, za, b, sb, zb, sc, zc});
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_EQ(y[0].dtype(), kiln::ir::DType::UInt8);
+  std::vector<int> got;
+  for (int64_t i = 0; i < 4; ++i) got.push_back(int(y[0].as_int64(i)));
+  EXPECT_EQ(got, (std::vector<int>{12, 14, 18, 72}));
+  const Tensor shorter = Tensor::from_vector<uint8_t>({3}, {1, 2, 3});
+  EXPECT_THROW(qlinear_add({a, sa, za, shorter, sb, zb, sc, zc}), kiln::ir::Error);
+  EXPECT_THROW(qlinear_add({a, Tensor::from_vector<float>({2}, {1, 2}), za, b, sb, zb, sc, zc}), kiln::ir::Error);
+  EXPECT_THROW(qlinear_add({Tensor::from_vector<float>({4}, {1, 2, 3, 4}), sa, za, b, sb, zb, sc, zc}), kiln::ir::Error);
+  EXPECT_THROW(qlinear_add({a, sa, za, b}), kiln::ir::Error);
+}

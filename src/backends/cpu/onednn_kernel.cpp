@@ -183,6 +183,13 @@ json quantization_json(const_dnnl_primitive_attr_t attr) {
     q["output_scales"] = {{"mask", mask},
                           {"runtime", runtime_scales},
                           {"values", runtime_scales ? std::vector<float>{} : std::vector<float>(scales, scales + count)}};
+  for (int arg : {DNNL_ARG_SRC_0, DNNL_ARG_SRC_1}) {
+    // oneDNN 2.6 declares this query on a non-const attribute; it only reads it.
+    dnnl::error::wrap_c_api(dnnl_primitive_attr_get_scales(const_cast<dnnl_primitive_attr_t>(attr), arg, &count, &mask, &scales),
+                            "query argument scales");
+    if (mask == 0 && count == 1 && scales[0] == 1.0f) continue;
+    q["scales"].push_back({{"arg", arg}, {"mask", mask}, {"values", std::vector<float>(scales, scales + count)}});
+  }
   for (int arg : kZeroPointArgs) {
     const int32_t* points = nullptr;
     dnnl::error::wrap_c_api(dnnl_primitive_attr_get_zero_points(attr, arg, &count, &mask, &points), "query zero points");
@@ -205,6 +212,15 @@ void set_quantization(dnnl::primitive_attr& attr, const json& q, const std::stri
       if (values.empty()) ir::fail(ir::ErrorKind::InvalidModel, what + ": output scales without values");
       attr.set_output_scales(ir::json_field<int>(s, "mask", what), values);
     }
+    if (q.contains("scales"))
+      for (const json& s : q["scales"]) {
+        const int arg = ir::json_field<int>(s, "arg", what);
+        if (arg != DNNL_ARG_SRC_0 && arg != DNNL_ARG_SRC_1)
+          ir::fail(ir::ErrorKind::InvalidModel, what + ": scales for argument " + std::to_string(arg));
+        const std::vector<float> values = ir::json_field<std::vector<float>>(s, "values", what);
+        if (values.empty()) ir::fail(ir::ErrorKind::InvalidModel, what + ": scales without values");
+        attr.set_scales(arg, ir::json_field<int>(s, "mask", what), values);
+      }
     if (q.contains("zero_points"))
       for (const json& z : q["zero_points"]) {
         const int arg = ir::json_field<int>(z, "arg", what);

@@ -73,7 +73,7 @@ static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, co
 
   for (size_t idx = 0; idx < graph.nodes.size(); ++idx) {
     const ir::Node& node = graph.nodes[idx];
-    if (!node.domain.empty() && node.domain != "ai.onnx")
+    if (!domain_has(node.domain, node.op_type))
       ir::fail(ErrorKind::Unsupported, node.describe() + ": operator domain '" + node.domain + "' is not supported");
     KernelFn fn = registry.find(node.op_type);
     if (!fn) ir::fail(ErrorKind::Unsupported, node.describe() + ": operator " + node.op_type + " is not supported");
@@ -125,13 +125,18 @@ std::vector<Tensor> run_graph(const ir::Graph& graph, const std::map<std::string
   return run_in_scope(graph, scope, kernels ? *kernels : KernelRegistry::instance(), timer);
 }
 
+bool domain_has(const std::string& domain, const std::string& op_type) {
+  // Of ONNX Runtime's contrib operators, the one the graph passes make.
+  return domain.empty() || domain == "ai.onnx" || (domain == "com.microsoft" && op_type == "QLinearAdd");
+}
+
 bool has_kernel(const std::string& domain, const std::string& op_type) {
-  return (domain.empty() || domain == "ai.onnx") && KernelRegistry::instance().find(op_type) != nullptr;
+  return domain_has(domain, op_type) && KernelRegistry::instance().find(op_type) != nullptr;
 }
 
 ir::ConstantEvaluator constant_evaluator() {
   return [](const ir::Node& node, const std::vector<const Tensor*>& inputs) -> std::optional<std::vector<Tensor>> {
-    if (!node.domain.empty() && node.domain != "ai.onnx") return std::nullopt;
+    if (!domain_has(node.domain, node.op_type)) return std::nullopt;
     KernelFn fn = KernelRegistry::instance().find(node.op_type);
     if (!fn) return std::nullopt;
     KernelContext ctx(node, inputs, nullptr);

@@ -25,6 +25,9 @@ std::vector<ir::Tensor> run_graph(const ir::Graph& graph, const std::map<std::st
 // Op types of `graph` (and its subgraphs) with no reference kernel.
 std::vector<std::string> unsupported_ops(const ir::Graph& graph);
 bool has_kernel(const std::string& domain, const std::string& op_type);
+// Whether the reference kernels take `domain`'s operators: ONNX's, and
+// com.microsoft's QLinearAdd.
+bool domain_has(const std::string& domain, const std::string& op_type);
 
 // Folds constant nodes for shape inference with the reference kernels.
 ir::ConstantEvaluator constant_evaluator();

@@ -40,6 +40,7 @@ class QdqFuser {
       if (is_onnx(g_.nodes[i], "MatMul") && fuse(i, "QLinearMatMul")) ++fused;
     }
     fused += quantized_max_pools();
+    fused += quantized_adds();
     fused += cancel_requantization();
     if (fused) remove_dead_nodes(g_);
     return fused;
@@ -247,6 +248,50 @@ class QdqFuser {
       ++moved;
     }
     return moved;
+  }
+
+  // An Add of two dequantized 8-bit tensors of the same shape whose result
+  // (through a Relu the quantizer's saturation implies) only a QuantizeLinear
+  // reads: a residual connection. It becomes com.microsoft's QLinearAdd
+  // (ONNX Runtime's), the sum of the dequantized values requantized once.
+  int quantized_adds() {
+    int made = 0;
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const ir::Node add = g_.nodes[i];
+      if (!is_onnx(add, "Add") || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
+      auto a = dequantized(add.inputs[0]), b = dequantized(add.inputs[1]);
+      if (!a || !b || !same_shape(a->value, b->value)) continue;
+      ir::Node* q = only_quantizer(add.outputs[0]);
+      if (!q) {
+        const ir::Node* relu = nullptr;
+        for (const ir::Node& m : g_.nodes)
+          if (!m.inputs.empty() && m.inputs[0] == add.outputs[0]) relu = &m;
+        if (!relu || !is_onnx(*relu, "Relu") || uses_.at(add.outputs[0]) != 1 || graph_output_.count(add.outputs[0])) continue;
+        q = only_quantizer(relu->outputs[0]);
+        if (!q || !lowest_zero_point(*q)) continue;
+      }
+      ir::Node fused;
+      fused.name = add.name + "_quantized";
+      fused.op_type = "QLinearAdd";
+      fused.domain = "com.microsoft";
+      fused.opset = 1;
+      fused.inputs = {a->value, a->scale,          zero_point_of(*a), b->value,
+                      b->scale, zero_point_of(*b), q->inputs[1],      y_zero_point(*q)};
+      fused.outputs = q->outputs;
+      const std::string out = q->outputs[0];
+      q->outputs[0] = fresh_name(g_, spec_, out + "_unused");
+      spec_.result.values[q->outputs[0]] = spec_.result.values.at(out);
+      producer_[out] = i;
+      g_.nodes[i] = std::move(fused);
+      ++made;
+    }
+    return made;
+  }
+
+  bool same_shape(const std::string& a, const std::string& b) const {
+    auto x = spec_.result.values.find(a), y = spec_.result.values.find(b);
+    return x != spec_.result.values.end() && y != spec_.result.values.end() && x->second.shape.is_concrete() &&
+           y->second.shape.is_concrete() && x->second.shape.concrete() == y->second.shape.concrete();
   }
 
   // A QuantizeLinear of a DequantizeLinear with the same scale and zero

@@ -34,7 +34,9 @@ int fold_batch_norm(ir::Graph& graph, ir::Specialization& spec);
 // weights symmetric about zero, per tensor or per output channel) whose
 // result only a per-tensor QuantizeLinear reads, possibly through a Relu its
 // saturation implies, become QLinearConv and QLinearMatMul; a float bias
-// becomes int32 at the product's scale. A MaxPool between a
+// becomes int32 at the product's scale. An Add of two dequantized tensors
+// of one shape, quantized (through a Relu likewise), becomes
+// com.microsoft's QLinearAdd. A MaxPool between a
 // DequantizeLinear and a QuantizeLinear of the same parameters pools the
 // quantized values, and a QuantizeLinear of a DequantizeLinear with the same
 // parameters is bypassed. New values get

@@ -105,9 +105,18 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
 
 }  // namespace
 
+// ONNX Runtime's contrib operators that the graph passes make (fuse_qdq).
+const std::map<std::string, OpLowering, std::less<>>& contrib_table() {
+  static const std::map<std::string, OpLowering, std::less<>> table = {
+      {"QLinearAdd", primitive(&lower_qlinear_add, nullptr)},  // quantized.cpp
+  };
+  return table;
+}
+
 const OpLowering* find_op(const ir::Node& n) {
-  if (!n.domain.empty() && n.domain != "ai.onnx") return nullptr;
-  const auto& table = op_table();
+  const bool onnx = n.domain.empty() || n.domain == "ai.onnx";
+  if (!onnx && n.domain != "com.microsoft") return nullptr;
+  const auto& table = onnx ? op_table() : contrib_table();
   auto it = table.find(n.op_type);
   return it == table.end() ? nullptr : &it->second;
 }

@@ -33,7 +33,8 @@ struct OpLowering {
   int arity = 0;
 };
 
-// The operator's entry, or nullptr (for every operator of a domain other than ONNX's).
+// The operator's entry, or nullptr (for every operator of a domain other
+// than ONNX's, except the com.microsoft ones the graph passes make).
 const OpLowering* find_op(const ir::Node& n);
 
 // Lowers `n` with its operator's family; false when its reference kernel

@@ -161,6 +161,28 @@ void matmul_integer(KernelContext& ctx) {
   ctx.set_output(0, from_doubles(DType::Int32, dims, out));
 }
 
+// com.microsoft's QLinearAdd (ONNX Runtime's contrib operator, which the
+// graph passes also make from a dequantized Add):
+// C = saturate(round((A_scale (A - A_zero) + B_scale (B - B_zero)) / C_scale) + C_zero),
+// parameters per tensor, A and B of the same shape.
+void qlinear_add(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(3);
+  require_quantized(ctx, a, "A");
+  require_quantized(ctx, b, "B");
+  if (a.dims() != b.dims())
+    ctx.fail("A " + ir::dims_to_string(a.dims()) + " and B " + ir::dims_to_string(b.dims()) +
+             " differ in shape; broadcasting is not supported");
+  const double sa = scalar_param(ctx, 1, "A_scale"), za = ctx.has_input(2) ? scalar_param(ctx, 2, "A_zero_point") : 0;
+  const double sb = scalar_param(ctx, 4, "B_scale"), zb = ctx.has_input(5) ? scalar_param(ctx, 5, "B_zero_point") : 0;
+  const double sc = scalar_param(ctx, 6, "C_scale"), zc = ctx.has_input(7) ? scalar_param(ctx, 7, "C_zero_point") : 0;
+  const DType out = ctx.has_input(7) ? ctx.input(7).dtype() : DType::UInt8;
+  std::vector<double> av = to_doubles(a), bv = to_doubles(b);
+  for (size_t i = 0; i < av.size(); ++i)
+    av[i] = clamp_to(out, round_half_even((sa * (av[i] - za) + sb * (bv[i] - zb)) / sc) + zc);
+  ctx.set_output(0, from_doubles(out, a.dims(), av));
+}
+
 // y = saturate(round(acc * a_scale * b_scale / y_scale) + y_zero), where a's
 // and y's parameters may be per row and b's per column.
 void qlinear_matmul(KernelContext& ctx) {
@@ -404,6 +426,7 @@ void register_quantize_ops(KernelRegistry& r) {
   r.add("MatMulInteger", &matmul_integer);
   r.add("QLinearMatMul", &qlinear_matmul);
   r.add("QLinearConv", &qlinear_conv);
+  r.add("QLinearAdd", &qlinear_add);
   r.add("Einsum", &einsum);
   r.add("Det", &det);
 }

@@ -47,6 +47,14 @@ std::vector<ValueInfo> dynamic_quantize(const NodeView& n) {
           with_shape(DType::UInt8, Shape{{}, true})};
 }
 
+// com.microsoft's QLinearAdd: A, A_scale, A_zero_point, B, ...; the result
+// has the type of C_zero_point (uint8 without one).
+std::vector<ValueInfo> qlinear_add(const NodeView& n) {
+  const ValueInfo* zero_point = n.input(7);
+  auto shape = broadcast(n, {n.input(0), n.input(3)});
+  return {with_shape(zero_point ? zero_point->dtype : DType::UInt8, shape ? *shape : Shape::unknown_rank())};
+}
+
 std::vector<ValueInfo> dropout(const NodeView& n) {
   const ValueInfo out = same_as_input(n)[0];
   ValueInfo mask = out;
@@ -76,6 +84,7 @@ void register_elementwise_rules(ShapeRuleTable& t) {
   t.add("DequantizeLinear", &dequantize);
   t.add("QuantizeLinear", &quantize);
   t.add("DynamicQuantizeLinear", &dynamic_quantize);
+  t.add("QLinearAdd", &qlinear_add);
   t.add("Dropout", &dropout);
 }
 
