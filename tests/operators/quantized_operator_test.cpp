@@ -113,18 +113,23 @@ TEST_P(OperatorTest, QdqMatMulPerColumnWeights) {
 }
 
 // ConvInteger's int32 sums are exact wherever it compiles.
-TEST_P(OperatorTest, ConvInteger) {
+// `limit`: the weights' largest magnitude; beyond 64, CPUs without VNNI
+// compute in float (exact while a sum has at most 512 products).
+Case conv_integer(float limit) {
   Case c = quantized_case();
   c.ops = {"ConvInteger"};
   c.steps = 0;
   c.input("x", {1, 4, 6, 6});
   c.scalar("xs", 1.0f / 127).int_constant("xz", {}, {100}, onnx::TensorProto::UINT8);
   c.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
-  c.int_constant("w", {6, 4, 3, 3}, int8_values(c, 6 * 4 * 3 * 3, 64), onnx::TensorProto::INT8);
+  c.int_constant("w", {6, 4, 3, 3}, int8_values(c, 6 * 4 * 3 * 3, limit), onnx::TensorProto::INT8);
   c.node("ConvInteger", {"xq", "w", "xz"}, {"y"}, {{"pads", {1, 0, 1, 0}}});
   c.output("y", kInt32);
-  run(c);
+  return c;
 }
+
+TEST_P(OperatorTest, ConvInteger) { run(conv_integer(64)); }
+TEST_P(OperatorTest, ConvIntegerFullRangeWeights) { run(conv_integer(127)); }
 
 // A MaxPool between a quantizer's pair and a quantizer of the same
 // parameters pools the uint8 values (resnet's stem).
@@ -165,13 +170,15 @@ TEST_P(OperatorTest, DynamicQuantizedMatMul) { run(dynamic_matmul(64, 32)); }
 TEST_P(OperatorTest, DynamicQuantizedMatMulFullRangeWeights) { run(dynamic_matmul(127, 1100)); }
 
 // The QOperator form: QLinearConv and QLinearMatMul as the model has them.
-TEST_P(OperatorTest, QLinearConvAndQLinearMatMul) {
+// `conv_limit`: the convolution weights' largest magnitude (the matmul's
+// stay within 64); beyond 64, CPUs without VNNI convolve in float.
+Case qlinear_conv_and_matmul(float conv_limit) {
   Case c = quantized_case();
   c.ops = {"QLinearConv", "QLinearMatMul"};
   c.input("x", {1, 3, 5, 5});
   c.scalar("xs", 1.0f / 127).int_constant("xz", {}, {128}, onnx::TensorProto::UINT8);
   c.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
-  c.int_constant("w", {4, 3, 2, 2}, int8_values(c, 4 * 3 * 2 * 2, 64), onnx::TensorProto::INT8);
+  c.int_constant("w", {4, 3, 2, 2}, int8_values(c, 4 * 3 * 2 * 2, conv_limit), onnx::TensorProto::INT8);
   c.constant("ws", {4}, {0.01f, 0.02f, 0.005f, 0.008f});
   c.int_constant("wz", {4}, {0, 0, 0, 0}, onnx::TensorProto::INT8);
   c.int_constant("b", {4}, {100, -2000, 0, 512}, kInt32);
@@ -184,8 +191,11 @@ TEST_P(OperatorTest, QLinearConvAndQLinearMatMul) {
   c.scalar("zs", 4.0f / 255).int_constant("zz", {}, {100}, onnx::TensorProto::UINT8);
   c.node("QLinearMatMul", {"rows", "ys", "yz", "m", "ms", "mz", "zs", "zz"}, {"zq"});
   c.output("zq", onnx::TensorProto::UINT8);
-  run(c);
+  return c;
 }
+
+TEST_P(OperatorTest, QLinearConvAndQLinearMatMul) { run(qlinear_conv_and_matmul(64)); }
+TEST_P(OperatorTest, QLinearConvFullRangeWeights) { run(qlinear_conv_and_matmul(127)); }
 
 // A residual connection: two dequantized tensors added, through a Relu,
 // quantized again (com.microsoft's QLinearAdd after the graph passes), and

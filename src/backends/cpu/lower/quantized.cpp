@@ -21,6 +21,11 @@ namespace kiln::cpu::lowering {
 
 namespace {
 
+// Products per float sum where the int8 kernels are not exact: |a - zero
+// point| <= 255 and |b| <= 128, so 512 of them sum to at most 16,711,680 <
+// 2^24, where floats hold integers exactly.
+constexpr int64_t kExactChunk = 512;
+
 // The scale and zero point of one quantized operand, per tensor: scales
 // positive and finite, the zero point of the operand's own type.
 struct Quantization {
@@ -119,7 +124,61 @@ struct Int8Conv {
   DType out = DType::Int32;
   std::vector<float> scales;
   int32_t y_zero_point = 0;
+  // Where the int8 kernels would not be exact (int8_products_exact): x less
+  // its zero point and the weights as floats, a float convolution, and a
+  // reorder that requantizes its sums (with the scales and zero point).
+  bool in_float = false;
 };
+
+// The float form of an int8 convolution (Int8Conv::in_float).
+bool emit_float_conv(Context& cx, const ir::Node& n, const ir::Tensor& w, const ir::Tensor* b, const Int8Conv& q,
+                     const dnnl::convolution_forward::desc& desc, const md& user_wei) {
+  const std::string &x = n.inputs[0], &y = n.outputs[0];
+  dnnl::convolution_forward::primitive_desc pd;
+  try {
+    pd = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), cpu_engine());
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  if (reference_kernel(pd)) return false;
+  std::unordered_map<int, dnnl::memory> shift_constants;
+  dnnl::primitive_attr shift = user_scratchpad();
+  zero_point_arg(cx, shift_constants, shift, DNNL_ARG_FROM, q.x_zero_point);
+  const md x_md = cx.val(x).layout;
+  const dnnl::reorder::primitive_desc to_float(cpu_engine(), x_md, cpu_engine(), pd.src_desc(), shift);
+  const int x_float = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(pd.src_desc().get_size()), x + "#float");
+  cx.add_primitive(n.describe() + " (x in float)", to_float, {cx.val(x).buffer, x_float}, {0, 1},
+                   {{DNNL_ARG_FROM, x_md}, {DNNL_ARG_TO, pd.src_desc()}}, std::move(shift_constants));
+
+  auto weights = std::make_shared<std::vector<float>>(w.data<int8_t>(), w.data<int8_t>() + w.numel());
+  md user_f32 = user_wei;
+  user_f32.data.data_type = dnnl_f32;
+  std::unordered_map<int, dnnl::memory> constants{
+      {DNNL_ARG_WEIGHTS, cx.constant_memory(user_f32, weights->data(), pd.weights_desc(), weights)}};
+  if (b) {
+    auto bias = std::make_shared<std::vector<float>>(b->data<int32_t>(), b->data<int32_t>() + b->numel());
+    const md bias_md({b->numel()}, dt::f32, dnnl::memory::format_tag::x);
+    constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, bias->data(), bias_md, bias);
+  }
+  const int sums = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(pd.dst_desc().get_size()), y + "#float");
+  cx.add_primitive(n.describe(), pd, {x_float, sums}, {0, 1}, {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_DST, pd.dst_desc()}},
+                   std::move(constants));
+
+  const Dims out = cx.dims(y);
+  const dt type = *onednn_type(q.out);
+  auto y_md = retyped(pd.dst_desc(), type);
+  if (!y_md) y_md = retyped(channels_last(out), type);
+  std::unordered_map<int, dnnl::memory> requantize_constants;
+  dnnl::primitive_attr requantize = user_scratchpad();
+  if (!q.scales.empty()) requantize.set_output_scales(q.scales.size() == 1 ? 0 : 1 << 1, q.scales);
+  zero_point_arg(cx, requantize_constants, requantize, DNNL_ARG_TO, q.y_zero_point);
+  const dnnl::reorder::primitive_desc to_out(cpu_engine(), pd.dst_desc(), cpu_engine(), *y_md, requantize);
+  const int dst = cx.define(y, *y_md, is_plain(*y_md, out));
+  cx.compiled();
+  cx.add_primitive(n.describe() + " (requantized)", to_out, {sums, dst}, {0, 1},
+                   {{DNNL_ARG_FROM, pd.dst_desc()}, {DNNL_ARG_TO, *y_md}}, std::move(requantize_constants));
+  return true;
+}
 
 // An int8 convolution of x by constant int8 weights `w` (+ an int32 bias).
 bool emit_int8_conv(Context& cx, const ir::Node& n, const ir::Tensor& w, const ir::Tensor* b, const Int8Conv& q) {
@@ -140,13 +199,28 @@ bool emit_int8_conv(Context& cx, const ir::Node& n, const ir::Tensor& w, const i
   }
   for (int64_t d : geo.dilations) dil.push_back(d - 1);
 
+  using tag = dnnl::memory::format_tag;
+  const md user_wei = group > 1 ? md(wei, dt::s8,
+                                     rank == 3   ? tag::goiw
+                                     : rank == 4 ? tag::goihw
+                                                 : tag::goidhw)
+                                : plain_md(wdims, dt::s8);
+  const auto any = dnnl::memory::format_tag::any;
+  if (q.in_float) {
+    const md bias_f32 = b ? md({wdims[0]}, dt::f32, tag::x) : md();
+    const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                               md(to_dnnl(in), dt::f32, any), md(wei, dt::f32, any), bias_f32,
+                                               md(to_dnnl(out), dt::f32, any), to_dnnl(geo.strides), dil, to_dnnl(geo.pad_begin),
+                                               to_dnnl(geo.pad_end));
+    return emit_float_conv(cx, n, w, b, q, desc, user_wei);
+  }
+
   std::unordered_map<int, dnnl::memory> constants;
   dnnl::primitive_attr attr = user_scratchpad();
   if (!q.scales.empty()) attr.set_output_scales(q.scales.size() == 1 ? 0 : 1 << 1, q.scales);
   zero_point_arg(cx, constants, attr, DNNL_ARG_SRC, q.x_zero_point);
   zero_point_arg(cx, constants, attr, DNNL_ARG_DST, q.y_zero_point);
   const md bias_md = b ? md({wdims[0]}, dt::s32, dnnl::memory::format_tag::x) : md();
-  const auto any = dnnl::memory::format_tag::any;
   dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                        md(to_dnnl(in), *onednn_type(cx.dtype(x)), any), md(wei, dt::s8, any), bias_md,
                                        md(to_dnnl(out), *onednn_type(q.out), any), to_dnnl(geo.strides), dil,
@@ -158,12 +232,6 @@ bool emit_int8_conv(Context& cx, const ir::Node& n, const ir::Tensor& w, const i
     return false;  // no int8 kernel for this case: the reference kernel runs it
   }
   if (reference_kernel(pd)) return false;
-  using tag = dnnl::memory::format_tag;
-  const md user_wei = group > 1 ? md(wei, dt::s8,
-                                     rank == 3   ? tag::goiw
-                                     : rank == 4 ? tag::goihw
-                                                 : tag::goidhw)
-                                : plain_md(wdims, dt::s8);
   constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(user_wei, w.raw(), pd.weights_desc());
   if (b) constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, b->raw(), bias_md);
   const int src = cx.as_layout(x, pd.src_desc());
@@ -187,22 +255,30 @@ bool lower_qlinear_conv(Context& cx, const ir::Node& n) {
   if (n.inputs.size() < 8 || n.outputs.size() != 1) return false;
   const ir::Tensor* w = cx.constant(n.inputs[3]);
   const DType xt = cx.dtype(n.inputs[0]), yt = cx.dtype(n.outputs[0]);
-  if (!is_8bit(xt) || !is_8bit(yt) || !w || !passes::int8_products_exact(xt, *w)) return false;
+  if (!is_8bit(xt) || !is_8bit(yt) || !w || w->dtype() != DType::Int8) return false;
   const bool has_bias = n.inputs.size() > 8 && !n.inputs[8].empty();
   const ir::Tensor* b = has_bias ? cx.constant(n.inputs[8]) : nullptr;
   if (has_bias && (!b || b->dtype() != DType::Int32 || b->numel() != w->dims()[0])) return false;
   const auto xq = per_tensor(cx, n, 1, 2, xt), yq = per_tensor(cx, n, 6, 7, yt);
   const auto wq = symmetric_weights(cx, n, 4, 5, w->dims()[0]);
   if (!xq || !yq || !wq) return false;
-  return emit_int8_conv(cx, n, *w, b, {xq->zero_point, yt, requantization(xq->scale, *wq, yq->scale), yq->zero_point});
+  // In float, the sums may round where they pass 2^24; the requantization
+  // then moves a value by a step at most, as the float scale already may.
+  return emit_int8_conv(
+      cx, n, *w, b,
+      {xq->zero_point, yt, requantization(xq->scale, *wq, yq->scale), yq->zero_point, !passes::int8_products_exact(xt, *w)});
 }
 
-// ConvInteger: the int32 sums themselves, x's zero point a constant.
+// ConvInteger: the int32 sums themselves, x's zero point a constant. In
+// float (int8_products_exact says no) only while every sum is exact: at
+// most kExactChunk products in each.
 bool lower_conv_integer(Context& cx, const ir::Node& n) {
   if (n.inputs.size() < 2 || n.outputs.size() != 1) return false;
   const ir::Tensor* w = cx.constant(n.inputs[1]);
   const DType xt = cx.dtype(n.inputs[0]);
-  if (!is_8bit(xt) || !w || !passes::int8_products_exact(xt, *w)) return false;
+  if (!is_8bit(xt) || !w || w->dtype() != DType::Int8 || w->dims().size() < 3) return false;
+  const bool in_float = !passes::int8_products_exact(xt, *w);
+  if (in_float && ir::checked_numel(w->dims()) / w->dims()[0] > kExactChunk) return false;
   int32_t x_zero_point = 0;
   if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
     const ir::Tensor* z = cx.constant(n.inputs[2]);
@@ -215,7 +291,7 @@ bool lower_conv_integer(Context& cx, const ir::Node& n) {
       if (z->as_int64(i) != 0) return false;
     if (!z) return false;
   }
-  return emit_int8_conv(cx, n, *w, nullptr, {x_zero_point, DType::Int32, {}, 0});
+  return emit_int8_conv(cx, n, *w, nullptr, {x_zero_point, DType::Int32, {}, 0, in_float});
 }
 
 bool lower_qlinear_matmul(Context& cx, const ir::Node& n) {
@@ -273,10 +349,6 @@ bool lower_dynamic_quantize(Context& cx, const ir::Node& n) {
 // come from the run (DynamicQuantizeLinear). Where the int8 kernels are not
 // exact (int8_products_exact), float products are, over chunks of K whose
 // sums stay below 2^24, added up in int32.
-// Rows of B per float product: |a - zero point| <= 255 and |b| <= 128, so
-// 512 of them sum to at most 16,711,680 < 2^24, where floats are exact.
-constexpr int64_t kExactChunk = 512;
-
 bool lower_matmul_integer(Context& cx, const ir::Node& n) {
   if (n.inputs.size() < 2 || n.outputs.size() != 1) return false;
   const std::string &a = n.inputs[0], &y = n.outputs[0];
