@@ -461,3 +461,48 @@ TEST(CpuLowering, AConvolutionCanTakeAnotherImplementationAndKeepsItThroughTheCa
     }
   }
 }
+
+// A quantizing reorder's scale and zero point are saved with it and made
+// again; a saved program whose quantization attributes were tampered with
+// (an argument they cannot apply to, no values, the wrong type, values
+// oneDNN refuses) is an InvalidModel error, never a primitive that computes
+// something else.
+TEST(CpuLowering, SavedQuantizationAttributesAreCheckedWhenLoaded) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  const dnnl::memory::desc from({1, 4}, dt::f32, tag::ab), to({1, 4}, dt::u8, tag::ab);
+  dnnl::primitive_attr attr = kiln::cpu::user_scratchpad();
+  attr.set_output_scales(0, {0.5f});
+  attr.set_zero_points(DNNL_ARG_DST, 0, {3});
+  kiln::cpu::OneDnnKernel kernel(dnnl::reorder::primitive_desc(kiln::cpu::cpu_engine(), from, kiln::cpu::cpu_engine(), to, attr),
+                                 {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}, {}, -1);
+  kernel.create_primitive();
+  float x[4] = {1, 2, 10, 600};
+  auto run = [&](const kiln::cpu::Kernel& k) {
+    uint8_t y[4] = {0};
+    void* args[2] = {x, y};
+    k.run(args);
+    return std::vector<int>(y, y + 4);
+  };
+  const std::vector<int> want{4, 4, 8, 255};  // round-half-even(x / 2) + 3, saturated
+  EXPECT_EQ(run(kernel), want);
+  EXPECT_EQ(run(*save_and_load(kernel)), want);
+
+  const std::vector<std::pair<const char*, std::function<void(nlohmann::json&)>>> tampered = {
+      {"zero points of an argument they cannot apply to", [](nlohmann::json& q) { q["zero_points"][0]["arg"] = 999; }},
+      {"zero points without values", [](nlohmann::json& q) { q["zero_points"][0]["values"] = nlohmann::json::array(); }},
+      {"output scales of the wrong type", [](nlohmann::json& q) { q["output_scales"]["values"] = "half"; }},
+      {"a mask the values do not fill", [](nlohmann::json& q) { q["output_scales"]["mask"] = 3; }},
+      {"scales of an argument a reorder lacks",
+       [](nlohmann::json& q) { q["scales"] = {{{"arg", 999}, {"mask", 0}, {"values", {1}}}}; }},
+  };
+  for (const auto& [what, edit] : tampered) {
+    SCOPED_TRACE(what);
+    try {
+      save_and_load(kernel, [&](nlohmann::json& saved) { edit(saved["primitive"]["quantization"]); });
+      ADD_FAILURE() << "loaded";
+    } catch (const kiln::ir::Error& e) {
+      EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::InvalidModel) << e.what();
+    }
+  }
+}

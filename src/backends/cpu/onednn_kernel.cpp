@@ -236,6 +236,42 @@ void set_quantization(dnnl::primitive_attr& attr, const json& q, const std::stri
   }
 }
 
+// Scales and zero points as many as their mask says over the argument's
+// dims, or one bound at run time (which the lowering only makes per tensor):
+// oneDNN takes a saved mask and count as they are and would read past the
+// values of a tampered entry.
+void check_quantization(const dnnl::primitive_desc_base& pd, const std::string& what) {
+  const_dnnl_primitive_attr_t attr = nullptr;
+  dnnl::error::wrap_c_api(dnnl_primitive_desc_get_attr(pd.get(), &attr), "query attributes");
+  auto check = [&](int arg, dnnl_dim_t count, int mask, bool runtime, const char* kind) {
+    const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(pd.get(), dnnl_query_exec_arg_md, arg);
+    dnnl_dim_t want = 1;
+    for (int d = 0; md && d < DNNL_MAX_NDIMS; ++d)
+      if (mask & (1 << d)) want *= d < md->ndims ? md->dims[d] : 0;
+    const bool ok = md && md->ndims > 0 && mask >= 0 && mask < (1 << md->ndims) && (runtime ? mask == 0 : count == want);
+    if (!ok)
+      ir::fail(ir::ErrorKind::InvalidModel, what + ": saved " + kind + " of argument " + std::to_string(arg) + " (mask " +
+                                                std::to_string(mask) + ", " + std::to_string(count) + " values) do not fit it");
+  };
+  dnnl_dim_t count = 0;
+  int mask = 0;
+  const float* scales = nullptr;
+  dnnl::error::wrap_c_api(dnnl_primitive_attr_get_output_scales(attr, &count, &mask, &scales), "query output scales");
+  if (mask != 0 || count != 1 || scales[0] != 1.0f)
+    check(DNNL_ARG_DST, count, mask, count == 1 && is_runtime_value(scales[0]), "output scales");
+  for (int arg : {DNNL_ARG_SRC_0, DNNL_ARG_SRC_1}) {
+    dnnl::error::wrap_c_api(dnnl_primitive_attr_get_scales(const_cast<dnnl_primitive_attr_t>(attr), arg, &count, &mask, &scales),
+                            "query argument scales");
+    if (mask != 0 || count != 1 || scales[0] != 1.0f) check(arg, count, mask, false, "scales");
+  }
+  for (int arg : kZeroPointArgs) {
+    const int32_t* points = nullptr;
+    dnnl::error::wrap_c_api(dnnl_primitive_attr_get_zero_points(attr, arg, &count, &mask, &points), "query zero points");
+    if (mask != 0 || count != 1 || points[0] != 0)
+      check(arg, count, mask, count == 1 && is_runtime_value(points[0]), "zero points");
+  }
+}
+
 }  // namespace
 
 void OneDnnKernel::save(json& out, WeightsWriter& weights, BlockWriter& blocks) const {
@@ -368,6 +404,7 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
     ir::fail(ir::ErrorKind::InvalidModel,
              what + ": oneDNN cannot create the saved primitive again (status " + std::to_string(int(status)) + ")");
   if (!owned) owned = dnnl::primitive_desc_base(pd);
+  check_quantization(owned, what);
 
   std::unordered_map<int, dnnl::memory> constants;
   for (const json& c : ir::json_field<json>(j, "constants", what)) {

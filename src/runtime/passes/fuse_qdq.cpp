@@ -27,9 +27,11 @@ bool is_8bit(ir::DType t) { return t == ir::DType::UInt8 || t == ir::DType::Int8
 class QdqFuser {
  public:
   QdqFuser(ir::Graph& graph, ir::Specialization& spec) : g_(graph), spec_(spec), uses_(ir::use_counts(graph)) {
-    for (size_t i = 0; i < g_.nodes.size(); ++i)
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
       for (const auto& out : g_.nodes[i].outputs)
         if (!out.empty()) producer_[out] = i;
+      for (const auto& in : g_.nodes[i].inputs) readers_[in].push_back(i);
+    }
     for (const auto& out : g_.outputs) graph_output_[out.name] = true;
   }
 
@@ -104,24 +106,42 @@ class QdqFuser {
     return new_constant(g_, spec_, "zero_point", std::move(t));
   }
 
+  // The node that alone reads `value` (once, as an input, and nothing else
+  // reads it: no graph output, no subgraph), or nothing. Node indices are
+  // those of the graph the pass started from; a rewritten node keeps its
+  // index and reads only values no one asks this for.
+  ir::Node* only_reader(const std::string& value) {
+    auto uses = uses_.find(value);
+    auto readers = readers_.find(value);
+    if (uses == uses_.end() || uses->second != 1 || graph_output_.count(value) || readers == readers_.end() ||
+        readers->second.size() != 1)
+      return nullptr;
+    return &g_.nodes[readers->second[0]];
+  }
+
   // The QuantizeLinear that alone reads `value` (a per-tensor one), or
   // nothing. Its result is the fused node's.
   ir::Node* only_quantizer(const std::string& value) {
-    if (uses_.count(value) == 0 || uses_.at(value) != 1 || graph_output_.count(value)) return nullptr;
-    for (ir::Node& n : g_.nodes)
-      for (const auto& in : n.inputs)
-        if (in == value) {
-          if (!is_onnx(n, "QuantizeLinear") || n.inputs[0] != value || n.inputs.size() < 2 || n.outputs.size() != 1)
-            return nullptr;
-          const ir::Tensor* scale = g_.constant(n.inputs[1]);
-          if (!scale || !scale->dims().empty() || !float_constant(n.inputs[1], 1)) return nullptr;
-          if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
-            const ir::Tensor* zp = g_.constant(n.inputs[2]);
-            if (!zp || !zp->dims().empty() || !is_8bit(zp->dtype())) return nullptr;
-          }
-          return &n;
-        }
-    return nullptr;
+    ir::Node* n = only_reader(value);
+    if (!n || !is_onnx(*n, "QuantizeLinear") || n->inputs[0] != value || n->inputs.size() < 2 || n->outputs.size() != 1)
+      return nullptr;
+    if (!g_.constant(n->inputs[1]) || !g_.constant(n->inputs[1])->dims().empty() || !float_constant(n->inputs[1], 1))
+      return nullptr;
+    if (n->inputs.size() > 2 && !n->inputs[2].empty()) {
+      const ir::Tensor* zp = g_.constant(n->inputs[2]);
+      if (!zp || !zp->dims().empty() || !is_8bit(zp->dtype())) return nullptr;
+    }
+    return n;
+  }
+
+  // The quantizer of `value`, directly or through a Relu that its saturation
+  // computes anyway (its zero point is the lowest value), or nothing.
+  ir::Node* quantizer_through_relu(const std::string& value) {
+    if (ir::Node* q = only_quantizer(value)) return q;
+    const ir::Node* relu = only_reader(value);
+    if (!relu || !is_onnx(*relu, "Relu") || relu->outputs.size() != 1) return nullptr;
+    ir::Node* q = only_quantizer(relu->outputs[0]);
+    return q && lowest_zero_point(*q) ? q : nullptr;
   }
 
   // Conv or MatMul at `index` between dequantized operands and one
@@ -145,18 +165,8 @@ class QdqFuser {
         if (wzp->as_int64(i) != 0) return false;
     if (!int8_products_exact(dtype(x->value), *w)) return false;
 
-    // What the result is quantized to, through a Relu that the quantizer's
-    // saturation computes anyway (its zero point is the lowest value).
-    const std::string& result = n.outputs[0];
-    ir::Node* q = only_quantizer(result);
-    if (!q) {
-      const ir::Node* relu = nullptr;
-      for (const ir::Node& m : g_.nodes)
-        if (!m.inputs.empty() && m.inputs[0] == result) relu = &m;
-      if (!relu || !is_onnx(*relu, "Relu") || uses_.at(result) != 1 || graph_output_.count(result)) return false;
-      q = only_quantizer(relu->outputs[0]);
-      if (!q || !lowest_zero_point(*q)) return false;
-    }
+    ir::Node* q = quantizer_through_relu(n.outputs[0]);
+    if (!q) return false;
     std::optional<std::string> bias;
     if (conv && n.inputs.size() > 2 && !n.inputs[2].empty() && !(bias = int32_bias(n.inputs[2], *x, *wq, channels))) return false;
     std::vector<std::string> inputs = {x->value,  x->scale,           zero_point_of(*x), wq->value,
@@ -261,15 +271,8 @@ class QdqFuser {
       if (!is_onnx(add, "Add") || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
       auto a = dequantized(add.inputs[0]), b = dequantized(add.inputs[1]);
       if (!a || !b || !same_shape(a->value, b->value)) continue;
-      ir::Node* q = only_quantizer(add.outputs[0]);
-      if (!q) {
-        const ir::Node* relu = nullptr;
-        for (const ir::Node& m : g_.nodes)
-          if (!m.inputs.empty() && m.inputs[0] == add.outputs[0]) relu = &m;
-        if (!relu || !is_onnx(*relu, "Relu") || uses_.at(add.outputs[0]) != 1 || graph_output_.count(add.outputs[0])) continue;
-        q = only_quantizer(relu->outputs[0]);
-        if (!q || !lowest_zero_point(*q)) continue;
-      }
+      ir::Node* q = quantizer_through_relu(add.outputs[0]);
+      if (!q) continue;
       ir::Node fused;
       fused.name = add.name + "_quantized";
       fused.op_type = "QLinearAdd";
@@ -336,6 +339,7 @@ class QdqFuser {
   ir::Specialization& spec_;
   std::map<std::string, int> uses_;
   std::map<std::string, size_t> producer_;
+  std::map<std::string, std::vector<size_t>> readers_;  // by node input, once per input slot
   std::map<std::string, bool> graph_output_;
 };
 
