@@ -382,12 +382,14 @@ bool lower_matmul_integer(Context& cx, const ir::Node& n) {
   std::vector<int> bufs;
   std::vector<std::pair<int, md>> rt;
   std::unordered_map<int, dnnl::memory> constants;
+  int zp_s32 = -1;
   auto bind_zero_point = [&](dnnl::primitive_attr& attr, int arg) {
     if (zp_constant) {
       zero_point_arg(cx, constants, attr, arg, int32_t(zp_constant->as_int64(0)));
     } else if (!zp.empty()) {
       attr.set_zero_points(arg, 0, {DNNL_RUNTIME_S32_VAL});
-      bufs.push_back(runtime_zero_point(cx, zp));
+      if (zp_s32 < 0) zp_s32 = runtime_zero_point(cx, zp);
+      bufs.push_back(zp_s32);
       rt.push_back({DNNL_ARG_ATTR_ZERO_POINTS | arg, md({1}, dt::s32, dnnl::memory::format_tag::x)});
     }
   };
@@ -412,37 +414,40 @@ bool lower_matmul_integer(Context& cx, const ir::Node& n) {
     cx.add_primitive(n.describe(), pd, std::move(bufs), std::move(writes), std::move(rt), std::move(constants));
     return true;
   }
-  // In float: A less its zero point, the product, then the exact sums as int32.
-  const md a_f32 = plain_md({rows, k}), out_f32 = plain_md({rows, cols});
-  dnnl::primitive_attr shift = user_scratchpad();
-  bind_zero_point(shift, DNNL_ARG_FROM);
-  const dnnl::reorder::primitive_desc to_float(cpu_engine(), a_md, cpu_engine(), a_f32, shift);
-  const int a_float = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(a_f32.get_size()), a + "#float");
-  bufs.insert(bufs.begin(), cx.plain(a));
-  rt.insert(rt.begin(), {DNNL_ARG_FROM, a_md});
-  bufs.push_back(a_float);
-  rt.push_back({DNNL_ARG_TO, a_f32});
-  std::vector<char> writes(bufs.size(), 0);
-  writes.back() = 1;
-  cx.add_primitive(n.describe() + " (A in float)", to_float, std::move(bufs), std::move(writes), std::move(rt),
-                   std::move(constants));
-  // K in chunks of at most kExactChunk rows of W: each chunk's sums are
-  // exact in float, and the chunks add up in int32 (a reorder's sum).
-  const int product = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(out_f32.get_size()), y + "#float");
+  // In float, K in chunks of at most kExactChunk: each chunk of A less its
+  // zero point, its product with those rows of B (sums exact in float), and
+  // the products added up in int32 (a reorder's sum). A chunk of A is copied
+  // out densely: oneDNN 2.6's matmul ignores a source's offset into its
+  // buffer (measured: every chunk read A's first columns).
+  const int src = cx.plain(a);
+  const int product = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(plain_md({rows, cols}).get_size()), y + "#float");
   const int dst = cx.define_plain(y);
+  const md out_f32 = plain_md({rows, cols});
   dnnl::primitive_attr add = user_scratchpad();
   dnnl::post_ops sum;
   sum.append_sum(1.0f);
   add.set_post_ops(sum);
   for (int64_t k0 = 0; k0 < k; k0 += kExactChunk) {
     const int64_t kc = std::min(kExactChunk, k - k0);
-    const md a_part = a_f32.submemory_desc({rows, kc}, {0, k0});
+    const std::string part = n.describe() + " (rows " + std::to_string(k0) + ".." + std::to_string(k0 + kc - 1) + " of B)";
+    const md a_chunk = plain_md({rows, kc});
+    const int a_float = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(a_chunk.get_size()), a + "#float");
+    bufs = {src};
+    rt = {{DNNL_ARG_FROM, a_md.submemory_desc({rows, kc}, {0, k0})}};
+    constants.clear();
+    dnnl::primitive_attr shift = user_scratchpad();
+    bind_zero_point(shift, DNNL_ARG_FROM);
+    const dnnl::reorder::primitive_desc to_float(cpu_engine(), rt[0].second, cpu_engine(), a_chunk, shift);
+    bufs.push_back(a_float);
+    rt.push_back({DNNL_ARG_TO, a_chunk});
+    std::vector<char> writes(bufs.size(), 0);
+    writes.back() = 1;
+    cx.add_primitive(part + ", A in float", to_float, std::move(bufs), std::move(writes), std::move(rt), std::move(constants));
     const dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(a_part, md({kc, cols}, dt::f32, dnnl::memory::format_tag::any), out_f32), user_scratchpad(),
+        dnnl::matmul::desc(a_chunk, md({kc, cols}, dt::f32, dnnl::memory::format_tag::any), out_f32), user_scratchpad(),
         cpu_engine());
     auto weights = std::make_shared<std::vector<float>>(w->data<int8_t>() + k0 * cols, w->data<int8_t>() + (k0 + kc) * cols);
-    const std::string part = n.describe() + " (rows " + std::to_string(k0) + ".." + std::to_string(k0 + kc - 1) + " of B)";
-    cx.add_primitive(part, pd, {a_float, product}, {0, 1}, {{DNNL_ARG_SRC, a_part}, {DNNL_ARG_DST, out_f32}},
+    cx.add_primitive(part, pd, {a_float, product}, {0, 1}, {{DNNL_ARG_SRC, a_chunk}, {DNNL_ARG_DST, out_f32}},
                      {{DNNL_ARG_WEIGHTS, cx.constant_memory(plain_md({kc, cols}), weights->data(), pd.weights_desc(), weights)}});
     const dnnl::reorder::primitive_desc to_int(cpu_engine(), out_f32, cpu_engine(), out_md, k0 == 0 ? user_scratchpad() : add);
     // The sum reads the destination: the step writes it in place.
