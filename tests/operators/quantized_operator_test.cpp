@@ -217,4 +217,42 @@ Case residual_add(bool relu, int out_type, int64_t out_zero_point) {
 TEST_P(OperatorTest, QdqResidualAddRelu) { run(residual_add(true, onnx::TensorProto::UINT8, 0)); }
 TEST_P(OperatorTest, QdqResidualAddIntoInt8) { run(residual_add(false, onnx::TensorProto::INT8, -3)); }
 
+// A small network in the layout bench/quantize_zoo.py and ONNX Runtime's
+// quantizer write for a ResNet: a stem convolution, a max pool, a residual
+// block, global pooling and a classifier, every activation passing through a
+// QuantizeLinear -> DequantizeLinear pair. The whole network must compile:
+// what the quantized zoo asks of the cpu backend, in a model CI can build.
+TEST_P(OperatorTest, QdqResidualNetwork) {
+  Case c = quantized_case();
+  c.ops = {"QuantizeLinear", "DequantizeLinear", "Conv", "MaxPool", "Add", "GlobalAveragePool", "Gemm"};
+  c.input("x", {2, 3, 16, 16});
+  quantize_dequantize(c, "x", "xd", 1.0f / 127, 128, onnx::TensorProto::UINT8);
+  int8_weights(c, "stem_w", {8, 3, 3, 3}, 0);
+  c.weight("stem_b", {8}, 0.5f);
+  c.node("Conv", {"xd", "stem_w", "stem_b"}, {"stem"}, {{"pads", {1, 1, 1, 1}}, {"strides", {2, 2}}});
+  c.node("Relu", {"stem"}, {"stem_relu"});
+  quantize_dequantize(c, "stem_relu", "stem_d", 1.5f / 255, 0, onnx::TensorProto::UINT8);
+  c.node("MaxPool", {"stem_d"}, {"pool"}, {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}});
+  quantize_dequantize(c, "pool", "pool_d", 1.5f / 255, 0, onnx::TensorProto::UINT8);
+  int8_weights(c, "w1", {8, 8, 3, 3}, 0);
+  int8_weights(c, "w2", {8, 8, 3, 3}, 0);
+  c.node("Conv", {"pool_d", "w1"}, {"c1"}, {{"pads", {1, 1, 1, 1}}});
+  c.node("Relu", {"c1"}, {"r1"});
+  quantize_dequantize(c, "r1", "r1_d", 0.5f / 255, 0, onnx::TensorProto::UINT8);
+  c.node("Conv", {"r1_d", "w2"}, {"c2"}, {{"pads", {1, 1, 1, 1}}});
+  quantize_dequantize(c, "c2", "c2_d", 0.5f / 127, 128, onnx::TensorProto::UINT8);
+  c.node("Add", {"c2_d", "pool_d"}, {"sum"});
+  c.node("Relu", {"sum"}, {"block"});
+  quantize_dequantize(c, "block", "block_d", 2.0f / 255, 0, onnx::TensorProto::UINT8);
+  c.node("GlobalAveragePool", {"block_d"}, {"gap"});
+  quantize_dequantize(c, "gap", "gap_d", 1.0f / 255, 0, onnx::TensorProto::UINT8);
+  c.int_constant("flat", {2}, {2, 8});
+  c.node("Reshape", {"gap_d", "flat"}, {"features"});
+  int8_weights(c, "fc_w", {10, 8}, 0);
+  c.weight("fc_b", {10}, 0.1f);
+  c.node("Gemm", {"features", "fc_w", "fc_b"}, {"logits"}, {{"transB", int64_t(1)}});
+  quantize(c, "logits", 0.2f / 127, 128);
+  run(c);
+}
+
 }  // namespace

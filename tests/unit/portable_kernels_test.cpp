@@ -1114,36 +1114,38 @@ TEST(PortableSoftmax, RowsAndColumns) {
   unsigned seed = 4000;
   const int64_t shapes[][3] = {{1, 1, 1}, {1, 10, 1}, {3, 17, 1}, {2, 1000, 1}, {200, 7, 1},
                                {2, 5, 3}, {1, 9, 16}, {3, 4, 37}, {2, 64, 40},  {1, 3, 1000}};
-  for (int is_log : {0, 1})
-    for (const auto& s : shapes) {
-      const int64_t outer = s[0], len = s[1], inner = s[2];
-      SCOPED_TRACE(testing::Message() << "log " << is_log << " outer " << outer << " len " << len << " inner " << inner);
-      std::vector<float> x = random_values(size_t(outer * len * inner), seed++);
-      for (float& v : x) v *= 30.0f;  // exp over a wide range, overflow without the max
-      std::vector<double> ref(x.size()), tol(x.size());
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t j = 0; j < inner; ++j) {
-          double m = -INFINITY, sum = 0;
-          for (int64_t l = 0; l < len; ++l) m = std::max(m, double(x[(o * len + l) * inner + j]));
-          for (int64_t l = 0; l < len; ++l) sum += std::exp(x[(o * len + l) * inner + j] - m);
-          for (int64_t l = 0; l < len; ++l) {
-            const size_t at = size_t((o * len + l) * inner + j);
-            ref[at] = is_log ? x[at] - m - std::log(sum) : std::exp(x[at] - m) / sum;
-            // x - (m + log sum) in float loses what the magnitudes of x and m
-            // put in the last bits, however small the difference.
-            tol[at] = 1e-5 * std::fabs(ref[at]) + 1e-6 + (is_log ? 2.5e-7 * (std::fabs(x[at]) + std::fabs(m)) : 0.0);
+  // An offset of 10000 is ONNX's test_logsoftmax_large_number: x - (m + log
+  // sum) in float would round away most of log sum.
+  for (float offset : {0.0f, 10000.0f})
+    for (int is_log : {0, 1})
+      for (const auto& s : shapes) {
+        const int64_t outer = s[0], len = s[1], inner = s[2];
+        SCOPED_TRACE(testing::Message() << "log " << is_log << " outer " << outer << " len " << len << " inner " << inner
+                                        << " offset " << offset);
+        std::vector<float> x = random_values(size_t(outer * len * inner), seed++);
+        for (float& v : x) v = v * 30.0f + offset;  // exp over a wide range, overflow without the max
+        std::vector<double> ref(x.size()), tol(x.size());
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t j = 0; j < inner; ++j) {
+            double m = -INFINITY, sum = 0;
+            for (int64_t l = 0; l < len; ++l) m = std::max(m, double(x[(o * len + l) * inner + j]));
+            for (int64_t l = 0; l < len; ++l) sum += std::exp(x[(o * len + l) * inner + j] - m);
+            for (int64_t l = 0; l < len; ++l) {
+              const size_t at = size_t((o * len + l) * inner + j);
+              ref[at] = is_log ? x[at] - m - std::log(sum) : std::exp(x[at] - m) / sum;
+              tol[at] = 1e-5 * std::fabs(ref[at]) + 1e-6;
+            }
           }
-        }
-      std::vector<float> y;
-      run_pool_twice([&](const kiln_pk_threads* t,
-                         std::vector<float>& out) { kiln_pk_softmax(t, outer, len, inner, is_log, x.data(), out.data()); },
-                     ref.size(), y);
-      EXPECT_TRUE(near_all(y, ref, tol));
-      // In place, as a lowering may ask.
-      std::vector<float> in_place = x;
-      kiln_pk_softmax(&kThreaded, outer, len, inner, is_log, in_place.data(), in_place.data());
-      EXPECT_TRUE(same_bits(y, in_place)) << "in-place softmax differs";
-    }
+        std::vector<float> y;
+        run_pool_twice([&](const kiln_pk_threads* t,
+                           std::vector<float>& out) { kiln_pk_softmax(t, outer, len, inner, is_log, x.data(), out.data()); },
+                       ref.size(), y);
+        EXPECT_TRUE(near_all(y, ref, tol));
+        // In place, as a lowering may ask.
+        std::vector<float> in_place = x;
+        kiln_pk_softmax(&kThreaded, outer, len, inner, is_log, in_place.data(), in_place.data());
+        EXPECT_TRUE(same_bits(y, in_place)) << "in-place softmax differs";
+      }
 }
 
 TEST(PortableLayerNorm, RowsAndOptionalParameters) {

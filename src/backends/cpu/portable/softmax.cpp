@@ -25,10 +25,12 @@ void softmax_row(const float* x, float* y, int64_t n, bool is_log) {
     for (; i + W <= n; i += W) sv += vexp<W>(load<W>(x + i) - m);
     float s = hsum<W>(sv);
     for (; i < n; ++i) s += exp_approx(x[i] - m);
-    const float shift = m + logf(s);
+    // (x - m) - log(s), not x - (m + log(s)): next to a large m, m + log(s)
+    // rounds away most of log(s).
+    const float log_s = logf(s);
     i = 0;
-    for (; i + W <= n; i += W) store<W>(y + i, load<W>(x + i) - shift);
-    for (; i < n; ++i) y[i] = x[i] - shift;
+    for (; i + W <= n; i += W) store<W>(y + i, (load<W>(x + i) - m) - log_s);
+    for (; i < n; ++i) y[i] = (x[i] - m) - log_s;
     return;
   }
   // The exponentials go to y and are scaled there.
@@ -71,13 +73,10 @@ KILN_PK_INLINE void softmax_columns(const float* x, float* y, int64_t len, int64
       s[b] += e;
     }
   if (is_log) {
-    Vec<W> shift[B];
-    for (int b = 0; b < B; ++b) {
+    for (int b = 0; b < B; ++b)
       for (int lane = 0; lane < W; ++lane) s[b][lane] = logf(s[b][lane]);
-      shift[b] = m[b] + s[b];
-    }
     for (int64_t l = 0; l < len; ++l)
-      for (int b = 0; b < B; ++b) st(y + l * inner, b, ld(x + l * inner, b) - shift[b]);
+      for (int b = 0; b < B; ++b) st(y + l * inner, b, (ld(x + l * inner, b) - m[b]) - s[b]);
     return;
   }
   Vec<W> inv[B];
