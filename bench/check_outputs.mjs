@@ -16,6 +16,8 @@ const USAGE = `usage: bench/check_outputs [MODEL.onnx ...] [options]
   --threads N          threads for both runtimes (default 2)
   --kiln PATH          Kiln binary (default build/bin/kiln)
   --kernels K          Kiln's cpu kernels: native or portable (default native)
+  --ort-level L        ORT's graph optimization level: all (default), basic or disabled;
+                       disabled evaluates a quantized model's QDQ operators as written
   --rtol X, --atol X   a float output passes when max |Kiln - ORT| <= rtol * max |ORT| + atol
                        (defaults 1e-3 and 1e-6: relative to the output's scale, which for
                        randomly initialised networks can be 1e-14)
@@ -23,13 +25,16 @@ const USAGE = `usage: bench/check_outputs [MODEL.onnx ...] [options]
 Integer and bool outputs must be equal. An output that differs passes if it holds the
 same rows (along its first axis) in another order, which is said: a detector's
 detections with tied scores. Exit status 1 if any output fails, or if Kiln fails where
-ORT runs; a 2-D float output's argmax per row is shown, not judged.`;
+ORT runs; a 2-D float output's argmax per row is shown, not judged (--batch 200 gives the
+top-1 agreement over 200 random inputs), and so is the difference in quantization steps
+of an output that takes at most 256 distinct values.`;
 
 const { values: opt, positionals } = parseArgs({
   allowPositionals: true,
   options: {
     ...commonOptions,
     kernels: { type: 'string', default: 'native' },
+    'ort-level': { type: 'string', default: 'all' },
     rtol: { type: 'string', default: '1e-3' },
     atol: { type: 'string', default: '1e-6' },
   },
@@ -95,6 +100,23 @@ function sameRowsReordered(got, want, close) {
   return true;
 }
 
+// The step between an output's levels when it takes at most 256 distinct
+// values (the dequantized result of an 8-bit tensor): the smallest gap
+// between two of them, exact once two neighbouring levels occur, which a few
+// thousand values all but ensure. Undefined for an output that is not so.
+function quantizationStep(data) {
+  const levels = new Set();
+  for (const v of data) {
+    if (!Number.isFinite(v)) return undefined;
+    levels.add(v);
+    if (levels.size > 256) return undefined;
+  }
+  const sorted = [...levels].sort((a, b) => a - b);
+  let step = Infinity;
+  for (let i = 1; i < sorted.length; i++) step = Math.min(step, sorted[i] - sorted[i - 1]);
+  return Number.isFinite(step) ? step : undefined;
+}
+
 // Kiln's output against ORT's: shape, then values, then (if the values
 // differ) the same rows in another order.
 function compare(name, got, want) {
@@ -114,6 +136,8 @@ function compare(name, got, want) {
       scale = Math.max(scale, Math.abs(want.data[i]) || 0);
     }
     Object.assign(row, { max_abs_diff: diff, max_abs_ort: scale });
+    const step = quantizationStep(want.data);
+    if (step) row.steps = diff / step;
     const tolerance = rtol * scale + atol;
     close = (a, b) => Math.abs(a - b) <= tolerance || (Number.isNaN(a) && Number.isNaN(b));
     row.ok = diff <= tolerance;
@@ -143,7 +167,8 @@ function compare(name, got, want) {
 const byOrt = (e) => Object.assign(e, { ort: true });
 
 async function check(model, batch, dir) {
-  const session = await ort.InferenceSession.create(model, sessionOptions(threads)).catch((e) => { throw byOrt(e); });
+  const options = { ...sessionOptions(threads), graphOptimizationLevel: opt['ort-level'] };
+  const session = await ort.InferenceSession.create(model, options).catch((e) => { throw byOrt(e); });
   try {
     const shapes = inputShapes(session, batch, dims);
     const feeds = randomFeeds(shapes);
@@ -198,18 +223,19 @@ for (const model of modelsFrom(positionals, opt['models-dir'])) {
 }
 
 const fmt = (x) => (x === undefined ? '-' : Number.isNaN(x) ? 'differs' : x === 0 ? '0' : Math.abs(x) < 1e-3 ? x.toExponential(2) : x.toPrecision(3));
-const header = ['model', 'batch', 'output', 'shape', 'max |Kiln-ORT|', 'max |ORT|', 'relative', 'argmax', ''];
+const header = ['model', 'batch', 'output', 'shape', 'max |Kiln-ORT|', 'max |ORT|', 'relative', 'steps', 'argmax', ''];
 const relative = (o) => (o.max_abs_ort > 0 ? fmt(o.max_abs_diff / o.max_abs_ort) : '-');
 const table = [];
 for (const r of results) {
   for (const o of r.outputs)
-    table.push([r.model, String(r.batch), o.output, o.shape ?? '-', fmt(o.max_abs_diff), fmt(o.max_abs_ort), relative(o), o.argmax ?? '-', o.reordered ? 'ok, reordered' : o.ok ? 'ok' : 'FAIL']);
-  if (r.outputs.length === 0) table.push([r.model, String(r.batch), '-', '-', '-', '-', '-', '-', r.failed ? 'FAIL' : 'skipped']);
+    table.push([r.model, String(r.batch), o.output, o.shape ?? '-', fmt(o.max_abs_diff), fmt(o.max_abs_ort), relative(o), o.steps === undefined ? '-' : String(Math.round(o.steps * 100) / 100), o.argmax ?? '-', o.reordered ? 'ok, reordered' : o.ok ? 'ok' : 'FAIL']);
+  if (r.outputs.length === 0) table.push([r.model, String(r.batch), '-', '-', '-', '-', '-', '-', '-', r.failed ? 'FAIL' : 'skipped']);
 }
 const widths = header.map((h, i) => Math.max(h.length, ...table.map((t) => t[i].length)));
 const line = (cells) => cells.map((c, i) => (i < 4 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ').trimEnd();
-console.log(`Kiln (${opt.kernels} kernels) against ONNX Runtime ${ORT_VERSION} (onnxruntime-node, CPU), ${threads} thread(s), the same random inputs;`);
-console.log(`a float output passes when max |Kiln-ORT| <= ${rtol} * max |ORT| + ${atol}; relative = max |Kiln-ORT| / max |ORT|`);
+console.log(`Kiln (${opt.kernels} kernels) against ONNX Runtime ${ORT_VERSION} (onnxruntime-node, CPU, graph optimizations ${opt['ort-level']}), ${threads} thread(s), the same random inputs;`);
+console.log(`a float output passes when max |Kiln-ORT| <= ${rtol} * max |ORT| + ${atol}; relative = max |Kiln-ORT| / max |ORT|;`);
+console.log('steps = max |Kiln-ORT| in steps of the output\'s quantization, for an output of at most 256 distinct values');
 console.log(line(header));
 console.log(widths.map((w) => '-'.repeat(w)).join('  '));
 for (const t of table) console.log(line(t));
@@ -219,5 +245,5 @@ for (const r of results) {
 }
 const failed = results.filter((r) => r.failed || r.outputs.some((o) => !o.ok));
 console.log(failed.length ? `${failed.length} of ${results.length} model/batch rows FAIL` : `all ${results.length} model/batch rows agree`);
-if (opt.json) fs.writeFileSync(opt.json, JSON.stringify({ ort_version: ORT_VERSION, threads, rtol, atol, kernels: opt.kernels, results }, null, 2) + '\n');
+if (opt.json) fs.writeFileSync(opt.json, JSON.stringify({ ort_version: ORT_VERSION, ort_level: opt['ort-level'], threads, rtol, atol, kernels: opt.kernels, results }, null, 2) + '\n');
 process.exit(failed.length ? 1 : 0);
