@@ -338,12 +338,14 @@ int main(int argc, char** argv) {
   std::ofstream tsv;
   if (!tsv_path.empty()) {
     tsv.open(tsv_path);
-    tsv << "test\tresult\texpected_failure\tdetail\n";
+    tsv << "test\tresult\texpected_failure\tcompiled_nodes\tfallback_nodes\tdetail\n";
   }
   for (const auto& r : results) {
     bool listed = expected.count(r.id) != 0;
     const char* word = r.outcome == Outcome::Pass ? "pass" : r.outcome == Outcome::Fail ? "fail" : "skip";
-    if (tsv) tsv << r.id << '\t' << word << '\t' << (listed ? "yes" : "no") << '\t' << one_line(r.detail) << '\n';
+    if (tsv)
+      tsv << r.id << '\t' << word << '\t' << (listed ? "yes" : "no") << '\t' << r.compiled_nodes << '\t' << r.fallback_nodes
+          << '\t' << one_line(r.detail) << '\n';
     switch (r.outcome) {
       case Outcome::Pass:
         ++passed;
@@ -385,12 +387,21 @@ int main(int argc, char** argv) {
             << " expected failures now pass\n";
   if (g_backend) {
     int64_t compiled = 0, fallback = 0;
+    // Of the passing tests: every node compiled, some, none; and those the
+    // graph passes left nothing to run (every output a constant).
+    int whole = 0, part = 0, none = 0, folded = 0;
     for (const auto& r : results) {
       compiled += r.compiled_nodes;
       fallback += r.fallback_nodes;
+      if (r.outcome != Outcome::Pass) continue;
+      if (r.fallback_nodes == 0)
+        (r.compiled_nodes ? whole : folded)++;
+      else
+        (r.compiled_nodes ? part : none)++;
     }
     std::cout << "nodes the " << backend << " backend compiled: " << compiled << ", ran by the reference kernels: " << fallback
-              << "\n";
+              << "\npassing tests fully compiled: " << whole << " of " << passed << " (" << part << " partly, " << none
+              << " wholly on reference kernels, " << folded << " folded to constants)\n";
   }
   return regressions || fixed ? 1 : 0;
 }
