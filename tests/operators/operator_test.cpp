@@ -26,6 +26,19 @@ TEST_P(OperatorTest, Conv2d) {
   run(c);
 }
 
+// Weights and bias as graph inputs (a model exported without its
+// parameters, or one that computes them): reordered on every run. Grouped,
+// with a Relu fused; and 1-D without a bias.
+TEST_P(OperatorTest, ConvWeightsAsGraphInputs) {
+  Case c({"Conv"});
+  c.input("x", {2, 4, 7, 6}).input("w", {6, 2, 3, 3}).input("b", {6}).input("t", {1, 3, 9}).input("wt", {5, 3, 2});
+  c.output("y").output("line");
+  c.node("Conv", {"x", "w", "b"}, {"c"}, {{"pads", {1, 1, 1, 1}}, {"group", int64_t(2)}, {"strides", {2, 1}}});
+  c.node("Relu", {"c"}, {"y"});
+  c.node("Conv", {"t", "wt"}, {"line"}, {{"dilations", {2}}});
+  run(c);
+}
+
 // ---- ConvTranspose (oneDNN's deconvolution; the portable kernels have none) ------
 
 // ONNX's output_padding and SAME padding become oneDNN's end padding.
@@ -66,6 +79,16 @@ TEST_P(OperatorTest, ConvTransposeOutputShapeAndSamePadding) {
   c.node("ConvTranspose", {"x", "w", "b"}, {"shaped"}, {{"strides", {2, 2}}, {"output_shape", {8, 10}}});
   c.node("ConvTranspose", {"x", "w", "b"}, {"upper"}, {{"strides", {2, 3}}, {"auto_pad", "SAME_UPPER"}});
   c.node("ConvTranspose", {"x", "w", "b"}, {"lower"}, {{"strides", {2, 3}}, {"auto_pad", "SAME_LOWER"}});
+  run(c);
+}
+
+// Weights and bias as graph inputs, reordered on every run (a kernel as
+// large as its stride too: its by-taps form rearranges constants only).
+TEST_P(OperatorTest, ConvTransposeWeightsAsGraphInputs) {
+  Case c = conv_transpose_case();
+  c.input("x", {2, 4, 5, 6}).input("w", {4, 3, 3, 3}).input("b", {3}).input("w2", {4, 8, 2, 2}).output("y").output("up");
+  c.node("ConvTranspose", {"x", "w", "b"}, {"y"}, {{"strides", {2, 2}}, {"pads", {1, 0, 1, 2}}});
+  c.node("ConvTranspose", {"x", "w2"}, {"up"}, {{"strides", {2, 2}}});
   run(c);
 }
 
@@ -714,6 +737,18 @@ TEST_P(OperatorTest, GemmCFullAsGraphInput) {
   Case c({"Gemm"});
   c.input("a", {4, 6}).weight("b", {6, 5}).input("c", {4, 5}).output("y");
   c.node("Gemm", {"a", "b", "c"}, {"y"}, {{"alpha", 0.7f}});
+  run(c);
+}
+
+// B and C as graph inputs: B read as it lies (transposed here), C a row,
+// a column and a scalar broadcast as the bias.
+TEST_P(OperatorTest, GemmWeightsAndBiasAsGraphInputs) {
+  Case c({"Gemm"});
+  c.input("a", {4, 6}).input("b", {5, 6}).input("row", {1, 5}).input("column", {4, 1}).input("one", {1});
+  c.output("y").output("z").output("s");
+  c.node("Gemm", {"a", "b", "row"}, {"y"}, {{"transB", 1}});
+  c.node("Gemm", {"a", "b", "column"}, {"z"}, {{"transB", 1}});
+  c.node("Gemm", {"a", "b", "one"}, {"s"}, {{"transB", 1}});
   run(c);
 }
 

@@ -112,19 +112,39 @@ void emit_silu(Context& cx, const std::string& label, const std::string& from, c
 
 // A convolution's step (either direction): its weights reordered once into
 // the layout the primitive chose, the source read in the layout it wants.
+// Weights and bias that are values of the run (graph inputs, or computed)
+// rather than constants are reordered into that layout by a step of their
+// own on every run: no trials of other implementations then, as those
+// reorder constant weights once.
 void emit_weighted(Context& cx, const ir::Node& n, const dnnl::primitive_desc_base& pd, int src, const md& user_wei,
                    const ir::Tensor* w, const ir::Tensor* b, const md& bias_md, const Fused& f) {
-  std::unordered_map<int, dnnl::memory> constants{{DNNL_ARG_WEIGHTS, cx.constant_memory(user_wei, w->raw(), pd.weights_desc(0))}};
-  if (b) constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, b->raw(), bias_md);
+  std::vector<std::pair<int, md>> rt{{DNNL_ARG_SRC, pd.src_desc(0)}};
+  std::vector<int> bufs{src};
+  std::unordered_map<int, dnnl::memory> constants;
+  if (w) {
+    constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(user_wei, w->raw(), pd.weights_desc(0));
+  } else {
+    const std::string& name = n.inputs[1];
+    const int reordered = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(pd.weights_desc(0).get_size()), name + "#weights");
+    cx.add_reorder("weights " + name + " of " + n.describe(), cx.plain(name), reordered, user_wei, pd.weights_desc(0));
+    rt.push_back({DNNL_ARG_WEIGHTS, pd.weights_desc(0)});
+    bufs.push_back(reordered);
+  }
+  if (b) {
+    constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, b->raw(), bias_md);
+  } else if (bias_md) {
+    rt.push_back({DNNL_ARG_BIAS, bias_md});
+    bufs.push_back(cx.plain(n.inputs[2]));
+  }
   cx.compiled();
-  emit_with_dst(cx, n.describe(), pd, {{DNNL_ARG_SRC, pd.src_desc(0)}}, {src}, std::move(constants), f, pd.dst_desc(0),
+  emit_with_dst(cx, n.describe(), pd, std::move(rt), std::move(bufs), std::move(constants), f, pd.dst_desc(0),
                 is_plain(pd.dst_desc(0), cx.dims(f.value)));
-  if (cx.trials) cx.trials->push_back({cx.program.steps.size() - 1, user_wei, w->raw()});
+  if (cx.trials && w) cx.trials->push_back({cx.program.steps.size() - 1, user_wei, w->raw()});
 }
 
 void emit_conv(Context& cx, const ir::Node& n, const dnnl::convolution_forward::primitive_desc& pd, int src, const ir::Tensor* w,
                const ir::Tensor* b, const dnnl::memory::dims& wei, const md& bias_md, int64_t group, const Fused& f) {
-  const Dims wdims = w->dims();
+  const Dims wdims = cx.dims(n.inputs[1]);
   const size_t rank = wdims.size();
   md user_wei = group > 1 ? md(wei, dt::f32,
                                rank == 3   ? dnnl::memory::format_tag::goiw
@@ -218,22 +238,24 @@ int32_t conv_split(Context& cx, const std::string& v) {
 }  // namespace
 
 bool lower_conv(Context& cx, const ir::Node& n) {
-  if (n.inputs.size() < 2 || !cx.is_f32(n.inputs[0]) || n.outputs.size() != 1) return false;
+  if (n.inputs.size() < 2 || !cx.is_f32(n.inputs[0]) || !cx.is_f32(n.inputs[1]) || n.outputs.size() != 1) return false;
+  // Weights and bias are usually constants, but may be values of the run.
+  const bool has_bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+  if (has_bias && !cx.is_f32(n.inputs[2])) return false;
   const ir::Tensor* w = cx.constant(n.inputs[1]);
-  const ir::Tensor* b = n.inputs.size() > 2 && !n.inputs[2].empty() ? cx.constant(n.inputs[2]) : nullptr;
-  if (!w || w->dtype() != DType::Float32 || (n.inputs.size() > 2 && !n.inputs[2].empty() && !b)) return false;
-  const Dims in = cx.dims(n.inputs[0]), out = cx.dims(n.outputs[0]);
+  const ir::Tensor* b = has_bias ? cx.constant(n.inputs[2]) : nullptr;
+  const Dims in = cx.dims(n.inputs[0]), out = cx.dims(n.outputs[0]), wdims = cx.dims(n.inputs[1]);
   const size_t rank = in.size();
-  if (rank < 3 || rank > 5 || w->rank() != int(rank)) return false;
+  if (rank < 3 || rank > 5 || wdims.size() != rank) return false;
+  if (has_bias && cx.dims(n.inputs[2]) != Dims{wdims[0]}) return false;
   ref::KernelContext ctx(n, {}, nullptr);
   const int64_t group = ctx.attr_int("group", 1);
   // A group that does not split the channels evenly is the reference kernel's to refuse.
-  if (group < 1 || in[1] != w->dims()[1] * group || w->dims()[0] % group) return false;
-  Dims kernel(w->dims().begin() + 2, w->dims().end());
+  if (group < 1 || in[1] != wdims[1] * group || wdims[0] % group) return false;
+  Dims kernel(wdims.begin() + 2, wdims.end());
   ref::Geometry geo = ref::forward_geometry(ctx, Dims(in.begin() + 2, in.end()), kernel, false);
   if (Dims(out.begin() + 2, out.end()) != geo.out) return false;
 
-  Dims wdims = w->dims();
   dnnl::memory::dims wei;
   if (group > 1) {
     wei = {group, wdims[0] / group};
@@ -257,7 +279,7 @@ bool lower_conv(Context& cx, const ir::Node& n) {
     silu = std::exchange(f, Fused{});
     f.value = n.outputs[0];
   }
-  md bias_md = b ? md({wdims[0]}, dt::f32, dnnl::memory::format_tag::x) : md();
+  md bias_md = has_bias ? md({wdims[0]}, dt::f32, dnnl::memory::format_tag::x) : md();
   auto describe = [&](const Dims& src, const Dims& strides) {
     auto with = [&](bool blocked, dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
       // An image's 3 channels are not padded to 16: oneDNN reads them as they are.
@@ -275,7 +297,7 @@ bool lower_conv(Context& cx, const ir::Node& n) {
     // blocks: winograd_weights.hpp transforms only unpadded weights.
     const bool square3 = kernel == Dims{3, 3} && std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s == 1; }) &&
                          std::all_of(geo.dilations.begin(), geo.dilations.end(), [](int64_t d) { return d == 1; });
-    if (square3 && group == 1 && in[1] % 16 == 0 && out[1] % 16 == 0 && cx.tuning.winograd) {
+    if (square3 && group == 1 && in[1] % 16 == 0 && out[1] % 16 == 0 && cx.tuning.winograd && w) {
       try {
         return with(true, dnnl::algorithm::convolution_winograd);
       } catch (const dnnl::error&) {  // not on this CPU, or not for these pads
@@ -324,12 +346,13 @@ bool lower_conv(Context& cx, const ir::Node& n) {
 }
 
 bool lower_conv_transpose(Context& cx, const ir::Node& n) {
-  if (n.inputs.size() < 2 || !cx.is_f32(n.inputs[0]) || n.outputs.size() != 1) return false;
-  const ir::Tensor* w = cx.constant(n.inputs[1]);
+  if (n.inputs.size() < 2 || !cx.is_f32(n.inputs[0]) || !cx.is_f32(n.inputs[1]) || n.outputs.size() != 1) return false;
+  // Weights and bias are usually constants, but may be values of the run.
   const bool has_bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+  if (has_bias && !cx.is_f32(n.inputs[2])) return false;
+  const ir::Tensor* w = cx.constant(n.inputs[1]);
   const ir::Tensor* b = has_bias ? cx.constant(n.inputs[2]) : nullptr;
-  if (!w || w->dtype() != DType::Float32 || (has_bias && (!b || b->dtype() != DType::Float32))) return false;
-  const Dims in = cx.dims(n.inputs[0]), out = cx.dims(n.outputs[0]), wdims = w->dims();
+  const Dims in = cx.dims(n.inputs[0]), out = cx.dims(n.outputs[0]), wdims = cx.dims(n.inputs[1]);
   const size_t rank = in.size();
   if (rank < 3 || rank > 5 || wdims.size() != rank || out.size() != rank) return false;
   ref::KernelContext ctx(n, {}, nullptr);
@@ -360,9 +383,11 @@ bool lower_conv_transpose(Context& cx, const ir::Node& n) {
     wei_strides.push_back(int64_t(stride));
   }
   const md user_wei(wei, dt::f32, wei_strides);
-  const md bias_md = b ? md({out[1]}, dt::f32, dnnl::memory::format_tag::x) : md();
+  if (has_bias && cx.dims(n.inputs[2]) != Dims{out[1]}) return false;
+  const md bias_md = has_bias ? md({out[1]}, dt::f32, dnnl::memory::format_tag::x) : md();
   const Dims kernel(wdims.begin() + 2, wdims.end());
-  bool by_taps = group == 1;
+  // By taps, the weights are rearranged once: constants only.
+  bool by_taps = group == 1 && w && (b || !has_bias);
   for (size_t d = 0; d < kernel.size(); ++d)
     by_taps &= geo.strides[d] == kernel[d] && geo.dilations[d] == 1 && geo.pad_begin[d] == 0 && geo.pad_end[d] == 0;
   if (by_taps && lower_conv_transpose_by_taps(cx, n, w, b, in, out, kernel)) return true;

@@ -11,15 +11,19 @@ namespace kiln::cpu::lowering {
 
 namespace {
 
-// [rows, k] x constant [k, n] (+ bias) with fused post-ops; the bias may
-// also come from an Add of a constant row vector that follows.
-// `keep` holds `weights` if the graph does not.
+// [rows, k] x [k, n] (+ bias) with fused post-ops; the bias may also come
+// from an Add of a constant row vector that follows. Constant weights
+// (`weights`, held by `keep` if the graph does not) are reordered once into
+// the layout oneDNN picks; null `weights` are the node's second input, read
+// at run time as `user_wei` describes them. `run_bias`: a value of the run
+// added as the bias, [1 or rows, 1 or n] (Gemm's C).
 bool emit_matmul(Context& cx, const ir::Node& n, const std::string& a, const md& src_md, const md& user_wei, const float* weights,
-                 std::shared_ptr<const void> keep, std::vector<float> bias, const std::string& residual, const Dims& out) {
+                 std::shared_ptr<const void> keep, std::vector<float> bias, const std::string& residual, const Dims& out,
+                 const std::string& run_bias = "") {
   const int64_t rows = src_md.dims()[0], k = src_md.dims()[1], nn = user_wei.dims()[1];
   std::string value = n.outputs[0];
   std::vector<size_t> bias_nodes;
-  if (bias.empty() && residual.empty() && cx.single_use(value)) {
+  if (bias.empty() && residual.empty() && run_bias.empty() && cx.single_use(value)) {
     const ir::Node& c = cx.graph.nodes[cx.consumers(value)[0]];
     if (c.op_type == "Add" && c.domain.empty() && c.inputs.size() == 2) {
       const std::string& other = c.inputs[0] == value ? c.inputs[1] : c.inputs[0];
@@ -44,18 +48,32 @@ bool emit_matmul(Context& cx, const ir::Node& n, const std::string& a, const md&
   if (cx.dims(f.value) != out || rows * nn * 4 != cx.bytes_of(f.value)) return false;
   const md dst_md = plain_md({rows, nn});
   md bias_md = bias.empty() ? md() : plain_md({1, nn});
-  dnnl::matmul::desc desc(src_md, md({k, nn}, dt::f32, dnnl::memory::format_tag::any), bias_md, dst_md);
+  if (!run_bias.empty()) {
+    const Dims cd = cx.dims(run_bias);
+    bias_md = plain_md({cd.size() == 2 ? cd[0] : 1, cd.empty() ? 1 : cd.back()});
+  }
+  dnnl::matmul::desc desc(src_md, weights ? md({k, nn}, dt::f32, dnnl::memory::format_tag::any) : user_wei, bias_md, dst_md);
   dnnl::matmul::primitive_desc pd(desc, post_op_attr(f), cpu_engine());
-  std::unordered_map<int, dnnl::memory> constants{
-      {DNNL_ARG_WEIGHTS, cx.constant_memory(user_wei, weights, pd.weights_desc(), std::move(keep))}};
+  std::vector<std::pair<int, md>> rt{{DNNL_ARG_SRC, src_md}};
+  std::vector<int> bufs{cx.plain(a)};
+  std::unordered_map<int, dnnl::memory> constants;
+  if (weights) {
+    constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(user_wei, weights, pd.weights_desc(), std::move(keep));
+  } else {
+    rt.push_back({DNNL_ARG_WEIGHTS, user_wei});
+    bufs.push_back(cx.plain(n.inputs[1]));
+  }
+  if (!run_bias.empty()) {
+    rt.push_back({DNNL_ARG_BIAS, bias_md});
+    bufs.push_back(cx.plain(run_bias));
+  }
   if (!bias.empty()) {
     auto held = std::make_shared<const std::vector<float>>(std::move(bias));
     constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, held->data(), bias_md, held);
   }
-  const int src = cx.plain(a);
   cx.compiled();
   // The destination is [rows, n]: the same bytes as the value's own shape.
-  emit_with_dst(cx, n.describe(), pd, {{DNNL_ARG_SRC, src_md}}, {src}, std::move(constants), f, dst_md, true);
+  emit_with_dst(cx, n.describe(), pd, std::move(rt), std::move(bufs), std::move(constants), f, dst_md, true);
   return true;
 }
 
@@ -117,11 +135,12 @@ bool lower_gemm(Context& cx, const ir::Node& n) {
   if (a.size() != 2 || bdims.size() != 2 || out.size() != 2) return false;
   const int64_t m = out[0], nn = out[1], k = ta ? a[0] : a[1];
   const ir::Tensor* bw = cx.constant(n.inputs[1]);
-  if (!bw) return false;
+  // alpha folds into constant weights; B of the run is read as it is.
+  if (!bw && alpha != 1.0f) return false;
 
-  // alpha folds into the weights, beta * C into the bias (or a residual).
+  // beta * C becomes the bias (or a residual); C of the run, a bias of the run.
   std::vector<float> bias;
-  std::string residual;
+  std::string residual, run_bias;
   if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
     const std::string& c = n.inputs[2];
     const ir::Tensor* ct = cx.constant(c);
@@ -130,20 +149,23 @@ bool lower_gemm(Context& cx, const ir::Node& n) {
       for (int64_t j = 0; j < nn; ++j) bias.push_back(beta * ct->data<float>()[ct->numel() == 1 ? 0 : j]);
     } else if (cd == out && beta == 1.0f && cx.is_f32(c)) {
       residual = c;
+    } else if (!ct && beta == 1.0f && cx.is_f32(c) && cd.size() <= 2 && (cd.empty() || cd.back() == 1 || cd.back() == nn) &&
+               (cd.size() < 2 || cd[0] == 1 || cd[0] == m)) {
+      run_bias = c;
     } else {
       return false;
     }
   }
-  const float* weights = bw->data<float>();
+  const float* weights = bw ? bw->data<float>() : nullptr;
   std::shared_ptr<std::vector<float>> scaled;
-  if (alpha != 1.0f) {
+  if (bw && alpha != 1.0f) {
     scaled = std::make_shared<std::vector<float>>(weights, weights + bw->numel());
     for (float& x : *scaled) x *= alpha;
     weights = scaled->data();
   }
   md src_md(to_dnnl({m, k}), dt::f32, ta ? dnnl::memory::dims{1, m} : dnnl::memory::dims{k, 1});
   md user_wei(to_dnnl({k, nn}), dt::f32, tb ? dnnl::memory::dims{1, k} : dnnl::memory::dims{nn, 1});
-  return emit_matmul(cx, n, n.inputs[0], src_md, user_wei, weights, scaled, bias, residual, out);
+  return emit_matmul(cx, n, n.inputs[0], src_md, user_wei, weights, scaled, bias, residual, out, run_bias);
 }
 
 bool lower_matmul(Context& cx, const ir::Node& n) {
