@@ -674,7 +674,11 @@ TEST_F(BundleTest, QuantizedStepsAreRefusedByName) {
   ModelBuilder b;
   b.input("x", 1, {"batch", 4}).output("y", 1, {"batch", 4});
   b.initializer(ModelBuilder::float_tensor("scale", {}, {0.05f}));
-  b.initializer(int_tensor("zero", {}, {128}, onnx::TensorProto::UINT8));
+  onnx::TensorProto zero;
+  zero.set_name("zero");
+  zero.set_data_type(onnx::TensorProto::UINT8);
+  zero.add_int32_data(128);
+  b.initializer(zero);
   b.node("QuantizeLinear", {"x", "scale", "zero"}, {"q"}, "quantize_x");
   b.node("DequantizeLinear", {"q", "scale", "zero"}, {"y"}, "dequantize_x");
   expect_refused(b.model().SerializeAsString(), "qdq", "quantize_x", {"portable"});
