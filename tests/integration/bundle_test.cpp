@@ -78,7 +78,7 @@ class BundleTest : public ::testing::Test {
     return model_->freeze(o);
   }
   void expect_refused(const std::string& model, const std::string& name, const std::string& node,
-                      const std::vector<std::string>& families = {"portable", "native"});
+                      std::vector<std::string> kernels = {"portable", "native"});
 
   // Images of 64 values in 0..16, like the training data.
   std::vector<float> images(int64_t count, unsigned seed) {
@@ -113,13 +113,11 @@ class BundleTest : public ::testing::Test {
     return probs;
   }
 
-  // `step` > 0: quantized results, which may be a quantization step apart
-  // (the compiled kernels requantize with float scales, the reference in double).
   void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what, float step = 0) {
     ASSERT_EQ(got.size(), want.size()) << what;
     int bad = 0;
     for (size_t i = 0; i < want.size(); ++i)
-      if (!(std::fabs(got[i] - want[i]) <= (step > 0 ? step * 1.001f : 1e-5f + 1e-4f * std::fabs(want[i]))) && bad++ < 5)
+      if (!(std::fabs(got[i] - want[i]) <= step * 1.001f + 1e-5f + 1e-4f * std::fabs(want[i])) && bad++ < 5)
         ADD_FAILURE() << what << ": [" << i << "] got " << got[i] << ", want " << want[i];
   }
 
@@ -472,17 +470,6 @@ onnx::TensorProto random_weights(std::mt19937& rng, float sd, const std::string&
   return kiln::test::ModelBuilder::float_tensor(name, std::move(dims), v);
 }
 
-// An initializer of integers of ONNX type `type` (INT8, UINT8, INT32).
-onnx::TensorProto int_tensor(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int32_t>& values,
-                             int type) {
-  onnx::TensorProto t;
-  t.set_name(name);
-  t.set_data_type(type);
-  for (int64_t d : dims) t.add_dims(d);
-  for (int32_t v : values) t.add_int32_data(v);
-  return t;
-}
-
 std::string conv_net() {
   using kiln::test::ModelBuilder;
   std::mt19937 rng(7);
@@ -517,6 +504,15 @@ std::string conv_net() {
   ModelBuilder::attr_int(b.node("Gemm", {"f", "wf", "bf"}, {"logits"}), "transB", 1);
   b.node("Softmax", {"logits"}, {"y"});
   return b.model().SerializeAsString();
+}
+
+onnx::TensorProto int_tensor(const std::string& name, std::vector<int64_t> dims, const std::vector<int64_t>& values, int type) {
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(type);
+  for (auto d : dims) t.add_dims(d);
+  for (auto v : values) t.add_int32_data(int32_t(v));
+  return t;
 }
 
 // Freezes conv_net() with `kernels`, links tests/integration/bundle_driver.c
@@ -635,13 +631,13 @@ TEST_F(BundleTest, NativeKernelsMatchTheJit) {
   EXPECT_NE(o.text.find("checksum"), std::string::npos) << o.text;
 }
 
-// Freezing `model` (written as NAME.onnx) is refused for the kernel
-// `families`, the error naming `node`, and leaves no object behind.
+// Freezing `model` (written as NAME.onnx) is refused for these kernel
+// families, the error naming `node`, and leaves no object behind.
 void BundleTest::expect_refused(const std::string& model, const std::string& name, const std::string& node,
-                                const std::vector<std::string>& families) {
+                                std::vector<std::string> kernels_list) {
   write_file(dir_ / (name + ".onnx"), model);
   kiln::Model m = kiln::Model::load(*runtime_, (dir_ / (name + ".onnx")).string());
-  for (const std::string& kernels : families) {
+  for (const std::string& kernels : kernels_list) {
     SCOPED_TRACE(kernels);
     kiln::Model::FreezeOptions o;
     o.output_dir = dir_.string();
@@ -692,7 +688,7 @@ TEST_F(BundleTest, QuantizedStepsAreRefusedByName) {
 // `x` quantized to uint8 and dequantized again into `out`, as quantizers
 // write activations.
 void quantize_dequantize(kiln::test::ModelBuilder& b, const std::string& x, const std::string& out, float scale,
-                         int32_t zero_point) {
+                         int64_t zero_point) {
   b.initializer(kiln::test::ModelBuilder::float_tensor(x + "_scale", {}, {scale}));
   b.initializer(int_tensor(x + "_zp", {}, {zero_point}, onnx::TensorProto::UINT8));
   b.node("QuantizeLinear", {x, x + "_scale", x + "_zp"}, {x + "_q"});
@@ -702,20 +698,20 @@ void quantize_dequantize(kiln::test::ModelBuilder& b, const std::string& x, cons
 // Random int8 weights within +-`limit`, per-channel scales along `axis`,
 // dequantized into `name`. Within +-64 every CPU's int8 kernels take them;
 // beyond, CPUs without VNNI compute in float (passes::int8_products_exact).
-void int8_weights(kiln::test::ModelBuilder& b, std::mt19937& rng, const std::string& name, const std::vector<int64_t>& dims,
-                  int64_t axis, int limit = 64) {
-  std::uniform_int_distribution<int32_t> value(-limit, limit);
+void dequantized_weights(kiln::test::ModelBuilder& b, std::mt19937& rng, const std::string& name,
+                         const std::vector<int64_t>& dims, int64_t axis, int limit = 64) {
+  std::uniform_int_distribution<int64_t> value(-limit, limit);
   std::uniform_real_distribution<float> scale(0.002f, 0.01f);
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
-  std::vector<int32_t> q(static_cast<size_t>(n));
-  for (int32_t& v : q) v = value(rng);
+  std::vector<int64_t> q(static_cast<size_t>(n));
+  for (int64_t& v : q) v = value(rng);
   const int64_t channels = dims[size_t(axis)];
   std::vector<float> scales(static_cast<size_t>(channels));
   for (float& s : scales) s = scale(rng);
   b.initializer(int_tensor(name + "_q", dims, q, onnx::TensorProto::INT8));
   b.initializer(kiln::test::ModelBuilder::float_tensor(name + "_scale", {channels}, scales));
-  b.initializer(int_tensor(name + "_zp", {channels}, std::vector<int32_t>(size_t(channels), 0), onnx::TensorProto::INT8));
+  b.initializer(int_tensor(name + "_zp", {channels}, std::vector<int64_t>(size_t(channels), 0), onnx::TensorProto::INT8));
   kiln::test::ModelBuilder::attr_int(b.node("DequantizeLinear", {name + "_q", name + "_scale", name + "_zp"}, {name}), "axis",
                                      axis);
 }
@@ -726,13 +722,13 @@ constexpr float kStep = 1.0f / 32;
 // graph passes turn into QLinearConv (with a Relu), a uint8 MaxPool,
 // QLinearAdd (a residual connection through a Relu) and QLinearMatMul over
 // a stack of rows; quantizing and dequantizing reorders at both ends.
-std::string qdq_net() {
+std::string residual_qdq_net() {
   using kiln::test::ModelBuilder;
   std::mt19937 rng(17);
   ModelBuilder b;
   b.input("x", 1, {"batch", 3, 16, 16}).output("y", 1, {"batch", 16, 8, 10});
   quantize_dequantize(b, "x", "xd", 1.0f / 64, 128);
-  int8_weights(b, rng, "w1", {16, 3, 3, 3}, 0);
+  dequantized_weights(b, rng, "w1", {16, 3, 3, 3}, 0);
   b.initializer(random_weights(rng, 0.3f, "b1", {16}));
   ModelBuilder::attr_ints(b.node("Conv", {"xd", "w1", "b1"}, {"c1"}), "pads", {1, 1, 1, 1});
   b.node("Relu", {"c1"}, {"r1"});
@@ -741,13 +737,13 @@ std::string qdq_net() {
   ModelBuilder::attr_ints(pool, "kernel_shape", {2, 2});
   ModelBuilder::attr_ints(pool, "strides", {2, 2});
   quantize_dequantize(b, "p1", "p1d", 1.0f / 64, 0);
-  int8_weights(b, rng, "w2", {16, 16, 3, 3}, 0);
+  dequantized_weights(b, rng, "w2", {16, 16, 3, 3}, 0);
   ModelBuilder::attr_ints(b.node("Conv", {"p1d", "w2"}, {"c2"}), "pads", {1, 1, 1, 1});
   quantize_dequantize(b, "c2", "c2d", 1.0f / 32, 120);
   b.node("Add", {"c2d", "p1d"}, {"s"});
   b.node("Relu", {"s"}, {"r"});
   quantize_dequantize(b, "r", "rd", 1.0f / 32, 0);
-  int8_weights(b, rng, "wm", {8, 10}, 1);
+  dequantized_weights(b, rng, "wm", {8, 10}, 1);
   b.node("MatMul", {"rd", "wm"}, {"m"});
   quantize_dequantize(b, "m", "y", kStep, 128);
   return b.model().SerializeAsString();
@@ -756,13 +752,13 @@ std::string qdq_net() {
 // The QOperator form: QLinearConv with full-range weights (in float on CPUs
 // without VNNI: reorders with the input's zero point and the requantization),
 // then QLinearMatMul over its rows.
-std::string qoperator_net() {
+std::string qlinear_net() {
   using kiln::test::ModelBuilder;
   std::mt19937 rng(23);
-  std::uniform_int_distribution<int32_t> full(-127, 127), near(-64, 64), bias(-2000, 2000);
-  auto ints = [&](size_t n, std::uniform_int_distribution<int32_t>& d) {
-    std::vector<int32_t> v(n);
-    for (int32_t& x : v) x = d(rng);
+  std::uniform_int_distribution<int64_t> full(-127, 127), near(-64, 64), bias(-2000, 2000);
+  auto ints = [&](size_t n, std::uniform_int_distribution<int64_t>& d) {
+    std::vector<int64_t> v(n);
+    for (int64_t& x : v) x = d(rng);
     return v;
   };
   ModelBuilder b;
@@ -800,12 +796,12 @@ class QuantizedNativeBundle : public BundleTest {
 
 TEST_F(QuantizedNativeBundle, QdqNetworkMatchesTheReference) {
   if (!have("cc")) GTEST_SKIP() << "no C compiler";
-  net_matches_the_jit(*reference_, "native", "-ldnnl -lm", qdq_net(), {3, 16, 16}, kStep);
+  net_matches_the_jit(*reference_, "native", "-ldnnl -lm", residual_qdq_net(), {3, 16, 16}, kStep);
 }
 
 TEST_F(QuantizedNativeBundle, QOperatorNetworkMatchesTheReference) {
   if (!have("cc")) GTEST_SKIP() << "no C compiler";
-  net_matches_the_jit(*reference_, "native", "-ldnnl -lm", qoperator_net(), {3, 5, 5}, kStep);
+  net_matches_the_jit(*reference_, "native", "-ldnnl -lm", qlinear_net(), {3, 5, 5}, kStep);
 }
 
 // DynamicQuantizeLinear computes its scale and zero point from the data on
@@ -815,8 +811,8 @@ TEST_F(QuantizedNativeBundle, DynamicQuantizationIsRefusedByName) {
   ModelBuilder b;
   b.input("x", 1, {"batch", 16}).output("y", 6, {"batch", 8});
   b.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"}, "quantize_rows");
-  std::vector<int32_t> w(16 * 8);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = int32_t(i % 17) - 8;
+  std::vector<int64_t> w(16 * 8);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = int64_t(i % 17) - 8;
   b.initializer(int_tensor("w", {16, 8}, w, onnx::TensorProto::INT8));
   b.node("MatMulInteger", {"xq", "w", "xz"}, {"y"});
   expect_refused(b.model().SerializeAsString(), "dynamic", "quantize_rows", {"native"});
