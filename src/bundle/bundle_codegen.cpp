@@ -136,21 +136,14 @@ class BundleEmitter {
     auto* arg_type = llvm::StructType::get(ctx_, {i32_, i32_, ptr_, i64_, i64_});
     auto* f32 = llvm::Type::getFloatTy(ctx_);
     auto* post_type = llvm::StructType::get(ctx_, {i32_, i32_, f32, f32, f32, i32_});
-    auto* prim_type =
-        llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_});
+    auto* prim_type = llvm::StructType::get(
+        ctx_, {i32_, i32_, i32_, i32_, i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_, ptr_, i32_, i32_, ptr_});
     auto f = [&](float v) { return llvm::ConstantFP::get(f32, double(v)); };
     std::vector<llvm::Constant*> prims;
     const backends::BlockReader saved(spec.primitives, "the native bundle's primitives");
     auto blob = [&](const nlohmann::json& ref, const std::string& what) { return this->blob(saved.block(ref, what)); };
     for (const nlohmann::json& k : saved.document()) {
       const nlohmann::json& prim = k.at("primitive");
-      // kiln_bundle_native_primitive (bundle_native.h) has no place for
-      // output scales and zero points: without them the primitive would
-      // compute something else.
-      if (prim.contains("quantization") && !prim["quantization"].empty())
-        ir::fail(ir::ErrorKind::Unsupported, "cannot freeze with native kernels: step '" + k.at("label").get<std::string>() +
-                                                 "' is a quantized oneDNN primitive, and native bundles do not carry scales "
-                                                 "and zero points yet");
       const int32_t kind = prim.at("kind").get<int32_t>();
       llvm::Constant *desc = null(), *dst = null();
       std::vector<llvm::Constant*> srcs, posts, runtime_args, constants;
@@ -175,6 +168,7 @@ class BundleEmitter {
                                          {i32(a.at(0).get<int32_t>()), i32(0), blob(a.at(1), "an argument"),
                                           i(constant ? a.at(2).get<int64_t>() : 0), i(constant ? a.at(3).get<int64_t>() : 0)});
       };
+      const std::vector<llvm::Constant*> quantization = this->quantization(prim.value("quantization", nlohmann::json::object()));
       for (const auto& r : k.at("runtime_args")) runtime_args.push_back(arg(r, false));
       for (const auto& c : k.at("constants")) constants.push_back(arg(c, true));
       prims.push_back(llvm::ConstantStruct::get(
@@ -182,13 +176,47 @@ class BundleEmitter {
           {i32(kind), i32(k.at("sum_from").get<int32_t>()), i32(prim.value("axis", 0)), i32(int32_t(srcs.size())),
            i32(int32_t(posts.size())), i32(int32_t(runtime_args.size())), i32(int32_t(constants.size())), i32(0), desc, dst,
            array_of(ptr_, srcs, "srcs"), array_of(post_type, posts, "post_ops"), array_of(arg_type, runtime_args, "args"),
-           array_of(arg_type, constants, "constants"), string(k.at("label").get<std::string>())}));
+           array_of(arg_type, constants, "constants"), string(k.at("label").get<std::string>()),
+           i32(int32_t(quantization.size())), i32(0), array_of(quantization_type(), quantization, "quantization")}));
     }
     const dnnl_version_t* v = dnnl_version();
     auto* table_type = llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, ptr_});
     return global(llvm::ConstantStruct::get(table_type, {i32(v->major), i32(v->minor), i32(int32_t(prims.size())), i32(0),
                                                          array_of(prim_type, prims, "primitives")}),
                   "native_b" + std::to_string(spec.batch));
+  }
+
+  // A primitive's kiln_bundle_native_quantization entries, from the
+  // "quantization" object OneDnnKernel::save() writes: the bundle runtime
+  // sets them on the primitive's attributes.
+  llvm::StructType* quantization_type() { return llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, i64_, ptr_}); }
+  std::vector<llvm::Constant*> quantization(const nlohmann::json& q) {
+    std::vector<llvm::Constant*> entries;
+    auto entry = [&](int32_t kind, int32_t arg, const nlohmann::json& e, bool floats) {
+      const bool runtime = e.value("runtime", false);
+      llvm::Constant* values = null();
+      size_t count = 0;
+      if (floats) {
+        const auto v = e.at("values").get<std::vector<float>>();
+        if (!v.empty()) values = global(llvm::ConstantDataArray::get(ctx_, v), "scales");
+        count = v.size();
+      } else {
+        const auto v = e.at("values").get<std::vector<int32_t>>();
+        if (!v.empty())
+          values = global(
+              llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint32_t>(reinterpret_cast<const uint32_t*>(v.data()), v.size())),
+              "zero_points");
+        count = v.size();
+      }
+      entries.push_back(llvm::ConstantStruct::get(quantization_type(), {i32(kind), i32(arg), i32(e.at("mask").get<int32_t>()),
+                                                                        i32(runtime ? 1 : 0), i(int64_t(count)), values}));
+    };
+    if (q.contains("output_scales")) entry(KILN_BUNDLE_NATIVE_OUTPUT_SCALES, DNNL_ARG_DST, q.at("output_scales"), true);
+    for (const auto& s : q.value("scales", nlohmann::json::array()))
+      entry(KILN_BUNDLE_NATIVE_SCALES, s.at("arg").get<int32_t>(), s, true);
+    for (const auto& z : q.value("zero_points", nlohmann::json::array()))
+      entry(KILN_BUNDLE_NATIVE_ZERO_POINTS, z.at("arg").get<int32_t>(), z, false);
+    return entries;
   }
 
   llvm::Function* runtime(const std::string& name) {

@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 
+#include "bundle/runtime/bundle_abi.h"
 #include "kiln/kiln.hpp"
 #include "model_builder.hpp"
 
@@ -76,7 +77,8 @@ class BundleTest : public ::testing::Test {
     o.name = "digits";
     return model_->freeze(o);
   }
-  void expect_refused(const std::string& model, const std::string& name, const std::string& node);
+  void expect_refused(const std::string& model, const std::string& name, const std::string& node,
+                      std::vector<std::string> kernels = {"portable", "native"});
 
   // Images of 64 values in 0..16, like the training data.
   std::vector<float> images(int64_t count, unsigned seed) {
@@ -111,11 +113,11 @@ class BundleTest : public ::testing::Test {
     return probs;
   }
 
-  void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what, float step = 0) {
     ASSERT_EQ(got.size(), want.size()) << what;
     int bad = 0;
     for (size_t i = 0; i < want.size(); ++i)
-      if (!(std::fabs(got[i] - want[i]) <= 1e-5f + 1e-4f * std::fabs(want[i])) && bad++ < 5)
+      if (!(std::fabs(got[i] - want[i]) <= step * 1.001f + 1e-5f + 1e-4f * std::fabs(want[i])) && bad++ < 5)
         ADD_FAILURE() << what << ": [" << i << "] got " << got[i] << ", want " << want[i];
   }
 
@@ -139,8 +141,9 @@ class BundleTest : public ::testing::Test {
   // `model` (default: conv_net()) frozen with `kernels` at batch sizes 1 and
   // 8, run by a C program at batch sizes 1, 3, 8 and 13 and on 1 and 3
   // threads, against the JIT. Its input "x" is [batch, item...].
+  // `step`: as expect_close's.
   void net_matches_the_jit(kiln::Runtime& runtime, const std::string& kernels, const std::string& libs, const std::string& model,
-                           const std::vector<int64_t>& item);
+                           const std::vector<int64_t>& item, float step = 0);
   void conv_net_matches_the_jit(kiln::Runtime& runtime, const std::string& kernels, const std::string& libs);
 
   fs::path dir_;
@@ -251,8 +254,16 @@ TEST_F(BundleTest, BrokenWeightsAreClearErrors) {
   };
   std::string flipped = good;
   flipped[flipped.size() / 2] ^= 0x10;
+  // The header's ABI version (a little-endian uint32 after the 8-byte magic)
+  // one below and one above the bundle's: a bundle reads its own format only.
+  ASSERT_EQ(uint8_t(good[8]), KILN_BUNDLE_ABI_VERSION);
+  std::string older = good, newer = good;
+  older[8] = char(KILN_BUNDLE_ABI_VERSION - 1);
+  newer[8] = char(KILN_BUNDLE_ABI_VERSION + 1);
   const std::vector<Case> cases = {
       {"flipped byte", flipped, "checksum"},
+      {"an older format", older, "written for an older bundle format"},
+      {"a newer format", newer, "written for a newer bundle format"},
       {"truncated", good.substr(0, good.size() - 100), "truncated"},
       {"a byte more", good + std::string(1, '\0'), "extra bytes after the weights"},
       {"not weights", "hello, this is not a weights file at all, not even close to one....", "bad magic"}};
@@ -495,6 +506,15 @@ std::string conv_net() {
   return b.model().SerializeAsString();
 }
 
+onnx::TensorProto int_tensor(const std::string& name, std::vector<int64_t> dims, const std::vector<int64_t>& values, int type) {
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(type);
+  for (auto d : dims) t.add_dims(d);
+  for (auto v : values) t.add_int32_data(int32_t(v));
+  return t;
+}
+
 // Freezes conv_net() with `kernels`, links tests/integration/bundle_driver.c
 // with `libs`, and compares its outputs with the JIT's (in `runtime`) for
 // batch sizes 1, 3, 8 and 13 from compiled sizes 1 and 8, on 1 and 3 host threads.
@@ -503,7 +523,7 @@ void BundleTest::conv_net_matches_the_jit(kiln::Runtime& runtime, const std::str
 }
 
 void BundleTest::net_matches_the_jit(kiln::Runtime& runtime, const std::string& kernels, const std::string& libs,
-                                     const std::string& model, const std::vector<int64_t>& item) {
+                                     const std::string& model, const std::vector<int64_t>& item, float step) {
   write_file(dir_ / "net.onnx", model);
   kiln::Model net = kiln::Model::load(runtime, (dir_ / "net.onnx").string());
   kiln::Model::FreezeOptions o;
@@ -536,7 +556,7 @@ void BundleTest::net_matches_the_jit(kiln::Runtime& runtime, const std::string& 
       std::vector<float> got(y.size() / sizeof(float));
       std::memcpy(got.data(), y.data(), y.size());
       const kiln::Tensor want = net.run({{"x", kiln::Tensor::from_vector(kiln::DType::Float32, shape, x)}})[0];
-      expect_close(got, std::vector<float>(want.data_as<float>(), want.data_as<float>() + want.numel()), "y");
+      expect_close(got, std::vector<float>(want.data_as<float>(), want.data_as<float>() + want.numel()), "y", step);
     }
 }
 
@@ -611,12 +631,13 @@ TEST_F(BundleTest, NativeKernelsMatchTheJit) {
   EXPECT_NE(o.text.find("checksum"), std::string::npos) << o.text;
 }
 
-// Freezing `model` (written as NAME.onnx) is refused for both kernel
+// Freezing `model` (written as NAME.onnx) is refused for these kernel
 // families, the error naming `node`, and leaves no object behind.
-void BundleTest::expect_refused(const std::string& model, const std::string& name, const std::string& node) {
+void BundleTest::expect_refused(const std::string& model, const std::string& name, const std::string& node,
+                                std::vector<std::string> kernels_list) {
   write_file(dir_ / (name + ".onnx"), model);
   kiln::Model m = kiln::Model::load(*runtime_, (dir_ / (name + ".onnx")).string());
-  for (const char* kernels : {"portable", "native"}) {
+  for (const std::string& kernels : kernels_list) {
     SCOPED_TRACE(kernels);
     kiln::Model::FreezeOptions o;
     o.output_dir = dir_.string();
@@ -642,9 +663,8 @@ TEST_F(BundleTest, UnsupportedNodeIsNamed) {
   expect_refused(b.model().SerializeAsString(), "cast", "to_int64");
 }
 
-// Quantized steps have no portable kernels yet, and native bundles do not
-// carry a oneDNN primitive's scales and zero points: both refuse, naming the
-// step, instead of freezing code that would compute something else.
+// Quantized steps have no portable kernels yet: freezing with them refuses,
+// naming the step, instead of freezing code that would compute something else.
 TEST_F(BundleTest, QuantizedStepsAreRefusedByName) {
   using kiln::test::ModelBuilder;
   ModelBuilder b;
@@ -657,7 +677,145 @@ TEST_F(BundleTest, QuantizedStepsAreRefusedByName) {
   b.initializer(zero);
   b.node("QuantizeLinear", {"x", "scale", "zero"}, {"q"}, "quantize_x");
   b.node("DequantizeLinear", {"q", "scale", "zero"}, {"y"}, "dequantize_x");
-  expect_refused(b.model().SerializeAsString(), "qdq", "quantize_x");
+  expect_refused(b.model().SerializeAsString(), "qdq", "quantize_x", {"portable"});
+}
+
+// ---- native bundles of quantized models -------------------------------------
+// Their oneDNN primitives carry output scales, source scales and zero points
+// (bundle ABI version 4); the bundle's outputs are the reference backend's,
+// within a quantization step (`kStep`: the output's scale).
+
+// `x` quantized to uint8 and dequantized again into `out`, as quantizers
+// write activations.
+void quantize_dequantize(kiln::test::ModelBuilder& b, const std::string& x, const std::string& out, float scale,
+                         int64_t zero_point) {
+  b.initializer(kiln::test::ModelBuilder::float_tensor(x + "_scale", {}, {scale}));
+  b.initializer(int_tensor(x + "_zp", {}, {zero_point}, onnx::TensorProto::UINT8));
+  b.node("QuantizeLinear", {x, x + "_scale", x + "_zp"}, {x + "_q"});
+  b.node("DequantizeLinear", {x + "_q", x + "_scale", x + "_zp"}, {out});
+}
+
+// Random int8 weights within +-`limit`, per-channel scales along `axis`,
+// dequantized into `name`. Within +-64 every CPU's int8 kernels take them;
+// beyond, CPUs without VNNI compute in float (passes::int8_products_exact).
+void dequantized_weights(kiln::test::ModelBuilder& b, std::mt19937& rng, const std::string& name,
+                         const std::vector<int64_t>& dims, int64_t axis, int limit = 64) {
+  std::uniform_int_distribution<int64_t> value(-limit, limit);
+  std::uniform_real_distribution<float> scale(0.002f, 0.01f);
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<int64_t> q(static_cast<size_t>(n));
+  for (int64_t& v : q) v = value(rng);
+  const int64_t channels = dims[size_t(axis)];
+  std::vector<float> scales(static_cast<size_t>(channels));
+  for (float& s : scales) s = scale(rng);
+  b.initializer(int_tensor(name + "_q", dims, q, onnx::TensorProto::INT8));
+  b.initializer(kiln::test::ModelBuilder::float_tensor(name + "_scale", {channels}, scales));
+  b.initializer(int_tensor(name + "_zp", {channels}, std::vector<int64_t>(size_t(channels), 0), onnx::TensorProto::INT8));
+  kiln::test::ModelBuilder::attr_int(b.node("DequantizeLinear", {name + "_q", name + "_scale", name + "_zp"}, {name}), "axis",
+                                     axis);
+}
+
+constexpr float kStep = 1.0f / 32;
+
+// A small QDQ network as ONNX Runtime's quantizer writes one, which the
+// graph passes turn into QLinearConv (with a Relu), a uint8 MaxPool,
+// QLinearAdd (a residual connection through a Relu) and QLinearMatMul over
+// a stack of rows; quantizing and dequantizing reorders at both ends.
+std::string residual_qdq_net() {
+  using kiln::test::ModelBuilder;
+  std::mt19937 rng(17);
+  ModelBuilder b;
+  b.input("x", 1, {"batch", 3, 16, 16}).output("y", 1, {"batch", 16, 8, 10});
+  quantize_dequantize(b, "x", "xd", 1.0f / 64, 128);
+  dequantized_weights(b, rng, "w1", {16, 3, 3, 3}, 0);
+  b.initializer(random_weights(rng, 0.3f, "b1", {16}));
+  ModelBuilder::attr_ints(b.node("Conv", {"xd", "w1", "b1"}, {"c1"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c1"}, {"r1"});
+  quantize_dequantize(b, "r1", "r1d", 1.0f / 64, 0);
+  auto& pool = b.node("MaxPool", {"r1d"}, {"p1"});
+  ModelBuilder::attr_ints(pool, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(pool, "strides", {2, 2});
+  quantize_dequantize(b, "p1", "p1d", 1.0f / 64, 0);
+  dequantized_weights(b, rng, "w2", {16, 16, 3, 3}, 0);
+  ModelBuilder::attr_ints(b.node("Conv", {"p1d", "w2"}, {"c2"}), "pads", {1, 1, 1, 1});
+  quantize_dequantize(b, "c2", "c2d", 1.0f / 32, 120);
+  b.node("Add", {"c2d", "p1d"}, {"s"});
+  b.node("Relu", {"s"}, {"r"});
+  quantize_dequantize(b, "r", "rd", 1.0f / 32, 0);
+  dequantized_weights(b, rng, "wm", {8, 10}, 1);
+  b.node("MatMul", {"rd", "wm"}, {"m"});
+  quantize_dequantize(b, "m", "y", kStep, 128);
+  return b.model().SerializeAsString();
+}
+
+// The QOperator form: QLinearConv with full-range weights (in float on CPUs
+// without VNNI: reorders with the input's zero point and the requantization),
+// then QLinearMatMul over its rows.
+std::string qlinear_net() {
+  using kiln::test::ModelBuilder;
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int64_t> full(-127, 127), near(-64, 64), bias(-2000, 2000);
+  auto ints = [&](size_t n, std::uniform_int_distribution<int64_t>& d) {
+    std::vector<int64_t> v(n);
+    for (int64_t& x : v) x = d(rng);
+    return v;
+  };
+  ModelBuilder b;
+  b.input("x", 1, {"batch", 3, 5, 5}).output("y", 1, {"batch", 4, 5, 3});
+  b.initializer(ModelBuilder::float_tensor("xs", {}, {1.0f / 64}))
+      .initializer(int_tensor("xz", {}, {128}, onnx::TensorProto::UINT8));
+  b.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  b.initializer(int_tensor("w", {4, 3, 2, 2}, ints(48, full), onnx::TensorProto::INT8));
+  b.initializer(ModelBuilder::float_tensor("ws", {4}, {0.01f, 0.02f, 0.005f, 0.008f}));
+  b.initializer(int_tensor("wz", {4}, {0, 0, 0, 0}, onnx::TensorProto::INT8));
+  b.initializer(int_tensor("b", {4}, ints(4, bias), onnx::TensorProto::INT32));
+  b.initializer(ModelBuilder::float_tensor("ys", {}, {1.0f / 32}))
+      .initializer(int_tensor("yz", {}, {128}, onnx::TensorProto::UINT8));
+  ModelBuilder::attr_ints(b.node("QLinearConv", {"xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, {"yq"}), "pads",
+                          {0, 0, 1, 1});
+  b.initializer(int_tensor("m", {5, 3}, ints(15, near), onnx::TensorProto::INT8));
+  b.initializer(ModelBuilder::float_tensor("ms", {}, {0.01f})).initializer(int_tensor("mz", {}, {0}, onnx::TensorProto::INT8));
+  b.initializer(ModelBuilder::float_tensor("zs", {}, {kStep})).initializer(int_tensor("zz", {}, {100}, onnx::TensorProto::UINT8));
+  b.node("QLinearMatMul", {"yq", "ys", "yz", "m", "ms", "mz", "zs", "zz"}, {"zq"});
+  b.node("DequantizeLinear", {"zq", "zs", "zz"}, {"y"});
+  return b.model().SerializeAsString();
+}
+
+class QuantizedNativeBundle : public BundleTest {
+ protected:
+  void SetUp() override {
+    BundleTest::SetUp();
+    kiln::RuntimeOptions o;
+    o.backend = "reference";
+    o.cache = false;
+    reference_ = std::make_unique<kiln::Runtime>(o);
+  }
+  std::unique_ptr<kiln::Runtime> reference_;
+};
+
+TEST_F(QuantizedNativeBundle, QdqNetworkMatchesTheReference) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  net_matches_the_jit(*reference_, "native", "-ldnnl -lm", residual_qdq_net(), {3, 16, 16}, kStep);
+}
+
+TEST_F(QuantizedNativeBundle, QOperatorNetworkMatchesTheReference) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  net_matches_the_jit(*reference_, "native", "-ldnnl -lm", qlinear_net(), {3, 5, 5}, kStep);
+}
+
+// DynamicQuantizeLinear computes its scale and zero point from the data on
+// a host kernel, which native bundles do not carry: freezing names the node.
+TEST_F(QuantizedNativeBundle, DynamicQuantizationIsRefusedByName) {
+  using kiln::test::ModelBuilder;
+  ModelBuilder b;
+  b.input("x", 1, {"batch", 16}).output("y", 6, {"batch", 8});
+  b.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"}, "quantize_rows");
+  std::vector<int64_t> w(16 * 8);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = int64_t(i % 17) - 8;
+  b.initializer(int_tensor("w", {16, 8}, w, onnx::TensorProto::INT8));
+  b.node("MatMulInteger", {"xq", "w", "xz"}, {"y"});
+  expect_refused(b.model().SerializeAsString(), "dynamic", "quantize_rows", {"native"});
 }
 
 // A bundle compiled for AVX-512 (x86-64-v4) on a CPU without it (qemu's has

@@ -55,6 +55,55 @@ static int32_t fail(char* error, uint64_t size, const char* label, const char* w
   return KILN_BUNDLE_ERROR_NATIVE;
 }
 
+/* The argument a quantization entry's values apply to (output scales: the
+ * destination), or 0 when its kind and argument do not go together. */
+static int quantized_arg(const kiln_bundle_native_quantization* q) {
+  switch (q->kind) {
+    case KILN_BUNDLE_NATIVE_OUTPUT_SCALES: return q->arg == DNNL_ARG_DST ? DNNL_ARG_DST : 0;
+    case KILN_BUNDLE_NATIVE_SCALES: return q->arg == DNNL_ARG_SRC_0 || q->arg == DNNL_ARG_SRC_1 ? q->arg : 0;
+    case KILN_BUNDLE_NATIVE_ZERO_POINTS:
+      return q->arg == DNNL_ARG_SRC || q->arg == DNNL_ARG_WEIGHTS || q->arg == DNNL_ARG_DST ? q->arg : 0;
+    default: return 0;
+  }
+}
+
+/* The step argument that binds a run-time value of `q`. */
+static int runtime_arg(const kiln_bundle_native_quantization* q) {
+  return q->kind == KILN_BUNDLE_NATIVE_OUTPUT_SCALES ? DNNL_ARG_ATTR_OUTPUT_SCALES : DNNL_ARG_ATTR_ZERO_POINTS | q->arg;
+}
+
+/* What is wrong with the quantization entries themselves, or NULL; whether
+ * their masks and counts fit the arguments is checked on the primitive
+ * (check_quantization). */
+static const char* quantization_problem(const kiln_bundle_native_primitive* p) {
+  if (p->num_quantization < 0 || (p->num_quantization > 0 && !p->quantization)) return "a malformed quantization table";
+  for (int32_t i = 0; i < p->num_quantization; ++i) {
+    const kiln_bundle_native_quantization* q = &p->quantization[i];
+    if (!quantized_arg(q)) return "a quantization entry of an unknown kind or for an argument it cannot apply to";
+    if (q->runtime ? q->runtime != 1 || q->kind == KILN_BUNDLE_NATIVE_SCALES || q->count != 0
+                   : q->count < 1 || q->count > INT32_MAX || !q->values)
+      return "a quantization entry without its values";
+    for (int32_t j = 0; j < i; ++j)
+      if (p->quantization[j].kind == q->kind && p->quantization[j].arg == q->arg) return "a quantization entry twice";
+  }
+  return NULL;
+}
+
+static dnnl_status_t set_quantization(dnnl_primitive_attr_t attr, const kiln_bundle_native_quantization* q) {
+  /* DNNL_RUNTIME_F32_VAL is a NaN: the bits of oneDNN's constant. */
+  const float runtime_scale = DNNL_RUNTIME_F32_VAL;
+  const int32_t runtime_point = DNNL_RUNTIME_S32_VAL;
+  const dnnl_dim_t count = q->runtime ? 1 : (dnnl_dim_t)q->count;
+  switch (q->kind) {
+    case KILN_BUNDLE_NATIVE_OUTPUT_SCALES:
+      return dnnl_primitive_attr_set_output_scales(attr, count, q->mask, q->runtime ? &runtime_scale : (const float*)q->values);
+    case KILN_BUNDLE_NATIVE_SCALES: return dnnl_primitive_attr_set_scales(attr, q->arg, count, q->mask, (const float*)q->values);
+    default:
+      return dnnl_primitive_attr_set_zero_points(attr, q->arg, count, q->mask,
+                                                 q->runtime ? &runtime_point : (const int32_t*)q->values);
+  }
+}
+
 static dnnl_primitive_attr_t make_attr(const kiln_bundle_native_primitive* p) {
   dnnl_post_ops_t ops = NULL;
   dnnl_primitive_attr_t attr = NULL;
@@ -75,8 +124,52 @@ static dnnl_primitive_attr_t make_attr(const kiln_bundle_native_primitive* p) {
     dnnl_primitive_attr_destroy(attr);
     attr = NULL;
   }
+  for (int32_t i = 0; attr && i < p->num_quantization; ++i)
+    if (set_quantization(attr, &p->quantization[i]) != dnnl_success) {
+      dnnl_primitive_attr_destroy(attr);
+      attr = NULL;
+    }
   dnnl_post_ops_destroy(ops);
   return ok ? attr : NULL;
+}
+
+/* Each entry's values as many as its mask says over its argument's dims, or
+ * one bound at run time (per tensor, mask 0) by an argument of the step:
+ * oneDNN takes a mask and count as they are and would read past the values
+ * (or an unbound value) of a tampered entry. Returns what does not fit, or
+ * NULL; `why` holds the message. */
+static const char* check_quantization(const kiln_bundle_native_primitive* p, const_dnnl_primitive_desc_t pd, char* why,
+                                      size_t size) {
+  for (int32_t i = 0; i < p->num_quantization; ++i) {
+    const kiln_bundle_native_quantization* q = &p->quantization[i];
+    const int arg = quantized_arg(q);
+    const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+    dnnl_dim_t want = 1;
+    for (int d = 0; md && d < DNNL_MAX_NDIMS; ++d)
+      if (q->mask & (1 << d)) want *= d < md->ndims ? md->dims[d] : 0;
+    int bound = 0;
+    for (int32_t c = 0; c < p->num_constants; ++c) bound |= p->constants[c].id == runtime_arg(q);
+    for (int32_t r = 0; r < p->num_runtime; ++r) bound |= p->runtime[r].id == runtime_arg(q);
+    if (!md || md->ndims <= 0 || q->mask < 0 || q->mask >= (1 << md->ndims) ||
+        (q->runtime ? q->mask != 0 || !bound : q->count != want)) {
+      snprintf(why, size, "%s of argument %d (mask %d, %lld values%s) do not fit it",
+               q->kind == KILN_BUNDLE_NATIVE_ZERO_POINTS ? "zero points"
+               : q->kind == KILN_BUNDLE_NATIVE_SCALES    ? "scales"
+                                                         : "output scales",
+               q->arg, q->mask, (long long)q->count,
+               q->runtime ? (bound ? ", bound at run time" : ", bound by no argument") : "");
+      return why;
+    }
+  }
+  return NULL;
+}
+
+/* A constant that binds a scale or zero point at run time: one value of its
+ * type, for an entry of `p` bound at run time. 0: not such an argument. */
+static int is_runtime_quantization(const kiln_bundle_native_primitive* p, int32_t id) {
+  for (int32_t i = 0; i < p->num_quantization; ++i)
+    if (p->quantization[i].runtime && runtime_arg(&p->quantization[i]) == id) return 1;
+  return 0;
 }
 
 static dnnl_status_t make_desc(const kiln_bundle_native_primitive* p, dnnl_engine_t engine, dnnl_primitive_attr_t attr,
@@ -101,13 +194,20 @@ static int32_t make_primitive(native_state* s, const kiln_bundle_native_primitiv
   out->sum_from = p->sum_from;
   out->dst_index = -1;
   out->num_runtime = p->num_runtime;
+  const char* problem = quantization_problem(p);
+  if (problem) return fail(error, error_size, p->label, problem, 0);
   dnnl_primitive_attr_t attr = make_attr(p);
-  if (!attr) return fail(error, error_size, p->label, "oneDNN cannot make the post-ops", 0);
+  if (!attr) return fail(error, error_size, p->label, "oneDNN cannot make the post-ops, scales or zero points", 0);
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t status = make_desc(p, s->engine, attr, &pd);
   dnnl_primitive_attr_destroy(attr);
   if (status != dnnl_success)
     return fail(error, error_size, p->label, "oneDNN cannot make the frozen primitive on this machine", status);
+  char why[160];
+  if ((problem = check_quantization(p, pd, why, sizeof why))) {
+    dnnl_primitive_desc_destroy(pd);
+    return fail(error, error_size, p->label, problem, 0);
+  }
   status = dnnl_primitive_create(&out->primitive, pd);
   int32_t rc = KILN_BUNDLE_OK;
   out->num_memories = p->num_constants + p->num_runtime;
@@ -120,12 +220,21 @@ static int32_t make_primitive(native_state* s, const kiln_bundle_native_primitiv
     rc = KILN_BUNDLE_ERROR_MEMORY;
   }
   /* The weights were reordered for the layout the primitive chose when it
-   * was frozen: the primitive made here must want the same one. */
+   * was frozen: the primitive made here must want the same one. A scale or
+   * zero point bound at run time has no layout to ask for: one value of its type. */
   for (int32_t c = 0; c < p->num_constants && rc == KILN_BUNDLE_OK; ++c) {
     const kiln_bundle_native_arg* a = &p->constants[c];
+    const dnnl_memory_desc_t* saved = (const dnnl_memory_desc_t*)a->md;
     const dnnl_memory_desc_t* want = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, a->id);
-    if (!want || !dnnl_memory_desc_equal(want, (const dnnl_memory_desc_t*)a->md) ||
-        (int64_t)dnnl_memory_desc_get_size(want) != a->bytes) {
+    if (is_runtime_quantization(p, a->id)) {
+      const dnnl_data_type_t type = a->id == DNNL_ARG_ATTR_OUTPUT_SCALES ? dnnl_f32 : dnnl_s32;
+      if (saved->ndims != 1 || saved->dims[0] != 1 || saved->data_type != type || a->bytes != 4 ||
+          dnnl_memory_desc_get_size(saved) != 4) {
+        rc = fail(error, error_size, p->label, "a scale or zero point bound at run time is not one value", 0);
+        break;
+      }
+      want = saved;
+    } else if (!want || !dnnl_memory_desc_equal(want, saved) || (int64_t)dnnl_memory_desc_get_size(want) != a->bytes) {
       rc = fail(
           error, error_size, p->label,
           "oneDNN on this CPU wants the weights in another layout than when the bundle was frozen (freeze it on this machine)",

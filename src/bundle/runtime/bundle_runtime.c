@@ -159,8 +159,12 @@ static const char* const kChecksum = "corrupt or another bundle's weights (check
  * file is measured against it before anything is allocated. */
 static const char* header_problem(const kiln_bundle_desc* d, const kiln_bundle_weights_header* h, uint64_t size) {
   if (memcmp(h->magic, KILN_BUNDLE_WEIGHTS_MAGIC, 8) != 0) return "not a Kiln weights file (bad magic)";
-  if (h->abi_version != KILN_BUNDLE_ABI_VERSION || h->header_bytes < sizeof *h || h->header_bytes % KILN_BUNDLE_ALIGNMENT)
-    return "written for another bundle format";
+  /* A bundle's object and weights are written together, in one format. */
+  if (h->abi_version < KILN_BUNDLE_ABI_VERSION)
+    return "written for an older bundle format (ABI version below this bundle's): use the weights frozen with this object";
+  if (h->abi_version > KILN_BUNDLE_ABI_VERSION)
+    return "written for a newer bundle format (ABI version above this bundle's): use the weights frozen with this object";
+  if (h->header_bytes < sizeof *h || h->header_bytes % KILN_BUNDLE_ALIGNMENT) return "a malformed header (its size)";
   if (h->data_bytes != d->weights_bytes) return "holds another bundle's weights (size differs)";
   if (h->checksum != d->weights_checksum) return kChecksum;
   if (size < h->header_bytes || size - h->header_bytes < h->data_bytes) return "truncated";
