@@ -945,6 +945,54 @@ TEST_P(OperatorTest, LayerNormalizationUnreadStatistics) {
   run(c);
 }
 
+// ---- reductions (oneDNN's reduction; kiln_pk_reduce over one run of axes) --------
+
+// Every reduction over the middle axes of a 4-D tensor, kept and not; the
+// last axis, negative; every axis; ReduceSum's axes as a constant input.
+TEST_P(OperatorTest, Reductions) {
+  Case c({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+          "ReduceLogSum"});
+  c.input("x", {2, 3, 4, 5}, 0.5f, 1.5f);  // positive: ReduceProd stays in range, ReduceLogSum defined
+  int k = 0;
+  for (const char* op : {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare"}) {
+    const std::string y = "y" + std::to_string(k++);
+    c.node(op, {"x"}, {y}, {{"axes", {1, 2}}, {"keepdims", int64_t(k % 2)}});
+    c.output(y);
+  }
+  c.node("ReduceMax", {"x"}, {"last"}, {{"axes", {-1}}});
+  c.node("ReduceMean", {"x"}, {"all"}, {{"keepdims", int64_t(0)}});
+  c.node("ReduceLogSum", {"x"}, {"log_sum"}, {{"axes", {2}}});
+  c.int_constant("axes", {2}, {0, 3});
+  c.node("ReduceSum", {"x", "axes"}, {"ends"});
+  c.output("last").output("all").output("log_sum").output("ends");
+  // ReduceSum over axes 0 and 3 is two runs of axes for kiln_pk_reduce, which
+  // has no ReduceLogSum either.
+  c.portable = false;
+  run(c);
+}
+
+// One run of axes, an axis of 1 among them, as the portable kernel takes it.
+TEST_P(OperatorTest, ReductionsOverOneRunOfAxes) {
+  Case c({"ReduceSum", "ReduceMean"});
+  c.input("x", {3, 1, 4, 6});
+  c.int_constant("axes", {2}, {1, 2});
+  c.node("ReduceSum", {"x", "axes"}, {"sum"});
+  c.node("ReduceMean", {"x"}, {"mean"}, {{"axes", {0, 1}}, {"keepdims", int64_t(0)}});
+  c.output("sum").output("mean");
+  run(c);
+}
+
+// ReduceLogSumExp: the portable kernel's; oneDNN has none, so the native
+// kernels leave it to the reference (whose outputs are compared here too).
+TEST_P(OperatorTest, ReduceLogSumExp) {
+  Case c({"ReduceLogSumExp"});
+  c.native = false;
+  c.input("x", {2, 5, 3}, -20, 20);
+  c.node("ReduceLogSumExp", {"x"}, {"y"}, {{"axes", {1}}});
+  c.output("y");
+  run(c);
+}
+
 // ---- Dropout ---------------------------------------------------------------------
 
 // torchvision's Swin exports training_mode = true with ratio 0: a copy.

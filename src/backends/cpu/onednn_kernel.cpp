@@ -151,6 +151,7 @@ size_t op_desc_size(dnnl_primitive_kind_t kind) {
     case dnnl_binary: return sizeof(dnnl_binary_desc_t);
     case dnnl_matmul: return sizeof(dnnl_matmul_desc_t);
     case dnnl_resampling: return sizeof(dnnl_resampling_desc_t);
+    case dnnl_reduction: return sizeof(dnnl_reduction_desc_t);
     default: return 0;
   }
 }

@@ -33,6 +33,10 @@ bool lower_instance_norm(Context& cx, const ir::Node& n);
 bool portable_softmax(Context& cx, const ir::Node& n);
 bool portable_layer_norm(Context& cx, const ir::Node& n);
 
+// reduce.cpp: float32 over constant axes.
+bool lower_reduce(Context& cx, const ir::Node& n);
+bool portable_reduce(Context& cx, const ir::Node& n);
+
 // recurrent.cpp
 bool lower_recurrent(Context& cx, const ir::Node& n);
 bool portable_recurrent(Context& cx, const ir::Node& n);

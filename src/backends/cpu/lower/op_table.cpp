@@ -47,6 +47,17 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
         {"LayerNormalization", primitive(&lower_layer_norm, &portable_layer_norm)},
         {"BatchNormalization", primitive(&lower_batch_norm, nullptr)},
         {"InstanceNormalization", primitive(&lower_instance_norm, nullptr)},
+        // reduce.cpp
+        {"ReduceSum", primitive(&lower_reduce, &portable_reduce)},
+        {"ReduceMean", primitive(&lower_reduce, &portable_reduce)},
+        {"ReduceMax", primitive(&lower_reduce, &portable_reduce)},
+        {"ReduceMin", primitive(&lower_reduce, &portable_reduce)},
+        {"ReduceProd", primitive(&lower_reduce, &portable_reduce)},
+        {"ReduceL1", primitive(&lower_reduce, &portable_reduce)},
+        {"ReduceL2", primitive(&lower_reduce, &portable_reduce)},
+        {"ReduceSumSquare", primitive(&lower_reduce, &portable_reduce)},
+        {"ReduceLogSum", primitive(&lower_reduce, &portable_reduce)},
+        {"ReduceLogSumExp", primitive(&lower_reduce, &portable_reduce)},
         // recurrent.cpp
         {"RNN", primitive(&lower_recurrent, &portable_recurrent)},
         {"GRU", primitive(&lower_recurrent, &portable_recurrent)},
