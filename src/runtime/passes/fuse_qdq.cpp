@@ -178,8 +178,11 @@ class QdqFuser {
     ir::Node* q = quantizer_through_relu(n.outputs[0]);
     if (!q) return false;
     std::optional<std::string> bias;
-    if ((conv || gemm) && n.inputs.size() > 2 && !n.inputs[2].empty() && !(bias = int32_bias(n.inputs[2], *x, *wq, channels)))
-      return false;
+    if ((conv || gemm) && n.inputs.size() > 2 && !n.inputs[2].empty()) {
+      // Gemm's C per column ([N] or [1, N]), not per row ([N, 1] when M is N).
+      if (gemm && !(same_dims(n.inputs[2], {channels}) || same_dims(n.inputs[2], {1, channels}))) return false;
+      if (!(bias = int32_bias(n.inputs[2], *x, *wq, channels))) return false;
+    }
     std::vector<std::string> inputs = {x->value, x->scale, zero_point_of(*x), wq->value, wq->scale, zero_point_of(*wq)};
     // QGemm (com.microsoft's) takes the bias before the output's parameters.
     if (gemm) inputs.push_back(bias ? *bias : "");
@@ -311,6 +314,12 @@ class QdqFuser {
       ++made;
     }
     return made;
+  }
+
+  bool same_dims(const std::string& value, const ir::Dims& dims) const {
+    if (const ir::Tensor* t = g_.constant(value)) return t->dims() == dims;
+    auto x = spec_.result.values.find(value);
+    return x != spec_.result.values.end() && x->second.shape.is_concrete() && x->second.shape.concrete() == dims;
   }
 
   bool same_shape(const std::string& a, const std::string& b) const {

@@ -456,7 +456,9 @@ bool lower_qgemm(Context& cx, const ir::Node& n) {
   const auto wq = symmetric_weights(cx, n, 4, 5, cols);
   if (!aq || !yq || !wq) return false;
   const ir::Tensor* bias = n.inputs[6].empty() ? nullptr : cx.constant(n.inputs[6]);
-  if (!n.inputs[6].empty() && (!bias || bias->dtype() != DType::Int32 || bias->numel() != cols || bias->dims().size() > 2))
+  // The bias per column ([N] or [1, N]).
+  if (!n.inputs[6].empty() &&
+      (!bias || bias->dtype() != DType::Int32 || (bias->dims() != Dims{cols} && bias->dims() != Dims{1, cols})))
     return false;
   const md user_w = transposed ? md({k, cols}, dt::s8, dnnl::memory::format_tag::ba) : plain_md({k, cols}, dt::s8);
   return emit_int8_matmul(cx, n, {ad[0], k, cols}, user_w, *w, bias, requantization(aq->scale, *wq, yq->scale), aq->zero_point,
