@@ -138,6 +138,34 @@ TEST_P(OperatorTest, QdqGemm) { run(qdq_gemm(true, 64)); }
 TEST_P(OperatorTest, QdqGemmUntransposed) { run(qdq_gemm(false, 64)); }
 TEST_P(OperatorTest, QdqGemmFullRangeWeights) { run(qdq_gemm(true, 127)); }
 
+// ONNX Runtime's QGemm as its quantizer writes a Gemm in the QOperator
+// form, with an int32 bias. `limit`: the weights' largest magnitude; beyond
+// 64, CPUs without VNNI compute in float (over K beyond 512: in chunks).
+Case qgemm(float limit, int64_t k, bool transposed) {
+  Case c = quantized_case();
+  c.ops = {"QGemm"};
+  c.input("x", {3, k});
+  c.scalar("xs", 1.0f / 127).int_constant("xz", {}, {128}, onnx::TensorProto::UINT8);
+  c.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  const Dims w = transposed ? Dims{10, k} : Dims{k, 10};
+  c.int_constant("w", w, int8_values(c, numel(w), limit), onnx::TensorProto::INT8);
+  c.constant("ws", {10}, c.random(10, 0.5f / limit, 1.0f / limit));
+  c.int_constant("wz", {10}, std::vector<int64_t>(10, 0), onnx::TensorProto::INT8);
+  c.int_constant("b", {10}, int8_values(c, 10, 2000), kInt32);
+  c.scalar("ys", 2 * std::sqrt(float(k)) / 255).int_constant("yz", {}, {128}, onnx::TensorProto::UINT8);
+  c.node("QGemm", {"xq", "xs", "xz", "w", "ws", "wz", "b", "ys", "yz"}, {"yq"}, {{"transB", int64_t(transposed)}})
+      .set_domain("com.microsoft");
+  auto* opset = c.model.model().add_opset_import();
+  opset->set_domain("com.microsoft");
+  opset->set_version(1);
+  c.output("yq", onnx::TensorProto::UINT8);
+  return c;
+}
+
+TEST_P(OperatorTest, QGemm) { run(qgemm(64, 100, true)); }
+TEST_P(OperatorTest, QGemmFullRangeWeights) { run(qgemm(127, 100, true)); }
+TEST_P(OperatorTest, QGemmFullRangeWeightsOverChunks) { run(qgemm(127, 700, false)); }
+
 // ConvInteger's int32 sums are exact wherever it compiles.
 // `limit`: the weights' largest magnitude; beyond 64, CPUs without VNNI
 // compute in float (exact while a sum has at most 512 products).

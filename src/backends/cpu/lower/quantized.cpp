@@ -271,7 +271,9 @@ struct ZeroPointArg {
 // chunk of A converted to float (oneDNN 2.6's matmul ignores the offset of
 // a part of a larger source: a reorder takes it), its float sums exact, the
 // chunks added up in int32 (a reorder's sum).
-void exact_float_products(Context& cx, const ir::Node& n, int a, const md& a_md, ZeroPointArg zp, const ir::Tensor& w, int dst) {
+// With `accumulate`, the products add to what `dst` holds.
+void exact_float_products(Context& cx, const ir::Node& n, int a, const md& a_md, ZeroPointArg zp, const ir::Tensor& w, int dst,
+                          bool accumulate = false) {
   const int64_t rows = a_md.dims()[0], k = w.dims()[0], cols = w.dims()[1];
   const md out_f32 = plain_md({rows, cols}), out_s32 = plain_md({rows, cols}, dt::s32);
   const int a_float = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(plain_md({rows, std::min(k, kExactChunk)}).get_size()),
@@ -307,7 +309,8 @@ void exact_float_products(Context& cx, const ir::Node& n, int a, const md& a_md,
     auto weights = std::make_shared<std::vector<float>>(w.data<int8_t>() + k0 * cols, w.data<int8_t>() + (k0 + kc) * cols);
     cx.add_primitive(part, pd, {a_float, product}, {0, 1}, {{DNNL_ARG_SRC, a_f32}, {DNNL_ARG_DST, out_f32}},
                      {{DNNL_ARG_WEIGHTS, cx.constant_memory(plain_md({kc, cols}), weights->data(), pd.weights_desc(), weights)}});
-    const dnnl::reorder::primitive_desc to_int(cpu_engine(), out_f32, cpu_engine(), out_s32, k0 == 0 ? user_scratchpad() : add);
+    const dnnl::reorder::primitive_desc to_int(cpu_engine(), out_f32, cpu_engine(), out_s32,
+                                               k0 == 0 && !accumulate ? user_scratchpad() : add);
     // The sum reads the destination: the step writes it in place.
     cx.add_primitive(part + " as int32", to_int, {product, dst}, {0, 1}, {{DNNL_ARG_FROM, out_f32}, {DNNL_ARG_TO, out_s32}}, {});
   }
@@ -350,6 +353,34 @@ bool emit_int8_matmul(Context& cx, const ir::Node& n, Product p, const md& user_
   cx.compiled();
   cx.add_primitive(n.describe(), pd, {src, dst}, {0, 1}, {{DNNL_ARG_SRC, src_md}, {DNNL_ARG_DST, dst_md}}, std::move(constants));
   return true;
+}
+
+// The float form of a requantized int8 matmul (where the int8 kernels would
+// not be exact): exact_float_products of the node's first input (8-bit
+// rows) by `w` (K x cols) into int32 sums, which start from an int32
+// `bias` per column (or none), and a reorder requantizing them by `scales`.
+void emit_float_matmul(Context& cx, const ir::Node& n, int64_t rows, const ir::Tensor& w, const ir::Tensor* bias,
+                       const std::vector<float>& scales, int32_t a_zero_point, int32_t y_zero_point) {
+  const std::string &a = n.inputs[0], &y = n.outputs[0];
+  const int64_t k = w.dims()[0], cols = w.dims()[1];
+  const md src_md = plain_md({rows, k}, *onednn_type(cx.dtype(a))), dst_md = plain_md({rows, cols}, *onednn_type(cx.dtype(y)));
+  const md sums_md = plain_md({rows, cols}, dt::s32);
+  const int sums = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(sums_md.get_size()), y + "#int32");
+  if (bias) {
+    ir::Tensor start = ir::Tensor::uninitialized(DType::Int32, {rows, cols});
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(bias->data<int32_t>(), cols, start.data<int32_t>() + r * cols);
+    cx.add_reorder(n.describe() + " (bias)", cx.add_constant(std::move(start), y + "#bias"), sums, sums_md, sums_md);
+  }
+  exact_float_products(cx, n, cx.plain(a), src_md, {a_zero_point}, w, sums, bias != nullptr);
+  std::unordered_map<int, dnnl::memory> constants;
+  dnnl::primitive_attr requantize = user_scratchpad();
+  requantize.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
+  zero_point_arg(cx, constants, requantize, DNNL_ARG_TO, y_zero_point);
+  const dnnl::reorder::primitive_desc to_out(cpu_engine(), sums_md, cpu_engine(), dst_md, requantize);
+  const int dst = cx.define_plain(y);
+  cx.compiled();
+  cx.add_primitive(n.describe() + " (requantized)", to_out, {sums, dst}, {0, 1},
+                   {{DNNL_ARG_FROM, sums_md}, {DNNL_ARG_TO, dst_md}}, std::move(constants));
 }
 
 }  // namespace
@@ -419,27 +450,16 @@ bool lower_qlinear_matmul(Context& cx, const ir::Node& n) {
   if (passes::int8_products_exact(at, *w))
     return emit_int8_matmul(cx, n, {rows, k, cols}, plain_md({k, cols}, dt::s8), *w, nullptr, scales, aq->zero_point,
                             yq->zero_point);
-  const md src_md = plain_md({rows, k}, *onednn_type(at)), dst_md = plain_md({rows, cols}, *onednn_type(yt));
-  const md sums_md = plain_md({rows, cols}, dt::s32);
-  const int sums = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(sums_md.get_size()), y + "#int32");
-  exact_float_products(cx, n, cx.plain(a), src_md, {aq->zero_point}, *w, sums);
-  std::unordered_map<int, dnnl::memory> requantize_constants;
-  dnnl::primitive_attr requantize = user_scratchpad();
-  requantize.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
-  zero_point_arg(cx, requantize_constants, requantize, DNNL_ARG_TO, yq->zero_point);
-  const dnnl::reorder::primitive_desc to_out(cpu_engine(), sums_md, cpu_engine(), dst_md, requantize);
-  const int dst = cx.define_plain(y);
-  cx.compiled();
-  cx.add_primitive(n.describe() + " (requantized)", to_out, {sums, dst}, {0, 1},
-                   {{DNNL_ARG_FROM, sums_md}, {DNNL_ARG_TO, dst_md}}, std::move(requantize_constants));
+  emit_float_matmul(cx, n, rows, *w, nullptr, scales, aq->zero_point, yq->zero_point);
   return true;
 }
 
 // com.microsoft's QGemm of 8-bit rows by constant int8 weights symmetric
 // about zero (B, or with transB its transpose) plus an int32 bias,
-// requantized (as fuse_qdq makes it of a dequantized Gemm): an int8 matmul
-// with the bias, where the int8 kernels are exact. Elsewhere its reference
-// kernel runs it (fuse_qdq makes none there).
+// requantized (as fuse_qdq makes it of a dequantized Gemm, and ONNX
+// Runtime's quantizer of a Gemm): an int8 matmul with the bias, or where
+// the int8 kernels would not be exact, QLinearMatMul's float form with the
+// sums starting from the bias.
 bool lower_qgemm(Context& cx, const ir::Node& n) {
   if (n.inputs.size() != 9 || n.outputs.size() != 1) return false;
   ref::KernelContext ctx(n, {}, nullptr);
@@ -448,7 +468,7 @@ bool lower_qgemm(Context& cx, const ir::Node& n) {
   const std::string &a = n.inputs[0], &y = n.outputs[0];
   const ir::Tensor* w = cx.constant(n.inputs[3]);
   const DType at = cx.dtype(a), yt = cx.dtype(y);
-  if (!is_8bit(at) || !is_8bit(yt) || !w || w->dims().size() != 2 || !passes::int8_products_exact(at, *w)) return false;
+  if (!is_8bit(at) || !is_8bit(yt) || !w || w->dtype() != DType::Int8 || w->dims().size() != 2) return false;
   const Dims ad = cx.dims(a);
   const int64_t k = w->dims()[transposed ? 1 : 0], cols = w->dims()[transposed ? 0 : 1];
   if (ad.size() != 2 || ad[1] != k) return false;
@@ -460,9 +480,20 @@ bool lower_qgemm(Context& cx, const ir::Node& n) {
   if (!n.inputs[6].empty() &&
       (!bias || bias->dtype() != DType::Int32 || (bias->dims() != Dims{cols} && bias->dims() != Dims{1, cols})))
     return false;
-  const md user_w = transposed ? md({k, cols}, dt::s8, dnnl::memory::format_tag::ba) : plain_md({k, cols}, dt::s8);
-  return emit_int8_matmul(cx, n, {ad[0], k, cols}, user_w, *w, bias, requantization(aq->scale, *wq, yq->scale), aq->zero_point,
-                          yq->zero_point);
+  const std::vector<float> scales = requantization(aq->scale, *wq, yq->scale);
+  if (passes::int8_products_exact(at, *w)) {
+    const md user_w = transposed ? md({k, cols}, dt::s8, dnnl::memory::format_tag::ba) : plain_md({k, cols}, dt::s8);
+    return emit_int8_matmul(cx, n, {ad[0], k, cols}, user_w, *w, bias, scales, aq->zero_point, yq->zero_point);
+  }
+  if (!transposed) {
+    emit_float_matmul(cx, n, ad[0], *w, bias, scales, aq->zero_point, yq->zero_point);
+    return true;
+  }
+  ir::Tensor b = ir::Tensor::uninitialized(DType::Int8, {k, cols});
+  for (int64_t r = 0; r < k; ++r)
+    for (int64_t c = 0; c < cols; ++c) b.data<int8_t>()[r * cols + c] = w->data<int8_t>()[c * k + r];
+  emit_float_matmul(cx, n, ad[0], b, bias, scales, aq->zero_point, yq->zero_point);
+  return true;
 }
 
 bool lower_dynamic_quantize(Context& cx, const ir::Node& n) {
