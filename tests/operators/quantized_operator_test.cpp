@@ -84,6 +84,12 @@ TEST_P(OperatorTest, QdqConvSignedActivationsWithAZeroPoint) {
 }
 TEST_P(OperatorTest, QdqConvFullRangeWeights) { run(qdq_conv(onnx::TensorProto::UINT8, 128, true, 1, {8, 3, 3, 3}, 127)); }
 TEST_P(OperatorTest, QdqConvDepthwise) { run(qdq_conv(onnx::TensorProto::UINT8, 120, true, 8, {8, 1, 3, 3})); }
+// Two channels per group: without VNNI, oneDNN has only its reference int8
+// kernel for these, and the float form computes them.
+TEST_P(OperatorTest, QdqConvFewChannelsPerGroup) { run(qdq_conv(onnx::TensorProto::UINT8, 120, true, 4, {8, 2, 3, 3})); }
+TEST_P(OperatorTest, QdqConvFewChannelsPerGroupFullRangeWeights) {
+  run(qdq_conv(onnx::TensorProto::UINT8, 120, false, 3, {6, 2, 3, 3}, 127));
+}
 
 // Two quantized convolutions in a row: the activations stay 8-bit between
 // them (the QuantizeLinear -> DequantizeLinear pair between them cancels).
@@ -112,24 +118,75 @@ TEST_P(OperatorTest, QdqMatMulPerColumnWeights) {
   run(c);
 }
 
+// A classifier as quantizers write it: Gemm of dequantized rows by int8
+// weights (transposed, per output column) with a float bias, quantized
+// (com.microsoft's QGemm after the graph passes where the int8 kernels are
+// exact, a float Gemm between the quantizers elsewhere).
+Case qdq_gemm(bool transposed, float limit) {
+  Case c = quantized_case();
+  c.ops.push_back("Gemm");
+  c.input("x", {3, 40});
+  quantize_dequantize(c, "x", "xd", 1.0f / 127, 128, onnx::TensorProto::UINT8);
+  int8_weights(c, "w", transposed ? Dims{10, 40} : Dims{40, 10}, transposed ? 0 : 1, limit);
+  c.weight("b", {10}, 0.5f);
+  c.node("Gemm", {"xd", "w", "b"}, {"y"}, {{"transB", int64_t(transposed)}});
+  quantize(c, "y", 2.0f / 255, 128);
+  return c;
+}
+
+TEST_P(OperatorTest, QdqGemm) { run(qdq_gemm(true, 64)); }
+TEST_P(OperatorTest, QdqGemmUntransposed) { run(qdq_gemm(false, 64)); }
+TEST_P(OperatorTest, QdqGemmFullRangeWeights) { run(qdq_gemm(true, 127)); }
+
+// ONNX Runtime's QGemm as its quantizer writes a Gemm in the QOperator
+// form, with an int32 bias. `limit`: the weights' largest magnitude; beyond
+// 64, CPUs without VNNI compute in float (over K beyond 512: in chunks).
+Case qgemm(float limit, int64_t k, bool transposed) {
+  Case c = quantized_case();
+  c.ops = {"QGemm"};
+  c.input("x", {3, k});
+  c.scalar("xs", 1.0f / 127).int_constant("xz", {}, {128}, onnx::TensorProto::UINT8);
+  c.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  const Dims w = transposed ? Dims{10, k} : Dims{k, 10};
+  c.int_constant("w", w, int8_values(c, numel(w), limit), onnx::TensorProto::INT8);
+  c.constant("ws", {10}, c.random(10, 0.5f / limit, 1.0f / limit));
+  c.int_constant("wz", {10}, std::vector<int64_t>(10, 0), onnx::TensorProto::INT8);
+  c.int_constant("b", {10}, int8_values(c, 10, 2000), kInt32);
+  c.scalar("ys", 2 * std::sqrt(float(k)) / 255).int_constant("yz", {}, {128}, onnx::TensorProto::UINT8);
+  c.node("QGemm", {"xq", "xs", "xz", "w", "ws", "wz", "b", "ys", "yz"}, {"yq"}, {{"transB", int64_t(transposed)}})
+      .set_domain("com.microsoft");
+  auto* opset = c.model.model().add_opset_import();
+  opset->set_domain("com.microsoft");
+  opset->set_version(1);
+  c.output("yq", onnx::TensorProto::UINT8);
+  return c;
+}
+
+TEST_P(OperatorTest, QGemm) { run(qgemm(64, 100, true)); }
+TEST_P(OperatorTest, QGemmFullRangeWeights) { run(qgemm(127, 100, true)); }
+TEST_P(OperatorTest, QGemmFullRangeWeightsOverChunks) { run(qgemm(127, 700, false)); }
+
 // ConvInteger's int32 sums are exact wherever it compiles.
 // `limit`: the weights' largest magnitude; beyond 64, CPUs without VNNI
 // compute in float (exact while a sum has at most 512 products).
-Case conv_integer(float limit) {
+// `group` > 1: grouped, two input channels per group.
+Case conv_integer(float limit, int64_t group = 1) {
   Case c = quantized_case();
   c.ops = {"ConvInteger"};
   c.steps = 0;
   c.input("x", {1, 4, 6, 6});
   c.scalar("xs", 1.0f / 127).int_constant("xz", {}, {100}, onnx::TensorProto::UINT8);
   c.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
-  c.int_constant("w", {6, 4, 3, 3}, int8_values(c, 6 * 4 * 3 * 3, limit), onnx::TensorProto::INT8);
-  c.node("ConvInteger", {"xq", "w", "xz"}, {"y"}, {{"pads", {1, 0, 1, 0}}});
+  const Dims w{6, 4 / group, 3, 3};
+  c.int_constant("w", w, int8_values(c, numel(w), limit), onnx::TensorProto::INT8);
+  c.node("ConvInteger", {"xq", "w", "xz"}, {"y"}, {{"pads", {1, 0, 1, 0}}, {"group", group}});
   c.output("y", kInt32);
   return c;
 }
 
 TEST_P(OperatorTest, ConvInteger) { run(conv_integer(64)); }
 TEST_P(OperatorTest, ConvIntegerFullRangeWeights) { run(conv_integer(127)); }
+TEST_P(OperatorTest, ConvIntegerFewChannelsPerGroup) { run(conv_integer(64, 2)); }
 
 // A MaxPool between a quantizer's pair and a quantizer of the same
 // parameters pools the uint8 values (resnet's stem).
@@ -169,6 +226,24 @@ TEST_P(OperatorTest, DynamicQuantizedMatMul) { run(dynamic_matmul(64, 32)); }
 // chunks of 512 rows of B (three here), added up in int32.
 TEST_P(OperatorTest, DynamicQuantizedMatMulFullRangeWeights) { run(dynamic_matmul(127, 1100)); }
 
+// The integer part of that alone (the cpu backend does not claim Cast, so
+// the case above does not run there): MatMulInteger's int32 sums, exact,
+// A's zero point one of the run.
+Case matmul_integer(float limit, int64_t k) {
+  Case c({"DynamicQuantizeLinear", "MatMulInteger"});
+  c.portable = false;
+  c.input("x", {2, 3, k}, -2, 3);
+  c.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"});
+  c.int_constant("w", {k, 8}, int8_values(c, k * 8, limit), onnx::TensorProto::INT8);
+  c.node("MatMulInteger", {"xq", "w", "xz"}, {"acc"});
+  c.output("acc", kInt32);
+  return c;
+}
+
+TEST_P(OperatorTest, MatMulInteger) { run(matmul_integer(64, 300)); }
+TEST_P(OperatorTest, MatMulIntegerFullRangeWeights) { run(matmul_integer(127, 300)); }
+TEST_P(OperatorTest, MatMulIntegerFullRangeWeightsOverChunks) { run(matmul_integer(127, 1100)); }
+
 // The QOperator form: QLinearConv and QLinearMatMul as the model has them.
 // `conv_limit`: the convolution weights' largest magnitude (the matmul's
 // stay within 64); beyond 64, CPUs without VNNI convolve in float.
@@ -197,13 +272,39 @@ Case qlinear_conv_and_matmul(float conv_limit) {
 TEST_P(OperatorTest, QLinearConvAndQLinearMatMul) { run(qlinear_conv_and_matmul(64)); }
 TEST_P(OperatorTest, QLinearConvFullRangeWeights) { run(qlinear_conv_and_matmul(127)); }
 
+// QLinearMatMul of a stack of rows of `elem` (with a zero point) by int8
+// weights up to +-`limit` with per-column scales. Beyond 64 (or for int8
+// rows), CPUs without VNNI compute in float: products over chunks of 512
+// rows of B, exact, added up in int32 and requantized.
+Case qlinear_matmul(int elem, int64_t zero_point, float limit, int64_t k) {
+  Case c = quantized_case();
+  c.ops = {"QLinearMatMul"};
+  c.input("x", {2, 3, k});
+  c.scalar("xs", 1.0f / 127).int_constant("xz", {}, {zero_point}, elem);
+  c.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  c.int_constant("w", {k, 8}, int8_values(c, k * 8, limit), onnx::TensorProto::INT8);
+  c.constant("ws", {8}, c.random(8, 0.5f / limit, 1.0f / limit));
+  c.int_constant("wz", {8}, std::vector<int64_t>(8, 0), onnx::TensorProto::INT8);
+  // The sums spread as sqrt(k) times |x| and |w| (about 1/2 each here).
+  c.scalar("ys", 2 * std::sqrt(float(k)) / 255).int_constant("yz", {}, {128}, onnx::TensorProto::UINT8);
+  c.node("QLinearMatMul", {"xq", "xs", "xz", "w", "ws", "wz", "ys", "yz"}, {"yq"});
+  c.output("yq", onnx::TensorProto::UINT8);
+  return c;
+}
+
+TEST_P(OperatorTest, QLinearMatMul) { run(qlinear_matmul(onnx::TensorProto::UINT8, 128, 64, 100)); }
+TEST_P(OperatorTest, QLinearMatMulFullRangeWeights) { run(qlinear_matmul(onnx::TensorProto::UINT8, 128, 127, 100)); }
+TEST_P(OperatorTest, QLinearMatMulFullRangeWeightsOverChunks) { run(qlinear_matmul(onnx::TensorProto::UINT8, 120, 127, 1100)); }
+TEST_P(OperatorTest, QLinearMatMulSignedRows) { run(qlinear_matmul(onnx::TensorProto::INT8, -3, 64, 600)); }
+
 // A residual connection: two dequantized tensors added, through a Relu,
 // quantized again (com.microsoft's QLinearAdd after the graph passes), and
-// without the Relu into int8 with a zero point.
-Case residual_add(bool relu, int out_type, int64_t out_zero_point) {
+// without the Relu into int8 with a zero point. `b` broadcasts against `a`
+// where their shapes differ (a bias per channel, a row).
+Case residual_add(bool relu, int out_type, int64_t out_zero_point, const Dims& a = {2, 16, 5, 5}, const Dims& b = {2, 16, 5, 5}) {
   Case c = quantized_case();
   c.ops.push_back("Add");
-  c.input("a", {2, 16, 5, 5}).input("b", {2, 16, 5, 5}, -2, 2);
+  c.input("a", a).input("b", b, -2, 2);
   quantize_dequantize(c, "a", "ad", 1.0f / 127, 128, onnx::TensorProto::UINT8);
   quantize_dequantize(c, "b", "bd", 2.0f / 127, 120, onnx::TensorProto::UINT8);
   c.node("Add", {"ad", "bd"}, {relu ? "s" : "y"});
@@ -216,6 +317,40 @@ Case residual_add(bool relu, int out_type, int64_t out_zero_point) {
 
 TEST_P(OperatorTest, QdqResidualAddRelu) { run(residual_add(true, onnx::TensorProto::UINT8, 0)); }
 TEST_P(OperatorTest, QdqResidualAddIntoInt8) { run(residual_add(false, onnx::TensorProto::INT8, -3)); }
+TEST_P(OperatorTest, QdqAddBroadcastPerChannel) {
+  run(residual_add(true, onnx::TensorProto::UINT8, 0, {2, 16, 5, 5}, {1, 16, 1, 1}));
+}
+// The broadcast operand first: the sum is taken the other way round.
+TEST_P(OperatorTest, QdqAddBroadcastFirst) { run(residual_add(false, onnx::TensorProto::INT8, -3, {16, 1, 1}, {2, 16, 5, 5})); }
+TEST_P(OperatorTest, QdqAddBroadcastRow) { run(residual_add(false, onnx::TensorProto::UINT8, 128, {2, 3, 5, 7}, {7})); }
+// A result larger than both operands stays a float Add between the quantizers.
+TEST_P(OperatorTest, QdqAddBroadcastBothWays) {
+  run(residual_add(true, onnx::TensorProto::UINT8, 0, {2, 1, 5, 5}, {1, 16, 1, 1}));
+}
+
+// Activations quantized and dequantized per channel (a 1-D scale along
+// `axis`), with one zero point for all channels, or (`zero_points`) one per
+// channel.
+Case per_channel_quantizers(const Dims& dims, int64_t axis, std::vector<int64_t> zero_points) {
+  Case c = quantized_case();
+  c.input("x", dims, -2, 2);
+  const int64_t channels = dims[size_t(axis < 0 ? axis + int64_t(dims.size()) : axis)];
+  c.constant("s", {channels}, c.random(channels, 1.0f / 127, 3.0f / 127));
+  zero_points.resize(size_t(channels), zero_points.back());
+  c.int_constant("z", {channels}, zero_points, onnx::TensorProto::UINT8);
+  c.node("QuantizeLinear", {"x", "s", "z"}, {"xq"}, {{"axis", axis}});
+  c.node("DequantizeLinear", {"xq", "s", "z"}, {"y"}, {{"axis", axis}});
+  c.output("xq", onnx::TensorProto::UINT8).output("y");
+  // A value one step away dequantizes one scale (3/127 at most) away.
+  c.atol = 0.012f;
+  return c;
+}
+
+TEST_P(OperatorTest, QuantizersPerChannel) { run(per_channel_quantizers({2, 6, 4, 5}, 1, {128})); }
+TEST_P(OperatorTest, QuantizersPerChannelLastAxis) { run(per_channel_quantizers({3, 4, 10}, -1, {100})); }
+// Zero points that differ between channels: oneDNN binaries rather than
+// reorders (which take one zero point).
+TEST_P(OperatorTest, QuantizersPerChannelZeroPoints) { run(per_channel_quantizers({2, 6, 4, 5}, 1, {128, 120, 100, 3})); }
 
 // A small network in the layout bench/quantize_zoo.py and ONNX Runtime's
 // quantizer write for a ResNet: a stem convolution, a max pool, a residual

@@ -506,3 +506,96 @@ TEST(Passes, DequantizedAddThatIsQuantizedBecomesQLinearAdd) {
   ASSERT_EQ(before.size(), after.size());
   for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(before[i], after[i], 0.0501f) << i;
 }
+
+namespace {
+
+// x and the channel maxima of x, quantized and dequantized, added as `add`
+// writes them (its operands "xd" and "md"), through a Relu and quantized.
+// `axes`: the axes the maxima reduce.
+ModelBuilder broadcast_add(const std::vector<std::string>& add, const std::vector<int64_t>& axes) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {1, 2, 4, 4}).output("y", onnx::TensorProto::FLOAT, {1, 2, 4, 4});
+  b.initializer(ModelBuilder::float_tensor("s", {}, {0.02f}));
+  b.initializer(ModelBuilder::float_tensor("s2", {}, {0.05f}));
+  b.initializer(int8_tensor("z", onnx::TensorProto::UINT8, {}, {128}));
+  b.initializer(int8_tensor("zero", onnx::TensorProto::UINT8, {}, {0}));
+  b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+  b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+  ModelBuilder::attr_ints(b.node("ReduceMax", {"x"}, {"m"}), "axes", axes);
+  b.node("QuantizeLinear", {"m", "s", "z"}, {"mq"});
+  b.node("DequantizeLinear", {"mq", "s", "z"}, {"md"});
+  if (add.size() == 2) {
+    b.node("Add", add, {"sum"});
+  } else {  // both operands broadcast: x's maxima along the other axes
+    ModelBuilder::attr_ints(b.node("ReduceMax", {"x"}, {"m2"}), "axes", {1});
+    b.node("QuantizeLinear", {"m2", "s", "z"}, {"m2q"});
+    b.node("DequantizeLinear", {"m2q", "s", "z"}, {"m2d"});
+    b.node("Add", {"md", "m2d"}, {"sum"});
+  }
+  b.node("Relu", {"sum"}, {"r"});
+  b.node("QuantizeLinear", {"r", "s2", "zero"}, {"rq"});
+  b.node("DequantizeLinear", {"rq", "s2", "zero"}, {"y"});
+  return b;
+}
+
+}  // namespace
+
+// A broadcast operand, second or first: QLinearAdd, within a step of the
+// float Add.
+TEST(Passes, BroadcastDequantizedAddBecomesQLinearAdd) {
+  for (const auto& add : {std::vector<std::string>{"xd", "md"}, std::vector<std::string>{"md", "xd"}}) {
+    ModelBuilder b = broadcast_add(add, {2, 3});
+    std::vector<float> before, after;
+    const auto ops = ops_after_passes(b, &before, &after);
+    EXPECT_NE(std::find(ops.begin(), ops.end(), "QLinearAdd"), ops.end()) << add[0];
+    EXPECT_EQ(std::find(ops.begin(), ops.end(), "Add"), ops.end()) << add[0];
+    ASSERT_EQ(before.size(), 32u);
+    ASSERT_EQ(before.size(), after.size());
+    for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(before[i], after[i], 0.0501f) << add[0] << " " << i;
+  }
+}
+
+// Neither operand has the result's shape: the Add stays float.
+TEST(Passes, DequantizedAddLargerThanBothOperandsStaysFloat) {
+  ModelBuilder b = broadcast_add({}, {2, 3});
+  std::vector<float> before, after;
+  const auto ops = ops_after_passes(b, &before, &after);
+  EXPECT_NE(std::find(ops.begin(), ops.end(), "Add"), ops.end());
+  EXPECT_EQ(std::find(ops.begin(), ops.end(), "QLinearAdd"), ops.end());
+  EXPECT_EQ(before, after);
+}
+
+// DQ(x) -> Gemm(DQ(int8 weights, per column), float bias) -> Q, as
+// quantizers write a classifier: one QGemm with the bias in int32, within a
+// step of the float Gemm.
+TEST(Passes, QdqGemmBecomesQGemm) {
+  for (int64_t transposed : {0, 1}) {
+    ModelBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, {1, 2, 4, 4}).output("y", onnx::TensorProto::FLOAT, {2, 3});
+    b.initializer(ModelBuilder::float_tensor("s", {}, {0.02f}));
+    b.initializer(int8_tensor("z", onnx::TensorProto::UINT8, {}, {128}));
+    b.initializer(int8_tensor("zero", onnx::TensorProto::UINT8, {}, {0}));
+    std::vector<int32_t> w(16 * 3);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = int32_t(i * 37 % 127) - 63;  // within +-64 (int8_products_exact)
+    b.initializer(
+        int8_tensor("wq", onnx::TensorProto::INT8, transposed ? std::vector<int64_t>{3, 16} : std::vector<int64_t>{16, 3}, w));
+    b.initializer(ModelBuilder::float_tensor("ws", {3}, {0.004f, 0.002f, 0.003f}));
+    b.initializer(ModelBuilder::float_tensor("bias", {3}, {0.1f, -0.2f, 0.05f}));
+    b.initializer(ModelBuilder::int64_tensor("rows", {2}, {2, 16}));
+    b.node("Reshape", {"x", "rows"}, {"x2"});
+    b.node("QuantizeLinear", {"x2", "s", "z"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+    ModelBuilder::attr_int(b.node("DequantizeLinear", {"wq", "ws"}, {"w"}), "axis", transposed ? 0 : 1);
+    ModelBuilder::attr_int(b.node("Gemm", {"xd", "w", "bias"}, {"g"}), "transB", transposed);
+    b.node("Relu", {"g"}, {"r"});
+    b.node("QuantizeLinear", {"r", "s", "zero"}, {"rq"});
+    b.node("DequantizeLinear", {"rq", "s", "zero"}, {"y"});
+    std::vector<float> before, after;
+    const auto ops = ops_after_passes(b, &before, &after);
+    EXPECT_NE(std::find(ops.begin(), ops.end(), "QGemm"), ops.end()) << transposed;
+    EXPECT_EQ(std::find(ops.begin(), ops.end(), "Gemm"), ops.end()) << transposed;
+    ASSERT_EQ(before.size(), 6u);
+    ASSERT_EQ(before.size(), after.size());
+    for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(before[i], after[i], 0.0201f) << transposed << " " << i;
+  }
+}

@@ -173,4 +173,86 @@ TEST(ReferenceQLinearAdd, AddsDequantizedValuesAndRefusesBadOperands) {
   EXPECT_THROW(qlinear_add({a, Tensor::from_vector<float>({2}, {1, 2}), za, b, sb, zb, sc, zc}), kiln::ir::Error);
   EXPECT_THROW(qlinear_add({Tensor::from_vector<float>({4}, {1, 2, 3, 4}), sa, za, b, sb, zb, sc, zc}), kiln::ir::Error);
   EXPECT_THROW(qlinear_add({a, sa, za, b}), kiln::ir::Error);
+  const Tensor column = Tensor::from_vector<uint8_t>({2, 1}, {10, 20});
+  EXPECT_THROW(qlinear_add({Tensor::from_vector<uint8_t>({3, 4}, std::vector<uint8_t>(12, 1)), sa, za, column, sb, zb, sc, zc}),
+               kiln::ir::Error);
+}
+
+namespace {
+
+// com.microsoft's QGemm on the given operands (all graph inputs; an empty
+// tensor is an omitted one), with `attrs` (transA, transB).
+std::vector<Tensor> qgemm(const std::vector<Tensor>& inputs, const std::vector<std::pair<std::string, int64_t>>& attrs = {}) {
+  ModelBuilder b;
+  std::vector<std::string> names;
+  std::map<std::string, Tensor> feeds;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    names.push_back(inputs[i].dtype() == kiln::ir::DType::Undefined ? "" : "x" + std::to_string(i));
+    if (names.back().empty()) continue;
+    b.graph().add_input()->set_name(names.back());
+    feeds[names.back()] = inputs[i];
+  }
+  b.output_untyped("y");
+  auto& node = b.node("QGemm", names, {"y"});
+  node.set_domain("com.microsoft");
+  for (const auto& [name, value] : attrs) ModelBuilder::attr_int(node, name, value);
+  auto* opset = b.model().add_opset_import();
+  opset->set_domain("com.microsoft");
+  opset->set_version(1);
+  std::string bytes = b.bytes();
+  auto m = kiln::onnx_import::import_model_bytes(bytes.data(), bytes.size(), "qgemm.onnx");
+  return kiln::ref::run_graph(*m.graph, feeds);
+}
+
+}  // namespace
+
+// ONNX Runtime's contrib QGemm, which the graph passes make from a
+// dequantized Gemm: (A - za)(B - zb) + C at scale a_scale b_scale[column],
+// requantized, or float without y_scale.
+TEST(ReferenceQGemm, MultipliesQuantizedMatricesAndRefusesBadOperands) {
+  const Tensor a = Tensor::from_vector<uint8_t>({2, 2}, {10, 20, 30, 40});
+  const Tensor bt = Tensor::from_vector<int8_t>({3, 2}, {1, -1, 2, 0, -3, 4});  // B transposed: 3 columns
+  const Tensor sa = Tensor::scalar<float>(0.5f), za = Tensor::scalar<uint8_t>(10);
+  const Tensor sb = Tensor::from_vector<float>({3}, {1, 0.5f, 0.25f}), zb = Tensor::from_vector<int8_t>({3}, {0, 0, 0});
+  const Tensor c = Tensor::from_vector<int32_t>({3}, {4, -6, 8});
+  const Tensor sy = Tensor::scalar<float>(2.0f), zy = Tensor::scalar<uint8_t>(100), none;
+  // A - 10 = [[0, 10], [20, 30]]; times B: [[-10, 0, 40], [-10, 40, 60]]; plus C: [[-6, -6, 48], [-6, 34, 68]];
+  // times 0.5 b_scale: [[-3, -1.5, 6], [-3, 8.5, 8.5]]; over 2, rounded half to even, plus 100.
+  const auto y = qgemm({a, sa, za, bt, sb, zb, c, sy, zy}, {{"transB", 1}});
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_EQ(y[0].dtype(), kiln::ir::DType::UInt8);
+  std::vector<int> got;
+  for (int64_t i = 0; i < y[0].numel(); ++i) got.push_back(int(y[0].as_int64(i)));
+  EXPECT_EQ(got, (std::vector<int>{98, 99, 103, 98, 104, 104}));
+  const auto f = qgemm({a, sa, za, bt, sb, zb, c, none, none}, {{"transB", 1}});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].dtype(), kiln::ir::DType::Float32);
+  EXPECT_EQ(f[0].to_float_vector(), (std::vector<float>{-3, -1.5f, 6, -3, 8.5f, 8.5f}));
+  EXPECT_THROW(qgemm({a, sa, za, bt, sb, zb, c, sy, zy}), kiln::ir::Error);  // B untransposed has 3 rows, A 2 columns
+  EXPECT_THROW(qgemm({a, sa, za, bt, sb, zb, Tensor::from_vector<int32_t>({2}, {1, 2}), sy, zy}, {{"transB", 1}}),
+               kiln::ir::Error);
+  EXPECT_THROW(qgemm({a, sa, za, bt, sb, zb, Tensor::from_vector<float>({3}, {1, 2, 3}), sy, zy}, {{"transB", 1}}),
+               kiln::ir::Error);
+  EXPECT_THROW(qgemm({a, Tensor::from_vector<float>({2}, {1, 2}), za, bt, sb, zb, c, sy, zy}, {{"transB", 1}}), kiln::ir::Error);
+  EXPECT_THROW(qgemm({Tensor::from_vector<float>({2, 2}, {1, 2, 3, 4}), sa, za, bt, sb, zb, c, sy, zy}, {{"transB", 1}}),
+               kiln::ir::Error);
+}
+
+// Broadcast as Add's operands are, either one or both.
+TEST(ReferenceQLinearAdd, BroadcastsItsOperands) {
+  const Tensor sa = Tensor::scalar<float>(0.5f), sb = Tensor::scalar<float>(0.25f), sc = Tensor::scalar<float>(2.0f);
+  const Tensor za = Tensor::scalar<uint8_t>(6), zb = Tensor::scalar<uint8_t>(0), zc = Tensor::scalar<uint8_t>(10);
+  const Tensor row = Tensor::from_vector<uint8_t>({3}, {10, 20, 30});
+  const Tensor column = Tensor::from_vector<uint8_t>({2, 1}, {40, 80});
+  // (0.5 (row - 6) + 0.25 column) / 2 + 10, rounded half to even.
+  const std::vector<int> want{16, 18, 21, 21, 24, 26};
+  for (bool swapped : {false, true}) {
+    const auto y =
+        swapped ? qlinear_add({column, sb, zb, row, sa, za, sc, zc}) : qlinear_add({row, sa, za, column, sb, zb, sc, zc});
+    ASSERT_EQ(y.size(), 1u);
+    EXPECT_EQ(y[0].dims(), (kiln::ir::Dims{2, 3}));
+    std::vector<int> got;
+    for (int64_t i = 0; i < y[0].numel(); ++i) got.push_back(int(y[0].as_int64(i)));
+    EXPECT_EQ(got, want) << swapped;
+  }
 }

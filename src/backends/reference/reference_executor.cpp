@@ -126,8 +126,8 @@ std::vector<Tensor> run_graph(const ir::Graph& graph, const std::map<std::string
 }
 
 bool domain_has(const std::string& domain, const std::string& op_type) {
-  // Of ONNX Runtime's contrib operators, the one the graph passes make.
-  return domain.empty() || domain == "ai.onnx" || (domain == "com.microsoft" && op_type == "QLinearAdd");
+  // Of ONNX Runtime's contrib operators, those the graph passes make.
+  return domain.empty() || domain == "ai.onnx" || (domain == "com.microsoft" && (op_type == "QLinearAdd" || op_type == "QGemm"));
 }
 
 bool has_kernel(const std::string& domain, const std::string& op_type) {

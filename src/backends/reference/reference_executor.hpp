@@ -26,7 +26,7 @@ std::vector<ir::Tensor> run_graph(const ir::Graph& graph, const std::map<std::st
 std::vector<std::string> unsupported_ops(const ir::Graph& graph);
 bool has_kernel(const std::string& domain, const std::string& op_type);
 // Whether the reference kernels take `domain`'s operators: ONNX's, and
-// com.microsoft's QLinearAdd.
+// com.microsoft's QLinearAdd and QGemm.
 bool domain_has(const std::string& domain, const std::string& op_type);
 
 // Folds constant nodes for shape inference with the reference kernels.

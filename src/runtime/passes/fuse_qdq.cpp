@@ -3,7 +3,8 @@
 // dequantized, activations quantized and dequantized around each operator.
 // Run as written, every one of those is a float operator plus two
 // conversions. Where the pattern is exactly an integer operator's meaning, it
-// becomes that operator (QLinearConv, QLinearMatMul), which backends compile
+// becomes that operator (QLinearConv, QLinearMatMul, ONNX Runtime's QGemm
+// and QLinearAdd), which backends compile
 // to int8 kernels; what is left of the conversions between such operators
 // cancels out where it can.
 #include <algorithm>
@@ -40,6 +41,7 @@ class QdqFuser {
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       if (is_onnx(g_.nodes[i], "Conv") && fuse(i, "QLinearConv")) ++fused;
       if (is_onnx(g_.nodes[i], "MatMul") && fuse(i, "QLinearMatMul")) ++fused;
+      if (is_onnx(g_.nodes[i], "Gemm") && fuse(i, "QGemm")) ++fused;
     }
     fused += quantized_max_pools();
     fused += quantized_adds();
@@ -144,20 +146,28 @@ class QdqFuser {
     return q && lowest_zero_point(*q) ? q : nullptr;
   }
 
-  // Conv or MatMul at `index` between dequantized operands and one
+  // Conv, MatMul or Gemm at `index` between dequantized operands and one
   // quantizer becomes `op` on the quantized values.
   bool fuse(size_t index, const char* op) {
     const ir::Node n = g_.nodes[index];
-    const bool conv = n.op_type == "Conv";
+    const bool conv = n.op_type == "Conv", gemm = n.op_type == "Gemm";
     if (n.inputs.size() < 2 || n.outputs.size() != 1) return false;
+    // QGemm has no beta, and its transA is not worth taking: alpha and beta 1
+    // and A as it is, as quantizers write a classifier.
+    const ir::Attribute *trans_a = n.attr("transA"), *trans_b = n.attr("transB"), *alpha = n.attr("alpha"),
+                        *beta = n.attr("beta");
+    if (gemm && ((trans_a && trans_a->i) || (alpha && alpha->f != 1) || (beta && beta->f != 1))) return false;
+    const bool transposed = gemm && trans_b && trans_b->i;
     const ir::Tensor* w = nullptr;
     const ir::Node* wdq = producer(n.inputs[1]);
     if (wdq && is_onnx(*wdq, "DequantizeLinear")) w = g_.constant(wdq->inputs[0]);
     if (!w || (conv ? w->dims().size() < 3 : w->dims().size() != 2)) return false;
-    // Per output channel: Conv's weights along axis 0, MatMul's along its columns (axis 1).
-    const int64_t channels = conv ? w->dims()[0] : w->dims()[1];
+    // Per output channel: Conv's weights along axis 0, MatMul's and Gemm's
+    // along their columns (axis 1, axis 0 of Gemm's transposed B).
+    const int64_t axis = conv || transposed ? 0 : 1;
+    const int64_t channels = w->dims()[size_t(axis)];
     auto x = dequantized(n.inputs[0]);
-    auto wq = dequantized(n.inputs[1], channels, conv ? 0 : 1);
+    auto wq = dequantized(n.inputs[1], channels, axis);
     if (!x || !wq || dtype(wq->value) != ir::DType::Int8) return false;
     // The integer kernels take weights symmetric about zero.
     if (const ir::Tensor* wzp = wq->zero_point.empty() ? nullptr : g_.constant(wq->zero_point))
@@ -168,14 +178,26 @@ class QdqFuser {
     ir::Node* q = quantizer_through_relu(n.outputs[0]);
     if (!q) return false;
     std::optional<std::string> bias;
-    if (conv && n.inputs.size() > 2 && !n.inputs[2].empty() && !(bias = int32_bias(n.inputs[2], *x, *wq, channels))) return false;
-    std::vector<std::string> inputs = {x->value,  x->scale,           zero_point_of(*x), wq->value,
-                                       wq->scale, zero_point_of(*wq), q->inputs[1],      y_zero_point(*q)};
-    if (bias) inputs.push_back(*bias);
+    if ((conv || gemm) && n.inputs.size() > 2 && !n.inputs[2].empty()) {
+      // Gemm's C per column ([N] or [1, N]), not per row ([N, 1] when M is N).
+      if (gemm && !(same_dims(n.inputs[2], {channels}) || same_dims(n.inputs[2], {1, channels}))) return false;
+      if (!(bias = int32_bias(n.inputs[2], *x, *wq, channels))) return false;
+    }
+    std::vector<std::string> inputs = {x->value, x->scale, zero_point_of(*x), wq->value, wq->scale, zero_point_of(*wq)};
+    // QGemm (com.microsoft's) takes the bias before the output's parameters.
+    if (gemm) inputs.push_back(bias ? *bias : "");
+    inputs.push_back(q->inputs[1]);
+    inputs.push_back(y_zero_point(*q));
+    if (bias && !gemm) inputs.push_back(*bias);
     ir::Node fused;
     fused.name = n.name + "_quantized";
     fused.op_type = op;
     fused.opset = 10;
+    if (gemm) {
+      fused.domain = "com.microsoft";
+      fused.opset = 1;
+      if (trans_b) fused.attributes["transB"] = *trans_b;
+    }
     fused.inputs = std::move(inputs);
     fused.outputs = q->outputs;
     if (conv) fused.attributes = n.attributes;
@@ -260,17 +282,20 @@ class QdqFuser {
     return moved;
   }
 
-  // An Add of two dequantized 8-bit tensors of the same shape whose result
-  // (through a Relu the quantizer's saturation implies) only a QuantizeLinear
-  // reads: a residual connection. It becomes com.microsoft's QLinearAdd
-  // (ONNX Runtime's), the sum of the dequantized values requantized once.
+  // An Add of two dequantized 8-bit tensors whose result (through a Relu the
+  // quantizer's saturation implies) only a QuantizeLinear reads: a residual
+  // connection, or a bias broadcast along some axes. It becomes
+  // com.microsoft's QLinearAdd (ONNX Runtime's), the sum of the dequantized
+  // values requantized once. One operand must have the result's shape
+  // (backends broadcast the other into it; a result larger than both stays
+  // a float Add).
   int quantized_adds() {
     int made = 0;
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const ir::Node add = g_.nodes[i];
       if (!is_onnx(add, "Add") || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
       auto a = dequantized(add.inputs[0]), b = dequantized(add.inputs[1]);
-      if (!a || !b || !same_shape(a->value, b->value)) continue;
+      if (!a || !b || !(same_shape(a->value, add.outputs[0]) || same_shape(b->value, add.outputs[0]))) continue;
       ir::Node* q = quantizer_through_relu(add.outputs[0]);
       if (!q) continue;
       ir::Node fused;
@@ -289,6 +314,12 @@ class QdqFuser {
       ++made;
     }
     return made;
+  }
+
+  bool same_dims(const std::string& value, const ir::Dims& dims) const {
+    if (const ir::Tensor* t = g_.constant(value)) return t->dims() == dims;
+    auto x = spec_.result.values.find(value);
+    return x != spec_.result.values.end() && x->second.shape.is_concrete() && x->second.shape.concrete() == dims;
   }
 
   bool same_shape(const std::string& a, const std::string& b) const {

@@ -30,13 +30,13 @@ int remove_dead_nodes(ir::Graph& graph);
 // weights get their types in `spec`.
 int fold_batch_norm(ir::Graph& graph, ir::Specialization& spec);
 
-// Conv and MatMul between DequantizeLinear nodes (8-bit activations, int8
-// weights symmetric about zero, per tensor or per output channel) whose
+// Conv, MatMul and Gemm between DequantizeLinear nodes (8-bit activations,
+// int8 weights symmetric about zero, per tensor or per output channel) whose
 // result only a per-tensor QuantizeLinear reads, possibly through a Relu its
-// saturation implies, become QLinearConv and QLinearMatMul; a float bias
-// becomes int32 at the product's scale. An Add of two dequantized tensors
-// of one shape, quantized (through a Relu likewise), becomes
-// com.microsoft's QLinearAdd. A MaxPool between a
+// saturation implies, become QLinearConv, QLinearMatMul and com.microsoft's
+// QGemm; a float bias becomes int32 at the product's scale. An Add of two
+// dequantized tensors, one of the result's shape, quantized (through a Relu
+// likewise), becomes com.microsoft's QLinearAdd. A MaxPool between a
 // DequantizeLinear and a QuantizeLinear of the same parameters pools the
 // quantized values, and a QuantizeLinear of a DequantizeLinear with the same
 // parameters is bypassed. New values get

@@ -59,8 +59,9 @@ bool lower_qlinear_matmul(Context& cx, const ir::Node& n);
 bool lower_matmul_integer(Context& cx, const ir::Node& n);
 bool lower_dynamic_quantize(Context& cx, const ir::Node& n);
 bool lower_cast(Context& cx, const ir::Node& n);
-// com.microsoft's QLinearAdd.
+// com.microsoft's QLinearAdd and QGemm.
 bool lower_qlinear_add(Context& cx, const ir::Node& n);
+bool lower_qgemm(Context& cx, const ir::Node& n);
 // QuantizeLinear and DequantizeLinear.
 bool lower_quantize(Context& cx, const ir::Node& n);
 

@@ -120,6 +120,7 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
 const std::map<std::string, OpLowering, std::less<>>& contrib_table() {
   static const std::map<std::string, OpLowering, std::less<>> table = {
       {"QLinearAdd", primitive(&lower_qlinear_add, nullptr)},  // quantized.cpp
+      {"QGemm", primitive(&lower_qgemm, nullptr)},             // quantized.cpp
   };
   return table;
 }

@@ -1,6 +1,7 @@
 // Quantized operators (QLinearConv, ConvInteger, QLinearMatMul,
 // MatMulInteger, QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
-// Cast of integers to float): oneDNN int8 convolutions and matmuls with the
+// Cast of integers to float, and ONNX Runtime's QLinearAdd and QGemm):
+// oneDNN int8 convolutions and matmuls with the
 // scales and zero points as attributes, reorders that quantize, dequantize
 // or convert, and a host kernel for the dynamic quantization.
 // A quantized model's QDQ form reaches here as these operators
@@ -8,6 +9,7 @@
 // accumulator, requantized with rounding half to even and saturation) but
 // with the requantization scale in float, where the reference works in
 // double: a result on a rounding tie may differ by one step.
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/host_kernels.hpp"
@@ -128,6 +130,10 @@ struct Int8Conv {
   // its zero point and the weights as floats, a float convolution, and a
   // reorder that requantizes its sums (with the scales and zero point).
   bool in_float = false;
+  // Whether the float form may stand in where oneDNN has no int8 kernel but
+  // its reference one (grouped convolutions of few channels per group
+  // without VNNI): ConvInteger's sums only while they are exact.
+  bool float_form = true;
 };
 
 // The float form of an int8 convolution (Int8Conv::in_float).
@@ -206,14 +212,16 @@ bool emit_int8_conv(Context& cx, const ir::Node& n, const ir::Tensor& w, const i
                                                  : tag::goidhw)
                                 : plain_md(wdims, dt::s8);
   const auto any = dnnl::memory::format_tag::any;
-  if (q.in_float) {
+  auto in_float = [&] {
+    if (!q.float_form) return false;
     const md bias_f32 = b ? md({wdims[0]}, dt::f32, tag::x) : md();
     const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                                md(to_dnnl(in), dt::f32, any), md(wei, dt::f32, any), bias_f32,
                                                md(to_dnnl(out), dt::f32, any), to_dnnl(geo.strides), dil, to_dnnl(geo.pad_begin),
                                                to_dnnl(geo.pad_end));
     return emit_float_conv(cx, n, w, b, q, desc, user_wei);
-  }
+  };
+  if (q.in_float) return in_float();
 
   std::unordered_map<int, dnnl::memory> constants;
   dnnl::primitive_attr attr = user_scratchpad();
@@ -229,9 +237,9 @@ bool emit_int8_conv(Context& cx, const ir::Node& n, const ir::Tensor& w, const i
   try {
     pd = dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
   } catch (const dnnl::error&) {
-    return false;  // no int8 kernel for this case: the reference kernel runs it
+    return in_float();  // no int8 kernel for this case
   }
-  if (reference_kernel(pd)) return false;
+  if (reference_kernel(pd)) return in_float();
   constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(user_wei, w.raw(), pd.weights_desc());
   if (b) constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, b->raw(), bias_md);
   const int src = cx.as_layout(x, pd.src_desc());
@@ -247,6 +255,132 @@ int runtime_zero_point(Context& cx, const std::string& name) {
   const int s32 = cx.add_buffer(Buffer::Kind::Arena, 0, 4, name + "#int32");
   cx.add_reorder("zero point " + name + " as int32", cx.plain(name), s32, one, one_s32);
   return s32;
+}
+
+// The zero point of A in the float form of a product: a constant, or
+// (`buffer` >= 0) an int32 of the run.
+struct ZeroPointArg {
+  int32_t value = 0;
+  int buffer = -1;
+};
+
+// The int32 products of 8-bit rows (buffer `a`, plain rows x K as `a_md`
+// describes) less their zero point by the constant int8 weights `w`
+// (K x cols) into `dst`, a plain rows x cols int32 buffer, where the int8
+// kernels would not be exact: K in chunks of at most kExactChunk, each
+// chunk of A converted to float (oneDNN 2.6's matmul ignores the offset of
+// a part of a larger source: a reorder takes it), its float sums exact, the
+// chunks added up in int32 (a reorder's sum).
+// With `accumulate`, the products add to what `dst` holds.
+void exact_float_products(Context& cx, const ir::Node& n, int a, const md& a_md, ZeroPointArg zp, const ir::Tensor& w, int dst,
+                          bool accumulate = false) {
+  const int64_t rows = a_md.dims()[0], k = w.dims()[0], cols = w.dims()[1];
+  const md out_f32 = plain_md({rows, cols}), out_s32 = plain_md({rows, cols}, dt::s32);
+  const int a_float = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(plain_md({rows, std::min(k, kExactChunk)}).get_size()),
+                                    n.inputs[0] + "#float");
+  const int product = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(out_f32.get_size()), n.outputs[0] + "#float");
+  dnnl::primitive_attr add = user_scratchpad();
+  dnnl::post_ops sum;
+  sum.append_sum(1.0f);
+  add.set_post_ops(sum);
+  for (int64_t k0 = 0; k0 < k; k0 += kExactChunk) {
+    const int64_t kc = std::min(kExactChunk, k - k0);
+    const std::string part = n.describe() + " (rows " + std::to_string(k0) + ".." + std::to_string(k0 + kc - 1) + " of B)";
+    const md a_part = a_md.submemory_desc({rows, kc}, {0, k0}), a_f32 = plain_md({rows, kc});
+    std::unordered_map<int, dnnl::memory> shift_constants;
+    dnnl::primitive_attr shift = user_scratchpad();
+    std::vector<int> bufs{a, a_float};
+    std::vector<std::pair<int, md>> rt{{DNNL_ARG_FROM, a_part}, {DNNL_ARG_TO, a_f32}};
+    if (zp.buffer >= 0) {
+      shift.set_zero_points(DNNL_ARG_FROM, 0, {DNNL_RUNTIME_S32_VAL});
+      bufs.push_back(zp.buffer);
+      rt.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_FROM, md({1}, dt::s32, dnnl::memory::format_tag::x)});
+    } else {
+      zero_point_arg(cx, shift_constants, shift, DNNL_ARG_FROM, zp.value);
+    }
+    const dnnl::reorder::primitive_desc to_float(cpu_engine(), a_part, cpu_engine(), a_f32, shift);
+    std::vector<char> writes(bufs.size(), 0);
+    writes[1] = 1;
+    cx.add_primitive(part + " A in float", to_float, std::move(bufs), std::move(writes), std::move(rt),
+                     std::move(shift_constants));
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(a_f32, md({kc, cols}, dt::f32, dnnl::memory::format_tag::any), out_f32), user_scratchpad(),
+        cpu_engine());
+    auto weights = std::make_shared<std::vector<float>>(w.data<int8_t>() + k0 * cols, w.data<int8_t>() + (k0 + kc) * cols);
+    cx.add_primitive(part, pd, {a_float, product}, {0, 1}, {{DNNL_ARG_SRC, a_f32}, {DNNL_ARG_DST, out_f32}},
+                     {{DNNL_ARG_WEIGHTS, cx.constant_memory(plain_md({kc, cols}), weights->data(), pd.weights_desc(), weights)}});
+    const dnnl::reorder::primitive_desc to_int(cpu_engine(), out_f32, cpu_engine(), out_s32,
+                                               k0 == 0 && !accumulate ? user_scratchpad() : add);
+    // The sum reads the destination: the step writes it in place.
+    cx.add_primitive(part + " as int32", to_int, {product, dst}, {0, 1}, {{DNNL_ARG_FROM, out_f32}, {DNNL_ARG_TO, out_s32}}, {});
+  }
+}
+
+// The rows x k x cols of a matrix product.
+struct Product {
+  int64_t rows, k, cols;
+};
+
+// An int8 matmul of the node's first input (8-bit rows, plain) by constant
+// int8 weights `w` (stored as `user_w` describes) plus an int32 `bias` (or
+// none) into its output, requantized by `scales` (per tensor or per column)
+// with the zero points. False where oneDNN has only its reference kernel.
+bool emit_int8_matmul(Context& cx, const ir::Node& n, Product p, const md& user_w, const ir::Tensor& w, const ir::Tensor* bias,
+                      const std::vector<float>& scales, int32_t a_zero_point, int32_t y_zero_point) {
+  const std::string &a = n.inputs[0], &y = n.outputs[0];
+  std::unordered_map<int, dnnl::memory> constants;
+  dnnl::primitive_attr attr = user_scratchpad();
+  attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
+  zero_point_arg(cx, constants, attr, DNNL_ARG_SRC, a_zero_point);
+  zero_point_arg(cx, constants, attr, DNNL_ARG_DST, y_zero_point);
+  // A stack of rows times one matrix: one 2-D product on the plain bytes.
+  const md src_md = plain_md({p.rows, p.k}, *onednn_type(cx.dtype(a)));
+  const md dst_md = plain_md({p.rows, p.cols}, *onednn_type(cx.dtype(y)));
+  const md bias_md = bias ? plain_md({1, p.cols}, dt::s32) : md();
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(src_md, md({p.k, p.cols}, dt::s8, dnnl::memory::format_tag::any), bias_md, dst_md), attr,
+        cpu_engine());
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  if (reference_kernel(pd)) return false;
+  constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(user_w, w.raw(), pd.weights_desc());
+  if (bias) constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, bias->raw(), bias_md);
+  const int src = cx.plain(a);
+  const int dst = cx.define_plain(y);
+  cx.compiled();
+  cx.add_primitive(n.describe(), pd, {src, dst}, {0, 1}, {{DNNL_ARG_SRC, src_md}, {DNNL_ARG_DST, dst_md}}, std::move(constants));
+  return true;
+}
+
+// The float form of a requantized int8 matmul (where the int8 kernels would
+// not be exact): exact_float_products of the node's first input (8-bit
+// rows) by `w` (K x cols) into int32 sums, which start from an int32
+// `bias` per column (or none), and a reorder requantizing them by `scales`.
+void emit_float_matmul(Context& cx, const ir::Node& n, int64_t rows, const ir::Tensor& w, const ir::Tensor* bias,
+                       const std::vector<float>& scales, int32_t a_zero_point, int32_t y_zero_point) {
+  const std::string &a = n.inputs[0], &y = n.outputs[0];
+  const int64_t k = w.dims()[0], cols = w.dims()[1];
+  const md src_md = plain_md({rows, k}, *onednn_type(cx.dtype(a))), dst_md = plain_md({rows, cols}, *onednn_type(cx.dtype(y)));
+  const md sums_md = plain_md({rows, cols}, dt::s32);
+  const int sums = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(sums_md.get_size()), y + "#int32");
+  if (bias) {
+    ir::Tensor start = ir::Tensor::uninitialized(DType::Int32, {rows, cols});
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(bias->data<int32_t>(), cols, start.data<int32_t>() + r * cols);
+    cx.add_reorder(n.describe() + " (bias)", cx.add_constant(std::move(start), y + "#bias"), sums, sums_md, sums_md);
+  }
+  exact_float_products(cx, n, cx.plain(a), src_md, {a_zero_point}, w, sums, bias != nullptr);
+  std::unordered_map<int, dnnl::memory> constants;
+  dnnl::primitive_attr requantize = user_scratchpad();
+  requantize.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
+  zero_point_arg(cx, constants, requantize, DNNL_ARG_TO, y_zero_point);
+  const dnnl::reorder::primitive_desc to_out(cpu_engine(), sums_md, cpu_engine(), dst_md, requantize);
+  const int dst = cx.define_plain(y);
+  cx.compiled();
+  cx.add_primitive(n.describe() + " (requantized)", to_out, {sums, dst}, {0, 1},
+                   {{DNNL_ARG_FROM, sums_md}, {DNNL_ARG_TO, dst_md}}, std::move(constants));
 }
 
 }  // namespace
@@ -278,7 +412,8 @@ bool lower_conv_integer(Context& cx, const ir::Node& n) {
   const DType xt = cx.dtype(n.inputs[0]);
   if (!is_8bit(xt) || !w || w->dtype() != DType::Int8 || w->dims().size() < 3) return false;
   const bool in_float = !passes::int8_products_exact(xt, *w);
-  if (in_float && ir::checked_numel(w->dims()) / w->dims()[0] > kExactChunk) return false;
+  const bool exact_in_float = ir::checked_numel(w->dims()) / w->dims()[0] <= kExactChunk;
+  if (in_float && !exact_in_float) return false;
   int32_t x_zero_point = 0;
   if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
     const ir::Tensor* z = cx.constant(n.inputs[2]);
@@ -291,15 +426,19 @@ bool lower_conv_integer(Context& cx, const ir::Node& n) {
       if (z->as_int64(i) != 0) return false;
     if (!z) return false;
   }
-  return emit_int8_conv(cx, n, *w, nullptr, {x_zero_point, DType::Int32, {}, 0, in_float});
+  return emit_int8_conv(cx, n, *w, nullptr, {x_zero_point, DType::Int32, {}, 0, in_float, exact_in_float});
 }
 
+// QLinearMatMul of 8-bit rows (a stack of them) by constant int8 weights
+// symmetric about zero. Where the int8 kernels would not be exact
+// (int8_products_exact): a less its zero point in float, the exact products
+// as MatMulInteger's, and a reorder requantizing them.
 bool lower_qlinear_matmul(Context& cx, const ir::Node& n) {
   if (n.inputs.size() != 8 || n.outputs.size() != 1) return false;
   const std::string &a = n.inputs[0], &y = n.outputs[0];
   const ir::Tensor* w = cx.constant(n.inputs[3]);
   const DType at = cx.dtype(a), yt = cx.dtype(y);
-  if (!is_8bit(at) || !is_8bit(yt) || !w || w->dims().size() != 2 || !passes::int8_products_exact(at, *w)) return false;
+  if (!is_8bit(at) || !is_8bit(yt) || !w || w->dtype() != DType::Int8 || w->dims().size() != 2) return false;
   const Dims ad = cx.dims(a);
   const int64_t k = w->dims()[0], cols = w->dims()[1];
   if (ad.size() < 2 || ad.back() != k) return false;
@@ -307,28 +446,53 @@ bool lower_qlinear_matmul(Context& cx, const ir::Node& n) {
   const auto wq = symmetric_weights(cx, n, 4, 5, cols);
   if (!aq || !yq || !wq) return false;
   const int64_t rows = ir::checked_numel(ad) / k;
-
-  std::unordered_map<int, dnnl::memory> constants;
-  dnnl::primitive_attr attr = user_scratchpad();
   const std::vector<float> scales = requantization(aq->scale, *wq, yq->scale);
-  attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
-  zero_point_arg(cx, constants, attr, DNNL_ARG_SRC, aq->zero_point);
-  zero_point_arg(cx, constants, attr, DNNL_ARG_DST, yq->zero_point);
-  // A stack of rows times one matrix: one 2-D product on the plain bytes.
-  const md src_md = plain_md({rows, k}, *onednn_type(at)), dst_md = plain_md({rows, cols}, *onednn_type(yt));
-  dnnl::matmul::desc desc(src_md, md({k, cols}, dt::s8, dnnl::memory::format_tag::any), dst_md);
-  dnnl::matmul::primitive_desc pd;
-  try {
-    pd = dnnl::matmul::primitive_desc(desc, attr, cpu_engine());
-  } catch (const dnnl::error&) {
+  if (passes::int8_products_exact(at, *w))
+    return emit_int8_matmul(cx, n, {rows, k, cols}, plain_md({k, cols}, dt::s8), *w, nullptr, scales, aq->zero_point,
+                            yq->zero_point);
+  emit_float_matmul(cx, n, rows, *w, nullptr, scales, aq->zero_point, yq->zero_point);
+  return true;
+}
+
+// com.microsoft's QGemm of 8-bit rows by constant int8 weights symmetric
+// about zero (B, or with transB its transpose) plus an int32 bias,
+// requantized (as fuse_qdq makes it of a dequantized Gemm, and ONNX
+// Runtime's quantizer of a Gemm): an int8 matmul with the bias, or where
+// the int8 kernels would not be exact, QLinearMatMul's float form with the
+// sums starting from the bias.
+bool lower_qgemm(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() != 9 || n.outputs.size() != 1) return false;
+  ref::KernelContext ctx(n, {}, nullptr);
+  if (ctx.attr_int("transA", 0) != 0 || ctx.attr_float("alpha", 1) != 1) return false;
+  const bool transposed = ctx.attr_int("transB", 0) != 0;
+  const std::string &a = n.inputs[0], &y = n.outputs[0];
+  const ir::Tensor* w = cx.constant(n.inputs[3]);
+  const DType at = cx.dtype(a), yt = cx.dtype(y);
+  if (!is_8bit(at) || !is_8bit(yt) || !w || w->dtype() != DType::Int8 || w->dims().size() != 2) return false;
+  const Dims ad = cx.dims(a);
+  const int64_t k = w->dims()[transposed ? 1 : 0], cols = w->dims()[transposed ? 0 : 1];
+  if (ad.size() != 2 || ad[1] != k) return false;
+  const auto aq = per_tensor(cx, n, 1, 2, at), yq = per_tensor(cx, n, 7, 8, yt);
+  const auto wq = symmetric_weights(cx, n, 4, 5, cols);
+  if (!aq || !yq || !wq) return false;
+  const ir::Tensor* bias = n.inputs[6].empty() ? nullptr : cx.constant(n.inputs[6]);
+  // The bias per column ([N] or [1, N]).
+  if (!n.inputs[6].empty() &&
+      (!bias || bias->dtype() != DType::Int32 || (bias->dims() != Dims{cols} && bias->dims() != Dims{1, cols})))
     return false;
+  const std::vector<float> scales = requantization(aq->scale, *wq, yq->scale);
+  if (passes::int8_products_exact(at, *w)) {
+    const md user_w = transposed ? md({k, cols}, dt::s8, dnnl::memory::format_tag::ba) : plain_md({k, cols}, dt::s8);
+    return emit_int8_matmul(cx, n, {ad[0], k, cols}, user_w, *w, bias, scales, aq->zero_point, yq->zero_point);
   }
-  if (reference_kernel(pd)) return false;
-  constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(plain_md({k, cols}, dt::s8), w->raw(), pd.weights_desc());
-  const int src = cx.plain(a);
-  const int dst = cx.define_plain(y);
-  cx.compiled();
-  cx.add_primitive(n.describe(), pd, {src, dst}, {0, 1}, {{DNNL_ARG_SRC, src_md}, {DNNL_ARG_DST, dst_md}}, std::move(constants));
+  if (!transposed) {
+    emit_float_matmul(cx, n, ad[0], *w, bias, scales, aq->zero_point, yq->zero_point);
+    return true;
+  }
+  ir::Tensor b = ir::Tensor::uninitialized(DType::Int8, {k, cols});
+  for (int64_t r = 0; r < k; ++r)
+    for (int64_t c = 0; c < cols; ++c) b.data<int8_t>()[r * cols + c] = w->data<int8_t>()[c * k + r];
+  emit_float_matmul(cx, n, ad[0], b, bias, scales, aq->zero_point, yq->zero_point);
   return true;
 }
 
@@ -373,87 +537,42 @@ bool lower_matmul_integer(Context& cx, const ir::Node& n) {
   const std::string zp = n.inputs.size() > 2 ? n.inputs[2] : "";
   const ir::Tensor* zp_constant = zp.empty() ? nullptr : cx.constant(zp);
   if (!zp.empty() && (cx.dtype(zp) != at || ir::checked_numel(cx.dims(zp)) != 1)) return false;
-  const bool exact_int8 = passes::int8_products_exact(at, *w);
   const int64_t rows = ir::checked_numel(ad) / k;
-  const md a_md = plain_md({rows, k}, *onednn_type(at));
-  const md any_w({k, cols}, dt::s8, dnnl::memory::format_tag::any);
-
-  // The zero point, bound as a constant or as the converted run-time value.
-  std::vector<int> bufs;
-  std::vector<std::pair<int, md>> rt;
-  std::unordered_map<int, dnnl::memory> constants;
-  int zp_s32 = -1;
-  auto bind_zero_point = [&](dnnl::primitive_attr& attr, int arg) {
-    if (zp_constant) {
-      zero_point_arg(cx, constants, attr, arg, int32_t(zp_constant->as_int64(0)));
-    } else if (!zp.empty()) {
-      attr.set_zero_points(arg, 0, {DNNL_RUNTIME_S32_VAL});
-      if (zp_s32 < 0) zp_s32 = runtime_zero_point(cx, zp);
-      bufs.push_back(zp_s32);
-      rt.push_back({DNNL_ARG_ATTR_ZERO_POINTS | arg, md({1}, dt::s32, dnnl::memory::format_tag::x)});
-    }
-  };
-  const md out_md = plain_md({rows, cols}, dt::s32);
-  if (exact_int8) {
-    dnnl::primitive_attr attr = user_scratchpad();
-    bind_zero_point(attr, DNNL_ARG_SRC);
-    dnnl::matmul::primitive_desc pd;
-    try {
-      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, any_w, out_md), attr, cpu_engine());
-    } catch (const dnnl::error&) {
-      return false;
-    }
-    constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(plain_md({k, cols}, dt::s8), w->raw(), pd.weights_desc());
-    bufs.insert(bufs.begin(), cx.plain(a));
-    rt.insert(rt.begin(), {DNNL_ARG_SRC, a_md});
-    bufs.push_back(cx.define_plain(y));
-    rt.push_back({DNNL_ARG_DST, out_md});
-    std::vector<char> writes(bufs.size(), 0);
-    writes.back() = 1;
+  const md a_md = plain_md({rows, k}, *onednn_type(at)), out_md = plain_md({rows, cols}, dt::s32);
+  if (!passes::int8_products_exact(at, *w)) {
+    ZeroPointArg shift;
+    if (zp_constant) shift.value = int32_t(zp_constant->as_int64(0));
+    if (!zp.empty() && !zp_constant) shift.buffer = runtime_zero_point(cx, zp);
+    exact_float_products(cx, n, cx.plain(a), a_md, shift, *w, cx.define_plain(y));
     cx.compiled();
-    cx.add_primitive(n.describe(), pd, std::move(bufs), std::move(writes), std::move(rt), std::move(constants));
     return true;
   }
-  // In float, K in chunks of at most kExactChunk: each chunk of A less its
-  // zero point, its product with those rows of B (sums exact in float), and
-  // the products added up in int32 (a reorder's sum). A chunk of A is copied
-  // out densely: oneDNN 2.6's matmul ignores a source's offset into its
-  // buffer (measured: every chunk read A's first columns).
-  const int src = cx.plain(a);
-  const int product = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(plain_md({rows, cols}).get_size()), y + "#float");
-  const int dst = cx.define_plain(y);
-  const md out_f32 = plain_md({rows, cols});
-  dnnl::primitive_attr add = user_scratchpad();
-  dnnl::post_ops sum;
-  sum.append_sum(1.0f);
-  add.set_post_ops(sum);
-  for (int64_t k0 = 0; k0 < k; k0 += kExactChunk) {
-    const int64_t kc = std::min(kExactChunk, k - k0);
-    const std::string part = n.describe() + " (rows " + std::to_string(k0) + ".." + std::to_string(k0 + kc - 1) + " of B)";
-    const md a_chunk = plain_md({rows, kc});
-    const int a_float = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(a_chunk.get_size()), a + "#float");
-    bufs = {src};
-    rt = {{DNNL_ARG_FROM, a_md.submemory_desc({rows, kc}, {0, k0})}};
-    constants.clear();
-    dnnl::primitive_attr shift = user_scratchpad();
-    bind_zero_point(shift, DNNL_ARG_FROM);
-    const dnnl::reorder::primitive_desc to_float(cpu_engine(), rt[0].second, cpu_engine(), a_chunk, shift);
-    bufs.push_back(a_float);
-    rt.push_back({DNNL_ARG_TO, a_chunk});
-    std::vector<char> writes(bufs.size(), 0);
-    writes.back() = 1;
-    cx.add_primitive(part + ", A in float", to_float, std::move(bufs), std::move(writes), std::move(rt), std::move(constants));
-    const dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(a_chunk, md({kc, cols}, dt::f32, dnnl::memory::format_tag::any), out_f32), user_scratchpad(),
-        cpu_engine());
-    auto weights = std::make_shared<std::vector<float>>(w->data<int8_t>() + k0 * cols, w->data<int8_t>() + (k0 + kc) * cols);
-    cx.add_primitive(part, pd, {a_float, product}, {0, 1}, {{DNNL_ARG_SRC, a_chunk}, {DNNL_ARG_DST, out_f32}},
-                     {{DNNL_ARG_WEIGHTS, cx.constant_memory(plain_md({kc, cols}), weights->data(), pd.weights_desc(), weights)}});
-    const dnnl::reorder::primitive_desc to_int(cpu_engine(), out_f32, cpu_engine(), out_md, k0 == 0 ? user_scratchpad() : add);
-    // The sum reads the destination: the step writes it in place.
-    cx.add_primitive(part + " as int32", to_int, {product, dst}, {0, 1}, {{DNNL_ARG_FROM, out_f32}, {DNNL_ARG_TO, out_md}}, {});
+  std::unordered_map<int, dnnl::memory> constants;
+  dnnl::primitive_attr attr = user_scratchpad();
+  if (zp_constant)
+    zero_point_arg(cx, constants, attr, DNNL_ARG_SRC, int32_t(zp_constant->as_int64(0)));
+  else if (!zp.empty())
+    attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, md({k, cols}, dt::s8, dnnl::memory::format_tag::any), out_md),
+                                      attr, cpu_engine());
+  } catch (const dnnl::error&) {
+    return false;
   }
+  constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(plain_md({k, cols}, dt::s8), w->raw(), pd.weights_desc());
+  std::vector<int> bufs{cx.plain(a)};
+  std::vector<std::pair<int, md>> rt{{DNNL_ARG_SRC, a_md}};
+  if (!zp.empty() && !zp_constant) {
+    bufs.push_back(runtime_zero_point(cx, zp));
+    rt.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, md({1}, dt::s32, dnnl::memory::format_tag::x)});
+  }
+  bufs.push_back(cx.define_plain(y));
+  rt.push_back({DNNL_ARG_DST, out_md});
+  std::vector<char> writes(bufs.size(), 0);
+  writes.back() = 1;
   cx.compiled();
+  cx.add_primitive(n.describe(), pd, std::move(bufs), std::move(writes), std::move(rt), std::move(constants));
   return true;
 }
 
@@ -473,23 +592,37 @@ bool lower_cast(Context& cx, const ir::Node& n) {
   return true;
 }
 
-// QLinearAdd of two 8-bit tensors of one shape: a oneDNN binary add, each
-// source scaled by its scale over the output's, the zero points folded into
-// one shift, rounded and saturated into the output type:
+// QLinearAdd of two 8-bit tensors: a oneDNN binary add, each source scaled
+// by its scale over the output's, the zero points folded into one shift,
+// rounded and saturated into the output type:
 // sa/sc (a - za) + sb/sc (b - zb) + zc = sa/sc a + sb/sc b + (zc - (sa za + sb zb)/sc).
 // One linear post-op: oneDNN 2.6's jit binary applies the first of two
 // linear post-ops twice on integer destinations (measured: 0 6 12 18 where
 // 11.5 14.5 17.5 20.5 were due).
+// The binary broadcasts its second source into the first's shape only: the
+// operand of the result's shape goes first (the sum commutes), and a result
+// larger than both (fuse_qdq makes none) is the reference kernel's.
 bool lower_qlinear_add(Context& cx, const ir::Node& n) {
   if (n.inputs.size() != 8 || n.outputs.size() != 1) return false;
-  const std::string &a = n.inputs[0], &b = n.inputs[3], &y = n.outputs[0];
+  const std::string& y = n.outputs[0];
+  const Dims out = cx.dims(y);
+  const size_t first = cx.dims(n.inputs[0]) == out ? 0 : 3, second = 3 - first;
+  const std::string &a = n.inputs[first], &b = n.inputs[second];
   const DType at = cx.dtype(a), bt = cx.dtype(b), yt = cx.dtype(y);
-  if (!is_8bit(at) || !is_8bit(bt) || !is_8bit(yt) || cx.dims(a) != cx.dims(b) || cx.dims(a) != cx.dims(y)) return false;
-  const auto aq = per_tensor(cx, n, 1, 2, at), bq = per_tensor(cx, n, 4, 5, bt), yq = per_tensor(cx, n, 6, 7, yt);
+  if (!is_8bit(at) || !is_8bit(bt) || !is_8bit(yt) || cx.dims(a) != out || cx.dims(b).size() > out.size()) return false;
+  const auto aq = per_tensor(cx, n, first + 1, first + 2, at), bq = per_tensor(cx, n, second + 1, second + 2, bt);
+  const auto yq = per_tensor(cx, n, 6, 7, yt);
   if (!aq || !bq || !yq) return false;
   const md a_md = cx.val(a).layout;
-  const auto b_md = retyped(a_md, *onednn_type(bt)), y_md = retyped(a_md, *onednn_type(yt));
-  if (!b_md || !y_md) return false;
+  const auto y_md = retyped(a_md, *onednn_type(yt));
+  if (!y_md) return false;
+  // A broadcast operand in its plain bytes, its dims padded with leading 1s
+  // to the result's rank.
+  const bool broadcast = cx.dims(b) != out;
+  Dims b_dims(out.size() - cx.dims(b).size(), 1);
+  for (int64_t d : cx.dims(b)) b_dims.push_back(d);
+  const auto b_md = broadcast ? std::optional<md>(plain_md(b_dims, *onednn_type(bt))) : retyped(a_md, *onednn_type(bt));
+  if (!b_md) return false;
   const double sc = yq->scale;
   dnnl::primitive_attr attr = user_scratchpad();
   attr.set_scales(DNNL_ARG_SRC_0, 0, {float(aq->scale / sc)});
@@ -505,36 +638,143 @@ bool lower_qlinear_add(Context& cx, const ir::Node& n) {
     return false;
   }
   if (reference_kernel(pd)) return false;
-  const int src1 = cx.as_layout(b, *b_md);
-  const int dst = cx.define(y, *y_md, is_plain(*y_md, cx.dims(y)));
+  const int src1 = broadcast ? cx.plain(b) : cx.as_layout(b, *b_md);
+  const int dst = cx.define(y, *y_md, is_plain(*y_md, out));
   cx.compiled();
   cx.add_primitive(n.describe(), pd, {cx.val(a).buffer, src1, dst}, {0, 0, 1},
                    {{DNNL_ARG_SRC_0, a_md}, {DNNL_ARG_SRC_1, *b_md}, {DNNL_ARG_DST, *y_md}}, {});
   return true;
 }
 
-// QuantizeLinear and DequantizeLinear per tensor: a reorder between the
-// float and the quantized type that scales and shifts by the zero point,
-// in the layout the input has (a convolution's channels-last output stays
-// channels last).
+// QuantizeLinear and DequantizeLinear's scales and zero points per channel
+// along `axis` (1-D, of that axis' length).
+struct PerChannel {
+  std::vector<float> scales, zero_points;
+  int axis = 0;
+  bool one_zero_point() const {
+    return std::all_of(zero_points.begin(), zero_points.end(), [&](float z) { return z == zero_points[0]; });
+  }
+};
+
+std::optional<PerChannel> per_channel(Context& cx, const ir::Node& n, DType type, const Dims& dims) {
+  const ir::Tensor* s = cx.constant(n.inputs[1]);
+  ref::KernelContext ctx(n, {}, nullptr);
+  int64_t axis = ctx.attr_int("axis", 1);
+  if (!s || s->dtype() != DType::Float32 || s->dims().size() != 1 || !normalize_axis(axis, dims.size()) ||
+      s->numel() != dims[size_t(axis)])
+    return std::nullopt;
+  PerChannel q{std::vector<float>(s->data<float>(), s->data<float>() + s->numel()), std::vector<float>(size_t(s->numel()), 0.0f),
+               int(axis)};
+  for (float v : q.scales)
+    if (!(v > 0) || !std::isfinite(v)) return std::nullopt;
+  if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+    const ir::Tensor* z = cx.constant(n.inputs[2]);
+    if (!z || z->dtype() != type || z->numel() != s->numel()) return std::nullopt;
+    for (int64_t i = 0; i < z->numel(); ++i) q.zero_points[size_t(i)] = float(z->as_int64(i));
+  } else if (type != DType::UInt8) {
+    return std::nullopt;
+  }
+  return q;
+}
+
+// Zero points that differ between channels, which oneDNN 2.6's reorders do
+// not take: oneDNN binaries with the scales and zero points as per-channel
+// operands, one each (a binary post-op cannot be saved in the cache).
+// Quantizing: x / s[c] (in float, as the reference kernel divides), + z[c]
+// rounded and saturated into the output type. Dequantizing: the integers
+// made float (oneDNN 2.6 has only its reference binary for an 8-bit source
+// beside a float one), - z[c], * s[c].
+bool per_channel_zero_points(Context& cx, const ir::Node& n, const PerChannel& q, bool quantize) {
+  const std::string &x = n.inputs[0], &y = n.outputs[0];
+  const Dims dims = cx.dims(y);
+  Dims param_dims(dims.size(), 1);
+  param_dims[size_t(q.axis)] = dims[size_t(q.axis)];
+  const md param = plain_md(param_dims);
+  // In the layout x has where that is dense (plain, channels last).
+  md from = cx.val(x).layout;
+  auto in_float = retyped(from, dt::f32), to = retyped(from, *onednn_type(cx.dtype(y)));
+  if (!in_float || !to) {
+    from = cx.plain_layout(x);
+    in_float = retyped(from, dt::f32);
+    to = retyped(from, *onednn_type(cx.dtype(y)));
+  }
+  using alg = dnnl::algorithm;
+  struct Binary {
+    alg op;
+    const std::vector<float>* operand;
+    dnnl::binary::primitive_desc pd;
+  };
+  std::vector<Binary> binaries;
+  if (quantize)
+    binaries = {{alg::binary_div, &q.scales, {}}, {alg::binary_add, &q.zero_points, {}}};
+  else
+    binaries = {{alg::binary_sub, &q.zero_points, {}}, {alg::binary_mul, &q.scales, {}}};
+  for (size_t i = 0; i < binaries.size(); ++i) {
+    try {
+      binaries[i].pd = dnnl::binary::primitive_desc(
+          dnnl::binary::desc(binaries[i].op, *in_float, param, i + 1 == binaries.size() ? *to : *in_float), user_scratchpad(),
+          cpu_engine());
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    if (reference_kernel(binaries[i].pd)) return false;
+  }
+  int src = from == cx.val(x).layout ? cx.val(x).buffer : cx.plain(x);
+  if (!quantize) {
+    const int as_float = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(in_float->get_size()), x + "#float");
+    cx.add_reorder(n.describe() + " (as float)", src, as_float, from, *in_float);
+    src = as_float;
+  }
+  const int between = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(in_float->get_size()), y + "#float");
+  const int dst = cx.define(y, *to, is_plain(*to, dims));
+  cx.compiled();
+  for (size_t i = 0; i < binaries.size(); ++i) {
+    const bool last = i + 1 == binaries.size();
+    auto operand = std::make_shared<std::vector<float>>(*binaries[i].operand);
+    cx.add_primitive(n.describe() + (last ? "" : " (scaled)"), binaries[i].pd, {i == 0 ? src : between, last ? dst : between},
+                     {0, 1}, {{DNNL_ARG_SRC_0, *in_float}, {DNNL_ARG_DST, last ? *to : *in_float}},
+                     {{DNNL_ARG_SRC_1, cx.constant_memory(param, operand->data(), param, operand)}});
+  }
+  return true;
+}
+
+// QuantizeLinear and DequantizeLinear: a reorder between the float and the
+// quantized type that scales (per tensor or per channel) and shifts by the
+// zero point, in the layout the input has (a convolution's channels-last
+// output stays channels last).
 bool lower_quantize(Context& cx, const ir::Node& n) {
   if (n.inputs.size() < 2 || n.outputs.size() != 1) return false;
   const std::string &x = n.inputs[0], &y = n.outputs[0];
   const bool quantize = n.op_type == "QuantizeLinear";
   const DType qt = cx.dtype(quantize ? y : x);
   if (!cx.is_f32(quantize ? x : y) || !(is_8bit(qt) || (!quantize && qt == DType::Int32))) return false;
-  const auto q = per_tensor(cx, n, 1, 2, qt);
+  const Dims dims = cx.dims(y);
+  const ir::Tensor* s = cx.constant(n.inputs[1]);
+  std::optional<PerChannel> channels;
+  std::optional<Quantization> q;
+  if (s && s->dims().size() == 1 && s->numel() > 1) {
+    channels = per_channel(cx, n, qt, dims);
+    if (channels && !channels->one_zero_point()) return is_8bit(qt) && per_channel_zero_points(cx, n, *channels, quantize);
+    if (channels) q = Quantization{1, int32_t(channels->zero_points[0])};
+  } else {
+    q = per_tensor(cx, n, 1, 2, qt);
+  }
   if (!q || (qt == DType::Int32 && q->zero_point != 0)) return false;
   const md from = cx.val(x).layout;
   const dt type = *onednn_type(cx.dtype(y));
   // From channel blocks (a float convolution's output) to channels last,
   // the layout the int8 convolutions take.
-  const Dims dims = cx.dims(y);
   auto to = retyped(from, type);
   if (!to) to = dims.size() >= 3 && dims.size() <= 5 ? retyped(channels_last(dims), type) : plain_md(dims, type);
   std::unordered_map<int, dnnl::memory> constants;
   dnnl::primitive_attr attr = user_scratchpad();
-  output_scales_arg(cx, constants, attr, quantize ? float(1.0 / double(q->scale)) : q->scale);
+  if (channels) {
+    std::vector<float> scales;
+    for (float v : channels->scales) scales.push_back(quantize ? float(1.0 / double(v)) : v);
+    attr.set_output_scales(1 << channels->axis, scales);
+  } else {
+    output_scales_arg(cx, constants, attr, quantize ? float(1.0 / double(q->scale)) : q->scale);
+  }
   zero_point_arg(cx, constants, attr, quantize ? DNNL_ARG_DST : DNNL_ARG_SRC, q->zero_point);
   const dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), *to, attr);
   emit(cx, n, pd, cx.val(x).buffer, from, std::move(constants), *to);

@@ -1,5 +1,6 @@
 // Reference kernels for quantization (QuantizeLinear, DequantizeLinear,
-// DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, QLinearConv) and the
+// DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, QLinearConv, and
+// ONNX Runtime's QLinearAdd and QGemm) and the
 // two linear-algebra ops Einsum and Det. Integer arithmetic is exact (int64);
 // requantization rounds half to even, as the spec's numpy reference does.
 #include <algorithm>
@@ -164,23 +165,24 @@ void matmul_integer(KernelContext& ctx) {
 // com.microsoft's QLinearAdd (ONNX Runtime's contrib operator, which the
 // graph passes also make from a dequantized Add):
 // C = saturate(round((A_scale (A - A_zero) + B_scale (B - B_zero)) / C_scale) + C_zero),
-// parameters per tensor, A and B of the same shape.
+// parameters per tensor, A and B broadcast against each other as Add's are.
 void qlinear_add(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(3);
   require_quantized(ctx, a, "A");
   require_quantized(ctx, b, "B");
-  if (a.dims() != b.dims())
-    ctx.fail("A " + ir::dims_to_string(a.dims()) + " and B " + ir::dims_to_string(b.dims()) +
-             " differ in shape; broadcasting is not supported");
+  const Dims dims = broadcast_shapes(ctx, a.dims(), b.dims());
   const double sa = scalar_param(ctx, 1, "A_scale"), za = ctx.has_input(2) ? scalar_param(ctx, 2, "A_zero_point") : 0;
   const double sb = scalar_param(ctx, 4, "B_scale"), zb = ctx.has_input(5) ? scalar_param(ctx, 5, "B_zero_point") : 0;
   const double sc = scalar_param(ctx, 6, "C_scale"), zc = ctx.has_input(7) ? scalar_param(ctx, 7, "C_zero_point") : 0;
   const DType out = ctx.has_input(7) ? ctx.input(7).dtype() : DType::UInt8;
-  std::vector<double> av = to_doubles(a), bv = to_doubles(b);
-  for (size_t i = 0; i < av.size(); ++i)
-    av[i] = clamp_to(out, round_half_even((sa * (av[i] - za) + sb * (bv[i] - zb)) / sc) + zc);
-  ctx.set_output(0, from_doubles(out, a.dims(), av));
+  const std::vector<double> av = to_doubles(a), bv = to_doubles(b);
+  std::vector<double> cv;
+  cv.reserve(size_t(ir::checked_numel(dims)));
+  for (BroadcastIterator it(dims, {broadcast_strides(a.dims(), dims), broadcast_strides(b.dims(), dims)}); !it.done(); it.next())
+    cv.push_back(
+        clamp_to(out, round_half_even((sa * (av[size_t(it.offset(0))] - za) + sb * (bv[size_t(it.offset(1))] - zb)) / sc) + zc));
+  ctx.set_output(0, from_doubles(out, dims, cv));
 }
 
 // y = saturate(round(acc * a_scale * b_scale / y_scale) + y_zero), where a's
@@ -203,6 +205,59 @@ void qlinear_matmul(KernelContext& ctx) {
                       round_half_even(acc[i] * pick(a_scale, row) * pick(b_scale, col) / pick(y_scale, row)) + pick(y_zero, row));
   }
   ctx.set_output(0, from_doubles(y_zero_t.dtype(), dims, acc));
+}
+
+// com.microsoft's QGemm (ONNX Runtime's contrib operator, which the graph
+// passes also make from a dequantized Gemm): A (transA) times B (transB),
+// less their zero points, plus the int32 bias C at scale
+// alpha a_scale b_scale (b's parameters per tensor or per column), times
+// that scale; requantized to y_scale and y_zero_point, or float without a
+// y_scale.
+void qgemm(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(3);
+  require_quantized(ctx, a, "A");
+  require_quantized(ctx, b, "B");
+  if (a.rank() != 2 || b.rank() != 2)
+    ctx.fail("A " + ir::dims_to_string(a.dims()) + " and B " + ir::dims_to_string(b.dims()) + " must be matrices");
+  const bool ta = ctx.attr_int("transA", 0), tb = ctx.attr_int("transB", 0);
+  const int64_t m = a.dim(ta ? 1 : 0), k = a.dim(ta ? 0 : 1), n = b.dim(tb ? 0 : 1);
+  if (b.dim(tb ? 1 : 0) != k)
+    ctx.fail("inner dimensions differ: A " + ir::dims_to_string(a.dims()) + " and B " + ir::dims_to_string(b.dims()));
+  const double alpha = ctx.attr_float("alpha", 1);
+  const double sa = scalar_param(ctx, 1, "a_scale"), za = ctx.has_input(2) ? scalar_param(ctx, 2, "a_zero_point") : 0;
+  const auto sb = channel_param(ctx, 4, n, "b_scale");
+  const auto zb = ctx.has_input(5) ? channel_param(ctx, 5, n, "b_zero_point") : std::vector<double>{0};
+  std::vector<double> c;
+  Dims c_dims;
+  if (ctx.has_input(6)) {
+    const Tensor& ct = ctx.input(6);
+    if (ct.dtype() != DType::Int32) ctx.fail(std::string("C must be int32, is ") + ir::dtype_name(ct.dtype()));
+    c_dims = ct.dims();
+    if (broadcast_shapes(ctx, c_dims, {m, n}) != Dims{m, n})
+      ctx.fail("C " + ir::dims_to_string(c_dims) + " does not broadcast to the product's shape [" + std::to_string(m) + "," +
+               std::to_string(n) + "]");
+    c = to_doubles(ct);
+  }
+  const bool quantized = ctx.has_input(7);
+  const double sy = quantized ? scalar_param(ctx, 7, "y_scale") : 1,
+               zy = ctx.has_input(8) ? scalar_param(ctx, 8, "y_zero_point") : 0;
+  const DType out = !quantized ? DType::Float32 : ctx.has_input(8) ? ctx.input(8).dtype() : DType::UInt8;
+  if (quantized && out != DType::UInt8 && out != DType::Int8)
+    ctx.fail(std::string("y_zero_point must be uint8 or int8, is ") + ir::dtype_name(out));
+  const auto av = to_doubles(a), bv = to_doubles(b);
+  const std::vector<int64_t> c_strides = broadcast_strides(c_dims, {m, n});
+  auto pick = [](const std::vector<double>& v, int64_t i) { return v.size() == 1 ? v[0] : v[size_t(i)]; };
+  std::vector<double> y(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = c.empty() ? 0 : c[size_t(i * c_strides[0] + j * c_strides[1])];
+      for (int64_t p = 0; p < k; ++p)
+        acc += (av[size_t(ta ? p * m + i : i * k + p)] - za) * (bv[size_t(tb ? j * k + p : p * n + j)] - pick(zb, j));
+      const double v = acc * alpha * sa * pick(sb, j);
+      y[size_t(i * n + j)] = quantized ? clamp_to(out, round_half_even(v / sy) + zy) : v;
+    }
+  ctx.set_output(0, from_doubles(out, {m, n}, y));
 }
 
 void qlinear_conv(KernelContext& ctx) {
@@ -427,6 +482,7 @@ void register_quantize_ops(KernelRegistry& r) {
   r.add("QLinearMatMul", &qlinear_matmul);
   r.add("QLinearConv", &qlinear_conv);
   r.add("QLinearAdd", &qlinear_add);
+  r.add("QGemm", &qgemm);
   r.add("Einsum", &einsum);
   r.add("Det", &det);
 }

@@ -41,10 +41,10 @@ std::vector<ValueInfo> qlinear_matmul(const NodeView& n) {
   return outs;
 }
 
-std::vector<ValueInfo> gemm(const NodeView& n) {
-  const ValueInfo *x = n.input(0), *b = n.input(1);
-  const DType dt = n.dtype(0);
-  if (!n.rank_known(0) || !n.rank_known(1)) return {unknown_like(dt)};
+// B is input `b_index` (3 for QGemm); the result of type `dt`.
+std::vector<ValueInfo> gemm(const NodeView& n, size_t b_index, DType dt) {
+  const ValueInfo *x = n.input(0), *b = n.input(b_index);
+  if (!n.rank_known(0) || !n.rank_known(b_index)) return {unknown_like(dt)};
   if (x->shape.rank() != 2 || b->shape.rank() != 2)
     n.fail("A and B must be matrices, got " + x->shape.to_string() + " and " + b->shape.to_string());
   bool ta = n.attr_int("transA", 0), tb = n.attr_int("transB", 0);
@@ -61,7 +61,14 @@ void register_matmul_rules(ShapeRuleTable& t) {
   t.add("MatMul", [](const NodeView& n) { return matmul(n); });
   t.add("QLinearMatMul", &qlinear_matmul);
   t.add("MatMulInteger", &matmul_integer);
-  t.add("Gemm", &gemm);
+  t.add("Gemm", [](const NodeView& n) { return gemm(n, 1, n.dtype(0)); });
+  // com.microsoft's QGemm: A, a_scale, a_zero_point, B, b_scale,
+  // b_zero_point, C, y_scale, y_zero_point; the result float without a
+  // y_scale, else of y_zero_point's type (uint8 without one).
+  t.add("QGemm", [](const NodeView& n) {
+    const ValueInfo* zero_point = n.input(8);
+    return gemm(n, 3, zero_point ? zero_point->dtype : n.input(7) ? DType::UInt8 : DType::Float32);
+  });
 }
 
 }  // namespace kiln::ir::shape_rules
