@@ -15,6 +15,10 @@ Specialized specialize_and_optimize(const ir::Graph& graph, const InputShapes& s
   Specialized s;
   s.spec = ir::specialize(graph, shapes, ref::constant_evaluator());
   s.graph = std::make_shared<ir::Graph>(graph);
+  // The branches an If takes at these shapes join the graph, typed by a
+  // second specialization.
+  if (passes::inline_constant_ifs(*s.graph, s.spec.result.constants))
+    s.spec = ir::specialize(*s.graph, shapes, ref::constant_evaluator());
   passes::optimize_specialization(*s.graph, s.spec, ref::constant_evaluator());
   return s;
 }

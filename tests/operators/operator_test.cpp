@@ -993,6 +993,58 @@ TEST_P(OperatorTest, ReduceLogSumExp) {
   run(c);
 }
 
+// ---- If on a shape (known once the shapes are: its branch joins the graph) ---------
+
+// An If on whether the batch is above 1, as exporters write a Python branch
+// on a tensor's size: a convolution and a Relu on one side, a Sigmoid of
+// the input scaled by a branch initializer on the other, both reading the
+// enclosing graph's values, then an Abs. Either way every node compiles.
+Case if_on_the_batch(int64_t batch) {
+  Case c({"Conv", "Relu", "Sigmoid", "Mul"});
+  c.input("x", {batch, 2, 5, 5}).weight("w", {2, 2, 3, 3}).output("y");
+  c.node("Shape", {"x"}, {"shape"});
+  c.int_constant("zero", {}, {0}).int_constant("one", {}, {1});
+  c.node("Gather", {"shape", "zero"}, {"batch"});
+  c.node("Greater", {"batch", "one"}, {"many"});
+  kiln::test::ModelBuilder then_branch, else_branch;
+  then_branch.graph().set_name("then");
+  then_branch.output("r", onnx::TensorProto::FLOAT, {batch, 2, 5, 5});
+  kiln::test::ModelBuilder::attr_ints(then_branch.node("Conv", {"x", "w"}, {"c"}), "pads", {1, 1, 1, 1});
+  then_branch.node("Relu", {"c"}, {"r"});
+  else_branch.graph().set_name("else");
+  else_branch.output("r", onnx::TensorProto::FLOAT, {batch, 2, 5, 5});
+  onnx::TensorProto half;
+  half.set_name("half");
+  half.set_data_type(onnx::TensorProto::FLOAT);
+  half.add_float_data(0.5f);
+  else_branch.initializer(half);
+  else_branch.node("Sigmoid", {"x"}, {"s"});
+  else_branch.node("Mul", {"s", "half"}, {"r"});
+  auto& n = c.node("If", {"many"}, {"chosen"});
+  kiln::test::ModelBuilder::attr_graph(n, "then_branch", then_branch.graph());
+  kiln::test::ModelBuilder::attr_graph(n, "else_branch", else_branch.graph());
+  c.node("Abs", {"chosen"}, {"y"});
+  c.ops = {"Abs"};  // what the harness asks a backend to claim: the If is the graph passes'
+  return c;
+}
+
+// The If must be gone after the graph passes: a backend cannot claim an If,
+// and the harness asks one that claims every node to compile every node.
+void expect_if_inlined(const std::string& config, const Case& c) {
+  for (const auto& n : compile(config, import(c), c.inputs).graph->nodes) EXPECT_NE(n.op_type, "If") << n.describe();
+}
+
+TEST_P(OperatorTest, IfOnTheBatchTakesItsThenBranchCompiled) {
+  const Case c = if_on_the_batch(3);
+  expect_if_inlined(GetParam(), c);
+  run(c);
+}
+TEST_P(OperatorTest, IfOnTheBatchTakesItsElseBranchCompiled) {
+  const Case c = if_on_the_batch(1);
+  expect_if_inlined(GetParam(), c);
+  run(c);
+}
+
 // ---- Dropout ---------------------------------------------------------------------
 
 // torchvision's Swin exports training_mode = true with ratio 0: a copy.

@@ -84,6 +84,13 @@ int no_ops_as_identity(ir::Graph& graph, const ir::Specialization& spec);
 // followed by a Flatten to N x C. Adds the new value's type to `spec`.
 int reduce_as_global_pool(ir::Graph& graph, ir::Specialization& spec);
 
+// Every If whose condition is one of `constants` (a specialization's)
+// replaced by the nodes of the branch it takes, under names of their own,
+// and Identity nodes giving the If's outputs; a branch whose nodes hold
+// subgraphs stays an If. Whether any changed: the graph then needs
+// specializing again, as its new values have no types yet.
+bool inline_constant_ifs(ir::Graph& graph, const std::map<std::string, ir::Tensor>& constants);
+
 // The passes a specialization runs before its backend compiles it:
 // quantized operators fused (before constant folding dequantizes their
 // weights), specialization constants baked in, constant folding, Pads folded,
