@@ -365,9 +365,13 @@ struct Model::FreezeOptions {
   std::vector<std::pair<std::string, Shape>> shapes;  // inputs' shapes (axis 0 of a batched input is replaced)
   std::map<std::string, int64_t> dims;                // values of symbolic dims other than the batch
   std::vector<int64_t> batch_sizes{1};                // compiled batch sizes; run() takes any
-  std::string target;                                 // LLVM triple; "" = this machine
-  std::string cpu;                                    // "" = this CPU (host target) or generic; e.g. "x86-64-v3"
-  bool embed_weights = false;                         // weights inside the object instead of a file
+  // Inputs fixed to these values: the bundle does not take them, and what
+  // depends on them only is computed while freezing (an If on a sample
+  // rate keeps only the branch taken).
+  std::vector<std::pair<std::string, Tensor>> constants;
+  std::string target;                // LLVM triple; "" = this machine
+  std::string cpu;                   // "" = this CPU (host target) or generic; e.g. "x86-64-v3"
+  bool embed_weights = false;        // weights inside the object instead of a file
   std::string kernels = "portable";  // "portable" (libc only) or "native" (oneDNN: links libdnnl, this machine only)
   std::string format = "object";     // "object" (NAME.o) or "static" (libNAME.a)
   std::function<void(const std::string&)> progress;  // one line per stage of a long freeze

@@ -149,6 +149,10 @@ class Freezer {
     for (const Frozen& f : frozen_)
       for (const auto& [name, shape] : input_shapes(f.batch))
         shapes += (shapes.empty() ? "" : ",") + name + ":" + ir::dtype_name(shape.first) + ":" + ir::dims_to_string(shape.second);
+    // A constant may change the code and not the weights (a branch on it).
+    for (const auto& [name, t] : req_.constants)
+      shapes += "," + name + "=" + ir::dtype_name(t.dtype()) + ":" + ir::dims_to_string(t.dims()) + ":" +
+                std::to_string(XXH3_64bits(t.raw(), t.nbytes()));
     // The weights' checksum stands for the specialized programs: the object
     // embeds their offsets and checksum.
     const std::string kernels = req_.native_kernels ? "native onednn " + onednn_version(true) : "portable";
@@ -191,10 +195,27 @@ class Freezer {
     return object;
   }
 
-  // Inputs backed by an initializer are frozen as constants; an input whose
-  // axis 0 is symbolic is batched.
+  // Inputs backed by an initializer, and those the request fixes, are
+  // frozen as constants; an input whose axis 0 is symbolic is batched.
   void choose_inputs() {
     graph_ = *model_.graph;
+    for (const auto& [name, t] : req_.constants) {
+      const ir::ValueInfo* in = graph_.find_input(name);
+      if (!in || graph_.initializers.count(name))
+        ir::fail(ir::ErrorKind::InvalidArgument, "constant '" + name + "' is not an input the model takes");
+      if (req_.shapes.count(name))
+        ir::fail(ir::ErrorKind::InvalidArgument, "input '" + name + "' is given both a constant and a shape");
+      if (in->dtype != t.dtype())
+        ir::fail(ir::ErrorKind::InvalidArgument,
+                 "constant '" + name + "' is " + ir::dtype_name(t.dtype()) + ", the input is " + ir::dtype_name(in->dtype));
+      bool fits = !in->shape.rank_known || size_t(in->shape.rank()) == t.dims().size();
+      for (size_t d = 0; fits && in->shape.rank_known && d < t.dims().size(); ++d)
+        fits = !in->shape.dims[d].is_known() || *in->shape.dims[d].value == t.dims()[d];
+      if (!fits)
+        ir::fail(ir::ErrorKind::InvalidArgument, "constant '" + name + "' has shape " + ir::dims_to_string(t.dims()) +
+                                                     ", the input is declared " + in->shape.to_string());
+      graph_.initializers[name] = t;
+    }
     std::vector<ir::ValueInfo> kept;
     for (const auto& in : graph_.inputs)
       if (!graph_.initializers.count(in.name)) kept.push_back(in);

@@ -26,7 +26,8 @@ struct FreezeRequest {
   std::map<std::string, ir::Dims> shapes;
   std::map<std::string, int64_t> dims;  // values of symbolic dims other than the batch
   std::vector<int64_t> batch_sizes{1};
-  cpu::Target target;  // empty triple: this machine (its CPU unless target.cpu says otherwise)
+  std::map<std::string, ir::Tensor> constants;  // inputs fixed to these values
+  cpu::Target target;                           // empty triple: this machine (its CPU unless target.cpu says otherwise)
   bool embed_weights = false;
   bool static_library = false;  // libNAME.a instead of NAME.o
   // oneDNN primitives where the JIT uses them, for this machine: the bundle

@@ -1,5 +1,5 @@
 // kiln aot-freeze MODEL -o DIR [--name NAME] [--shape NAME=DIMS]...
-//   [--batch-sizes 1,8,32] [--target TRIPLE] [--cpu NAME] [--weights embed|file]
+//   [--constant NAME=VALUE|FILE.npy]... [--batch-sizes 1,8,32] [--target TRIPLE] [--cpu NAME] [--weights embed|file]
 //   [--kernels portable|native] [--format object|static]: a bundle that links
 // into a C, C++ or Rust program with nothing but libc and libm (and libdnnl,
 // for native kernels).
@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/npy.hpp"
 #include "kiln/kiln.hpp"
 
 namespace kiln::cli {
@@ -18,11 +19,50 @@ namespace {
 
 struct FreezeArgs {
   std::string model, output_dir, name, target, cpu, weights = "file", kernels = "portable", format = "object", cache_dir;
-  std::vector<std::string> shapes, dims, plugins;
+  std::vector<std::string> shapes, dims, constants, plugins;
   std::vector<int64_t> batch_sizes{1};
   bool json = false;
   bool no_cache = false;
 };
+
+// --constant NAME=VALUE (one number, for an input of one element) or
+// NAME=FILE.npy.
+Tensor constant_value(const std::string& option, const std::vector<TensorInfo>& inputs) {
+  auto [name, text] = split_assignment(option, "--constant");
+  if (text.size() > 4 && text.compare(text.size() - 4, 4, ".npy") == 0) return npy::load(text);
+  const TensorInfo* in = nullptr;
+  for (const auto& i : inputs)
+    if (i.name == name) in = &i;
+  if (!in) throw Error(ErrorCode::InvalidArgument, "--constant " + option + ": the model has no input '" + name + "'");
+  Shape shape;
+  for (const Dim& d : in->shape) shape.push_back(d.is_fixed() ? d.value : -1);
+  for (int64_t d : shape)
+    if (d != 1)
+      throw Error(ErrorCode::InvalidArgument, "--constant " + option + ": input '" + name + "' is " + in->shape_string() +
+                                                  ", not one element: give its value as a .npy file");
+  double value = 0;
+  size_t used = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+  }
+  if (used == 0 || used != text.size())
+    throw Error(ErrorCode::InvalidArgument, "--constant " + option + ": '" + text + "' is neither a number nor a .npy file");
+  Tensor t(in->dtype, shape);
+  switch (in->dtype) {
+    case DType::Float32: *t.data_as<float>() = float(value); break;
+    case DType::Float64: *t.data_as<double>() = value; break;
+    case DType::Int64: *t.data_as<int64_t>() = int64_t(value); break;
+    case DType::Int32: *t.data_as<int32_t>() = int32_t(value); break;
+    case DType::Bool: *t.data_as<bool>() = value != 0; break;
+    default:
+      throw Error(ErrorCode::InvalidArgument,
+                  "--constant " + option + ": give a value of input '" + name + "' (" + in->shape_string() + ") as a .npy file");
+  }
+  if (in->dtype != DType::Float32 && in->dtype != DType::Float64 && double(int64_t(value)) != value)
+    throw Error(ErrorCode::InvalidArgument, "--constant " + option + ": input '" + name + "' takes integers");
+  return t;
+}
 
 void freeze(const FreezeArgs& args) {
   // Accepted like on the other commands so that the refusal says why.
@@ -43,6 +83,8 @@ void freeze(const FreezeArgs& args) {
     o.shapes.push_back({name, parse_shape(text, "--shape " + s)});
   }
   o.dims = parse_dims(args.dims, model.inputs());
+  for (const auto& c : args.constants)
+    o.constants.emplace_back(split_assignment(c, "--constant").first, constant_value(c, model.inputs()));
   o.batch_sizes = args.batch_sizes;
   o.target = args.target;
   o.cpu = args.cpu;
@@ -90,6 +132,9 @@ void add_aot_freeze_command(CLI::App& app) {
   cmd->add_option("--name", args->name, "C identifier prefixing the bundle's symbols (default: the model file's stem)");
   cmd->add_option("--shape", args->shapes, "NAME=1x3x224x224: an input's shape (a batched input's axis 0 is replaced)");
   cmd->add_option("--dim", args->dims, "SYMBOL=VALUE for symbolic dimensions other than the batch");
+  cmd->add_option("--constant", args->constants,
+                  "NAME=VALUE or NAME=FILE.npy: an input fixed to this value, which the bundle does not take (an If on it "
+                  "keeps the branch taken)");
   cmd->add_option("--batch-sizes", args->batch_sizes, "compiled batch sizes, e.g. 1,8,32 (any batch runs)")->delimiter(',');
   cmd->add_option("--target", args->target, "LLVM target triple, e.g. aarch64-linux-gnu (default: this machine)");
   cmd->add_option("--cpu", args->cpu, "target CPU, e.g. x86-64-v3 (default: this CPU, or generic for another target)");

@@ -98,6 +98,13 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
     for (const auto& [name, shape] : options.shapes) req.shapes[name] = shape;
     req.dims = options.dims;
     req.batch_sizes = options.batch_sizes;
+    for (const auto& [name, t] : options.constants) {
+      if (!t.defined()) ir::fail(ir::ErrorKind::InvalidArgument, "constant '" + name + "' has no data");
+      const ir::Tensor view = ir::Tensor::view(ir::DType(int32_t(t.dtype())), ir::Dims(t.shape().begin(), t.shape().end()),
+                                               const_cast<void*>(t.data()));
+      if (!req.constants.emplace(name, view.clone()).second)
+        ir::fail(ir::ErrorKind::InvalidArgument, "constant '" + name + "' is given twice");
+    }
     req.target = {options.target, options.cpu, ""};
     req.embed_weights = options.embed_weights;
     req.static_library = options.format == "static";
