@@ -894,4 +894,72 @@ TEST_F(BundleTest, Aarch64BundleRunsUnderQemu) {
     EXPECT_NE(refused.text.find(text), std::string::npos) << text << " in: " << refused.text;
 }
 
+// A model whose output shape depends on an input's value (an If on a
+// sample rate between a Conv stack and a Sigmoid) cannot be frozen as it
+// is; with the rate fixed by --constant it can, for either branch, and the
+// bundle takes only x.
+TEST_F(BundleTest, ConstantInputKeepsTheBranchTaken) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  using kiln::test::ModelBuilder;
+  std::mt19937 rng(11);
+  ModelBuilder fast, slow;
+  fast.graph().set_name("fast");
+  fast.output("r", 1, {"batch", 4, 6});
+  fast.initializer(random_weights(rng, 0.5f, "w", {4, 4, 3}));
+  ModelBuilder::attr_ints(fast.node("Conv", {"x", "w"}, {"c"}), "pads", {1, 1});
+  fast.node("Relu", {"c"}, {"r"});
+  slow.graph().set_name("slow");
+  slow.output("s", 1, {"batch", 4, 6});
+  slow.node("Sigmoid", {"x"}, {"s"});
+  ModelBuilder b;
+  b.input("x", 1, {"batch", 4, 6}).input("rate", onnx::TensorProto::INT64, {}).output("y", 1, {"batch", 4, 6});
+  b.initializer(ModelBuilder::int64_tensor("k", {}, {16000}));
+  b.node("Equal", {"rate", "k"}, {"is_16k"});
+  auto& branch = b.node("If", {"is_16k"}, {"y"});
+  ModelBuilder::attr_graph(branch, "then_branch", fast.graph());
+  ModelBuilder::attr_graph(branch, "else_branch", slow.graph());
+  write_file(dir_ / "vad.onnx", b.model().SerializeAsString());
+  kiln::Model vad = kiln::Model::load(*runtime_, (dir_ / "vad.onnx").string());
+  kiln::Model::FreezeOptions o;
+  o.output_dir = dir_.string();
+  o.name = "vad";
+  o.batch_sizes = {1, 4};
+  try {
+    vad.freeze(o);
+    ADD_FAILURE() << "froze an output whose shape depends on an input's value";
+  } catch (const kiln::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("depends on the data"), std::string::npos) << e.what();
+  }
+  std::normal_distribution<float> value(0, 1);
+  for (int64_t rate : {16000, 8000}) {
+    SCOPED_TRACE("rate " + std::to_string(rate));
+    const kiln::Tensor fixed = kiln::Tensor::from_vector(kiln::DType::Int64, {}, std::vector<int64_t>{rate});
+    o.constants = {{"rate", fixed}};
+    vad.freeze(o);
+    EXPECT_NE(read_file(dir_ / "vad.h").find("#define VAD_NUM_INPUTS 1"), std::string::npos);
+    const fs::path driver = dir_ / "driver";
+    const Output built = sh("cc -O2 -DPREFIX=vad -DUPREFIX=VAD -include " + (dir_ / "vad.h").string() + " " + kSource +
+                            "/tests/integration/bundle_driver.c " + (dir_ / "vad.o").string() + " -lm -o " + driver.string());
+    ASSERT_EQ(built.code, 0) << built.text;
+    std::vector<float> x(3 * 4 * 6);
+    for (float& v : x) v = value(rng);
+    write_file(dir_ / "x.f32", std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
+    const Output r = sh(driver.string() + " " + (dir_ / "vad.weights.bin").string() + " 3 " + (dir_ / "x.f32").string() + " " +
+                        (dir_ / "y.f32").string());
+    ASSERT_EQ(r.code, 0) << r.text;
+    const std::string y = read_file(dir_ / "y.f32");
+    std::vector<float> got(y.size() / sizeof(float));
+    std::memcpy(got.data(), y.data(), y.size());
+    const kiln::Tensor want = vad.run({{"x", kiln::Tensor::from_vector(kiln::DType::Float32, {3, 4, 6}, x)}, {"rate", fixed}})[0];
+    expect_close(got, std::vector<float>(want.data_as<float>(), want.data_as<float>() + want.numel()), "y");
+  }
+  o.constants = {{"rate", kiln::Tensor::from_vector(kiln::DType::Float32, {}, std::vector<float>{16000})}};
+  try {
+    vad.freeze(o);
+    ADD_FAILURE() << "took a float constant for an int64 input";
+  } catch (const kiln::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("constant 'rate' is float32, the input is int64"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
