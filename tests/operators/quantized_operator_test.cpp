@@ -57,7 +57,6 @@ void int8_weights(Case& c, const std::string& name, const Dims& dims, int64_t ax
 
 Case quantized_case() {
   Case c({"QuantizeLinear", "DequantizeLinear"});
-  c.portable = false;
   c.steps = 1;
   return c;
 }
@@ -151,7 +150,6 @@ TEST_P(OperatorTest, QdqMaxPool) {
 // two scales. `limit`: the weights' largest magnitude (see int8_weights).
 Case dynamic_matmul(float limit, int64_t k) {
   Case c({"DynamicQuantizeLinear", "MatMulInteger", "Cast"});
-  c.portable = false;
   c.input("x", {2, 3, k}, -2, 3);
   c.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"});
   c.int_constant("w", {k, 8}, int8_values(c, k * 8, limit), onnx::TensorProto::INT8);
