@@ -1488,7 +1488,7 @@ TEST(PortableQuantized, MatMul) {
                         yz = value_8bit(y_type == KILN_PK_INT8 ? KILN_PK_INT8 : KILN_PK_UINT8, {y_zero}, 0);
           std::vector<std::vector<uint8_t>> results;
           for (const kiln_pk_threads* threads : {static_cast<const kiln_pk_threads*>(nullptr), &kThreaded}) {
-            Scratch scratch(kiln_pk_qmatmul_scratch_bytes(n, k));
+            Scratch scratch(kiln_pk_qmatmul_scratch_bytes(m, n, k));
             std::vector<uint8_t> y(size_t(m * n) * (sums ? 4 : 1), 0xee);
             kiln::pk::qmatmul_with_config(cfg ? *cfg : kiln::pk::target_config(), threads, m, n, k, a_type, a.data(), &a_zero,
                                           b.data(), sums ? nullptr : scales.data(), sums ? 0 : int64_t(scales.size()), y_type,

@@ -190,7 +190,7 @@ bool emit_qmatmul(Context& cx, const ir::Node& n, size_t a_zero, size_t w, size_
   const Call::Arg dst = Call::buffer(int(args.size()) - 1);
   std::vector<char> writes(args.size(), 0);
   writes.back() = 1;
-  const Call::Arg work = cx.scratch(args, writes, kiln_pk_qmatmul_scratch_bytes(cols, k), n.describe());
+  const Call::Arg work = cx.scratch(args, writes, kiln_pk_qmatmul_scratch_bytes(rows, cols, k), n.describe());
   Call call{"kiln_pk_qmatmul",
             {Call::i64(rows), Call::i64(cols), Call::i64(k), Call::i32(*pk_type(at)), Call::buffer(0), zero, weights, scale_arg,
              Call::i64(requantize ? int64_t(requantize->size()) : 0), Call::i32(*pk_type(yt)), y_zero_arg, dst, work},

@@ -122,7 +122,7 @@ size_t kiln_pk_qconv2d_scratch_bytes(int64_t c, int64_t k, int64_t oh, int64_t o
 void kiln_pk_qmatmul(const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, int32_t a_type, const void* a,
                      const void* a_zero, const int8_t* b, const float* scales, int64_t scale_count, int32_t y_type,
                      const void* y_zero, void* y, void* scratch);
-size_t kiln_pk_qmatmul_scratch_bytes(int64_t n, int64_t k);
+size_t kiln_pk_qmatmul_scratch_bytes(int64_t m, int64_t n, int64_t k);
 
 /* QuantizeLinear of x viewed as [outer, channels, inner]: y =
  * saturate(round_half_even(x / scale[c]) + zero[c]) (a NaN gives the

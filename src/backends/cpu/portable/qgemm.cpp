@@ -5,11 +5,13 @@
 //
 // The product is C[m x n] = A[m x k] B[k x n] as in gemm_impl.hpp, but
 // smaller: B is packed into int16 slivers of NR columns (an activation less
-// its zero point fits: -255..255), A's rows are read as they are, and a
-// micro-kernel keeps MR x NR int32 sums in registers, each step a broadcast
-// A value times a sliver row widened to int32 (vpmulld on AVX2, smlal on
-// NEON). A convolution's A is its weights and its B the image through
-// im2col; a matmul's A is the activations and its B the weights.
+// its zero point fits: -255..255), rows in pairs, A into int16 pairs of
+// columns, and a micro-kernel keeps MR x NR int32 sums in registers, each
+// step a broadcast pair of A values times a pair of sliver rows, two
+// products per lane added into it (madd_pairs: pmaddwd on x86, widened
+// multiply-adds elsewhere). A convolution's A is its weights and its B the
+// image through im2col; a matmul's A is the activations and its B the
+// weights.
 #include "backends/cpu/portable/config.hpp"
 #include "backends/cpu/portable/int8.hpp"
 #include "backends/cpu/portable/parallel.hpp"
@@ -36,22 +38,41 @@ struct Output {
   Requantize rq;
 };
 
-// The MR x NR tile at (i0, j0) of C: `rows` and `cols` of it are real.
-template <int W, int NV, class TA>
-KILN_PK_INLINE void tile(const Output& o, const TA* a, int64_t lda, int32_t a_zero, const int16_t* __restrict bp, int64_t k,
-                         int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+// Rows of B in a sliver: k rounded up to pairs.
+KILN_PK_INLINE int64_t paired(int64_t k) { return (k + 1) & ~int64_t(1); }
+
+// Rows [i0, i0 + MR) of A (those past `m` zero) less its zero point, as
+// the int16 pairs madd_pairs reads (the first value in the low half): for
+// each pair of columns, MR pairs, ready to be broadcast.
+template <class TA>
+void pack_a(int32_t* __restrict dst, const TA* a, int64_t lda, int32_t zero, int64_t m, int64_t k, int64_t i0) {
+  for (int64_t p = 0; p < k; p += 2)
+    for (int r = 0; r < kMR; ++r) {
+      const int64_t i = i0 + r;
+      const TA* row = a + i * lda;
+      const int32_t lo = i < m ? int32_t(row[p]) - zero : 0, hi = i < m && p + 1 < k ? int32_t(row[p + 1]) - zero : 0;
+      dst[p / 2 * kMR + r] = int32_t(uint32_t(lo) & 0xffffu) | int32_t(uint32_t(hi) << 16);
+    }
+}
+
+// The MR x NR tile at (i0, j0) of C: `rows` and `cols` of it are real. A's
+// rows packed at ap (pack_a), B's sliver at bp: paired(k) rows of NR
+// columns, each pair of rows stored as NR int16 pairs (the second row of a
+// last odd one zero).
+template <int W, int NV>
+KILN_PK_INLINE void tile(const Output& o, const int32_t* __restrict ap, const int16_t* __restrict bp, int64_t k, int64_t i0,
+                         int64_t rows, int64_t j0, int64_t cols) {
   constexpr int NR = W * NV;
   VecI32<W> acc[kMR][NV];
   for (int r = 0; r < kMR; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = VecI32<W>{};
-  const TA* ar[kMR];
-  for (int r = 0; r < kMR; ++r) ar[r] = a + (i0 + (r < rows ? r : 0)) * lda;
-  for (int64_t p = 0; p < k; ++p) {
+  const int32_t* bq = reinterpret_cast<const int32_t*>(bp);
+  for (int64_t q = 0; q < paired(k) / 2; ++q) {
     VecI32<W> b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = load_i16<W>(bp + p * NR + v * W);
+    for (int v = 0; v < NV; ++v) b[v] = load_i32<W>(bq + q * NR + v * W);
     for (int r = 0; r < kMR; ++r) {
-      const VecI32<W> av = splat_i32<W>(int32_t(ar[r][p]) - a_zero);
-      for (int v = 0; v < NV; ++v) acc[r][v] += av * b[v];
+      const VecI32<W> av = splat_i32<W>(ap[q * kMR + r]);
+      for (int v = 0; v < NV; ++v) acc[r][v] += madd_pairs<W>(av, b[v]);
     }
   }
   for (int r = 0; r < rows; ++r) {
@@ -81,16 +102,18 @@ KILN_PK_INLINE void tile(const Output& o, const TA* a, int64_t lda, int32_t a_ze
   }
 }
 
-// C's columns [j0, j0 + cols) (cols <= kNC) for every row, from B packed
-// at `bp` (slivers of NR columns, k rows each).
-template <int W, int NV, class TA>
-void product_chunk(const Output& o, const TA* a, int64_t lda, int32_t a_zero, const int16_t* bp, int64_t m, int64_t k,
-                   int64_t i_begin, int64_t i_end, int64_t j0, int64_t cols) {
+// C's columns [j0, j0 + cols) (cols <= kNC) for rows [i_begin, i_end)
+// (i_begin a multiple of MR), from A packed at `ap` (row blocks of MR from
+// row 0) and B at `bp` (slivers of NR columns).
+template <int W, int NV>
+void product_chunk(const Output& o, const int32_t* ap, const int16_t* bp, int64_t k, int64_t i_begin, int64_t i_end, int64_t j0,
+                   int64_t cols) {
   constexpr int NR = W * NV;
-  (void)m;
+  const int64_t block = paired(k) / 2 * kMR;
   for (int64_t s = 0; s * NR < cols; ++s)
     for (int64_t i = i_begin; i < i_end; i += kMR)
-      tile<W, NV>(o, a, lda, a_zero, bp + s * NR * k, k, i, min64(kMR, i_end - i), j0 + s * NR, min64(NR, cols - s * NR));
+      tile<W, NV>(o, ap + i / kMR * block, bp + s * NR * paired(k), k, i, min64(kMR, i_end - i), j0 + s * NR,
+                  min64(NR, cols - s * NR));
 }
 
 // --- B sources ------------------------------------------------------------------
@@ -99,6 +122,16 @@ struct ConvShape {
   int64_t c, h, w, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw;
 };
 
+// Where B(p, l) of a sliver goes: rows in pairs, each column's two values
+// side by side.
+KILN_PK_INLINE int64_t at(int64_t p, int64_t l, int NR) { return (p >> 1) * NR * 2 + l * 2 + (p & 1); }
+
+// Clears the second row of a last odd pair.
+KILN_PK_INLINE void pad_odd_row(int16_t* d, int64_t k, int NR) {
+  if (k & 1)
+    for (int64_t l = 0; l < NR; ++l) d[at(k, l, NR)] = 0;
+}
+
 // B(p, j) = x[ci, oy * sh - pt + r * dh, ox * sw - pl + t * dw] - zero for
 // p = (ci * kh + r) * kw + t, j = oy * ow + ox; 0 in the padding (where x
 // holds its zero point).
@@ -106,7 +139,7 @@ template <class TX>
 void pack_im2col(int16_t* __restrict dst, int NR, const TX* x, int32_t zero, const ConvShape& s, int64_t j0, int64_t cols) {
   const int64_t k = s.c * s.kh * s.kw, plane = s.h * s.w;
   for (int64_t s0 = 0; s0 < cols; s0 += NR) {
-    int16_t* d = dst + s0 * k;
+    int16_t* d = dst + s0 * paired(k);
     int64_t base_y[64], base_x[64];  // NR <= 64
     const int64_t n = min64(NR, cols - s0);
     for (int64_t l = 0; l < NR; ++l) {
@@ -119,13 +152,13 @@ void pack_im2col(int16_t* __restrict dst, int NR, const TX* x, int32_t zero, con
       for (int64_t r = 0; r < s.kh; ++r)
         for (int64_t t = 0; t < s.kw; ++t, ++p) {
           const TX* xc = x + ci * plane;
-          int16_t* row = d + p * NR;
           for (int64_t l = 0; l < NR; ++l) {
             const int64_t iy = base_y[l] + r * s.dh, ix = base_x[l] + t * s.dw;
             const bool inside = l < n && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
-            row[l] = inside ? int16_t(int32_t(xc[iy * s.w + ix]) - zero) : int16_t(0);
+            d[at(p, l, NR)] = inside ? int16_t(int32_t(xc[iy * s.w + ix]) - zero) : int16_t(0);
           }
         }
+    pad_odd_row(d, k, NR);
   }
 }
 
@@ -133,16 +166,17 @@ void pack_im2col(int16_t* __restrict dst, int NR, const TX* x, int32_t zero, con
 template <class TX>
 void pack_rows(int16_t* __restrict dst, int NR, const TX* x, int64_t ldx, int32_t zero, int64_t k, int64_t j0, int64_t cols) {
   for (int64_t s0 = 0; s0 < cols; s0 += NR) {
-    int16_t* d = dst + s0 * k;
+    int16_t* d = dst + s0 * paired(k);
     const int64_t n = min64(NR, cols - s0);
     for (int64_t p = 0; p < k; ++p) {
       const TX* src = x + p * ldx + j0 + s0;
-      int16_t* row = d + p * NR;
+      int16_t* row = d + (p >> 1) * NR * 2 + (p & 1);
       if (n == NR)
-        for (int64_t l = 0; l < NR; ++l) row[l] = int16_t(int32_t(src[l]) - zero);
+        for (int64_t l = 0; l < NR; ++l) row[l * 2] = int16_t(int32_t(src[l]) - zero);
       else
-        for (int64_t l = 0; l < NR; ++l) row[l] = l < n ? int16_t(int32_t(src[l]) - zero) : int16_t(0);
+        for (int64_t l = 0; l < NR; ++l) row[l * 2] = l < n ? int16_t(int32_t(src[l]) - zero) : int16_t(0);
     }
+    pad_odd_row(d, k, NR);
   }
 }
 
@@ -193,6 +227,15 @@ void depthwise_plane(const Output& o, int64_t channel, const TX* x, int32_t zero
     }
 }
 
+// Scratch of the 8-bit products: A packed (int32 pairs, rows in blocks of
+// MR), then B (int16 slivers, columns in chunks of kNC).
+KILN_PK_INLINE int64_t packed_a_ints(int64_t groups, int64_t rows, int64_t k) {
+  return groups * round_up(rows, kMR) * paired(k) / 2;
+}
+KILN_PK_INLINE int64_t packed_b_shorts(int64_t groups, int64_t cols, int64_t k) {
+  return groups * ceil_div(cols, kNC) * kNC * paired(k);
+}
+
 template <int W, int NV, class TX>
 void qconv(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int64_t group, const ConvShape& s, const TX* x,
            int32_t x_zero, const int8_t* weights, Output o, void* scratch) {
@@ -209,8 +252,13 @@ void qconv(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int6
     return;
   }
   const bool plain = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.oh == s.h && s.ow == s.w;
-  const int64_t chunks = ceil_div(cols, kNC);
-  int16_t* packed = static_cast<int16_t*>(scratch);
+  const int64_t chunks = ceil_div(cols, kNC), blocks = ceil_div(kg, kMR), block = paired(kk) / 2 * kMR;
+  int32_t* pa = static_cast<int32_t*>(scratch);
+  int16_t* packed = reinterpret_cast<int16_t*>(pa + packed_a_ints(group, kg, kk));
+  // The weights once for every image.
+  parallel_for_grain(threads, group * blocks, grain_for(kMR * kk), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) pack_a(pa + t * block, weights + t / blocks * kg * kk, kk, 0, kg, kk, t % blocks * kMR);
+  });
   // Row blocks of C per task: whole ones, about 64 rows.
   const int64_t row_blocks = ceil_div(kg, 16 * kMR);
   for (int64_t img = 0; img < n; ++img) {
@@ -218,7 +266,7 @@ void qconv(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int6
     parallel_for_grain(threads, group * chunks, grain_for(kk * kNC * 4), [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         const int64_t g = t / chunks, j0 = t % chunks * kNC;
-        int16_t* dst = packed + t * kNC * kk;
+        int16_t* dst = packed + t * kNC * paired(kk);
         const TX* xg = xi + g * cg * s.h * s.w;
         if (plain)
           pack_rows(dst, NR, xg, cols, x_zero, kk, j0, min64(kNC, cols - j0));
@@ -230,7 +278,7 @@ void qconv(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int6
         threads, group * chunks * row_blocks, grain_for(kg * kk * kNC / row_blocks), [&](int64_t begin, int64_t end) {
           for (int64_t t = begin; t < end; ++t) {
             const int64_t rb = t % row_blocks, chunk = t / row_blocks, g = chunk / chunks, j0 = chunk % chunks * kNC;
-            const int64_t rows_per = ceil_div(ceil_div(kg, kMR), row_blocks) * kMR;
+            const int64_t rows_per = ceil_div(blocks, row_blocks) * kMR;
             const int64_t i_begin = rb * rows_per, i_end = min64(kg, i_begin + rows_per);
             if (i_begin >= i_end) continue;
             Output og = o;
@@ -238,7 +286,7 @@ void qconv(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int6
             og.y = static_cast<char*>(o.y) + (img * out_image + g * kg * cols) * elem;
             if (og.bias) og.bias += g * kg;
             og.scales += g * kg * o.scale_rs;
-            product_chunk<W, NV>(og, weights + g * kg * kk, kk, 0, packed + chunk * kNC * kk, kg, kk, i_begin, i_end, j0,
+            product_chunk<W, NV>(og, pa + g * blocks * block, packed + chunk * kNC * paired(kk), kk, i_begin, i_end, j0,
                                  min64(kNC, cols - j0));
           }
         });
@@ -249,18 +297,22 @@ template <int W, int NV, class TA>
 void qmatmul(const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, const TA* a, int32_t a_zero, const int8_t* b,
              const Output& o, void* scratch) {
   constexpr int NR = W * NV;
-  const int64_t chunks = ceil_div(n, kNC);
-  int16_t* packed = static_cast<int16_t*>(scratch);
+  const int64_t chunks = ceil_div(n, kNC), blocks = ceil_div(m, kMR), block = paired(k) / 2 * kMR;
+  int32_t* pa = static_cast<int32_t*>(scratch);
+  int16_t* packed = reinterpret_cast<int16_t*>(pa + packed_a_ints(1, m, k));
+  parallel_for_grain(threads, blocks, grain_for(kMR * k), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) pack_a(pa + t * block, a, k, a_zero, m, k, t * kMR);
+  });
   parallel_for_grain(threads, chunks, grain_for(k * kNC * 4), [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) pack_rows(packed + t * kNC * k, NR, b, n, 0, k, t * kNC, min64(kNC, n - t * kNC));
+    for (int64_t t = begin; t < end; ++t)
+      pack_rows(packed + t * kNC * paired(k), NR, b, n, 0, k, t * kNC, min64(kNC, n - t * kNC));
   });
   const int64_t row_blocks = ceil_div(m, 8 * kMR);
   parallel_for_grain(threads, chunks * row_blocks, grain_for(8 * kMR * k * kNC), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t rb = t % row_blocks, chunk = t / row_blocks;
       const int64_t i_begin = rb * 8 * kMR, i_end = min64(m, i_begin + 8 * kMR);
-      product_chunk<W, NV>(o, a, k, a_zero, packed + chunk * kNC * k, m, k, i_begin, i_end, chunk * kNC,
-                           min64(kNC, n - chunk * kNC));
+      product_chunk<W, NV>(o, pa, packed + chunk * kNC * paired(k), k, i_begin, i_end, chunk * kNC, min64(kNC, n - chunk * kNC));
     }
   });
 }
@@ -349,7 +401,9 @@ size_t kiln_pk_qconv2d_scratch_bytes(int64_t c, int64_t k, int64_t oh, int64_t o
   using namespace kiln::pk;
   if (k <= 0 || oh <= 0 || ow <= 0 || group <= 0) return 0;
   if (c == group && k == group) return 0;  // depthwise
-  return size_t(group * ceil_div(oh * ow, kNC) * kNC * (c / group) * kh * kw) * sizeof(int16_t);
+  const int64_t kk = c / group * kh * kw;
+  return size_t(packed_a_ints(group, k / group, kk)) * sizeof(int32_t) +
+         size_t(packed_b_shorts(group, oh * ow, kk)) * sizeof(int16_t);
 }
 
 void kiln_pk_qmatmul(const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, int32_t a_type, const void* a,
@@ -359,10 +413,10 @@ void kiln_pk_qmatmul(const kiln_pk_threads* threads, int64_t m, int64_t n, int64
                                 y_zero, y, scratch);
 }
 
-size_t kiln_pk_qmatmul_scratch_bytes(int64_t n, int64_t k) {
+size_t kiln_pk_qmatmul_scratch_bytes(int64_t m, int64_t n, int64_t k) {
   using namespace kiln::pk;
-  if (n <= 0 || k <= 0) return 0;
-  return size_t(ceil_div(n, kNC) * kNC * k) * sizeof(int16_t);
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  return size_t(packed_a_ints(1, m, k)) * sizeof(int32_t) + size_t(packed_b_shorts(1, n, k)) * sizeof(int16_t);
 }
 
 }  // extern "C"
