@@ -79,6 +79,7 @@ class BundleTest : public ::testing::Test {
   }
   void expect_refused(const std::string& model, const std::string& name, const std::string& node,
                       std::vector<std::string> kernels = {"portable", "native"});
+  void quantized_net_matches(bool qdq, const std::string& target, const std::string& cc, const std::string& runner);
 
   // Images of 64 values in 0..16, like the training data.
   std::vector<float> images(int64_t count, unsigned seed) {
@@ -143,7 +144,17 @@ class BundleTest : public ::testing::Test {
   // threads, against the JIT. Its input "x" is [batch, item...].
   // `step`: as expect_close's.
   void net_matches_the_jit(kiln::Runtime& runtime, const std::string& kernels, const std::string& libs, const std::string& model,
-                           const std::vector<int64_t>& item, float step = 0);
+                           const std::vector<int64_t>& item);
+  // How net_matches runs a bundle: compiled and run batch sizes, the target
+  // (and the compiler and runner for it), and how far an output may be from
+  // the runtime's (a quantized output: one step of its scale).
+  struct NetRun {
+    std::string kernels = "portable", libs = "-lm";
+    std::vector<int64_t> frozen{1, 8}, batches{1, 3, 8, 13};
+    std::string target, cc = "cc", runner;
+    float step = 0;
+  };
+  void net_matches(kiln::Runtime& runtime, const std::string& model, const std::vector<int64_t>& item, const NetRun& how);
   void conv_net_matches_the_jit(kiln::Runtime& runtime, const std::string& kernels, const std::string& libs);
 
   fs::path dir_;
@@ -515,6 +526,132 @@ onnx::TensorProto int_tensor(const std::string& name, std::vector<int64_t> dims,
   return t;
 }
 
+// Random int8 weights within +-60.
+onnx::TensorProto int8_weights(std::mt19937& rng, const std::string& name, std::vector<int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = int64_t(rng() % 121) - 60;
+  return int_tensor(name, std::move(dims), v, onnx::TensorProto::INT8);
+}
+
+// A quantized network as static quantizers write it: every activation
+// through a QuantizeLinear -> DequantizeLinear pair (uint8), int8 weights
+// per channel through a DequantizeLinear; a convolution, max pooling, a
+// depthwise convolution with a residual Add, global pooling and a MatMul.
+std::string qdq_net() {
+  using kiln::test::ModelBuilder;
+  std::mt19937 rng(21);
+  ModelBuilder b;
+  b.input("x", 1, {"batch", 3, 10, 10}).output("y", 1, {"batch", 10});
+  auto activation = [&](const std::string& v, const std::string& out, float scale, int64_t zero) {
+    b.initializer(ModelBuilder::float_tensor(v + "_s", {}, {scale}));
+    b.initializer(int_tensor(v + "_z", {}, {zero}, onnx::TensorProto::UINT8));
+    b.node("QuantizeLinear", {v, v + "_s", v + "_z"}, {v + "_q"});
+    b.node("DequantizeLinear", {v + "_q", v + "_s", v + "_z"}, {out});
+  };
+  auto weights = [&](const std::string& w, std::vector<int64_t> dims, int64_t axis) {
+    const int64_t channels = dims[size_t(axis)];
+    b.initializer(int8_weights(rng, w + "_q", dims));
+    std::vector<float> scales;
+    for (int64_t c = 0; c < channels; ++c) scales.push_back(0.004f + 0.002f * float(c % 5));
+    b.initializer(ModelBuilder::float_tensor(w + "_s", {channels}, scales));
+    b.initializer(int_tensor(w + "_z", {channels}, std::vector<int64_t>(size_t(channels), 0), onnx::TensorProto::INT8));
+    ModelBuilder::attr_int(b.node("DequantizeLinear", {w + "_q", w + "_s", w + "_z"}, {w}), "axis", axis);
+  };
+  activation("x", "xd", 1.0f / 32, 128);
+  weights("w1", {8, 3, 3, 3}, 0);
+  b.initializer(random_weights(rng, 0.1f, "b1", {8}));
+  ModelBuilder::attr_ints(b.node("Conv", {"xd", "w1", "b1"}, {"c1"}), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c1"}, {"r1"});
+  activation("r1", "r1d", 4.0f / 255, 0);
+  auto& pool = b.node("MaxPool", {"r1d"}, {"p1"});
+  ModelBuilder::attr_ints(pool, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(pool, "strides", {2, 2});
+  activation("p1", "p1d", 4.0f / 255, 0);
+  weights("w2", {8, 1, 3, 3}, 0);
+  auto& dw = b.node("Conv", {"p1d", "w2"}, {"c2"});
+  ModelBuilder::attr_int(dw, "group", 8);
+  ModelBuilder::attr_ints(dw, "pads", {1, 1, 1, 1});
+  activation("c2", "c2d", 6.0f / 255, 128);
+  b.node("Add", {"c2d", "p1d"}, {"s"});
+  b.node("Relu", {"s"}, {"sr"});
+  activation("sr", "sd", 6.0f / 255, 0);
+  b.node("GlobalAveragePool", {"sd"}, {"g"});
+  b.node("Flatten", {"g"}, {"f"});
+  activation("f", "fd", 4.0f / 255, 0);
+  weights("wf", {8, 10}, 1);
+  b.node("MatMul", {"fd", "wf"}, {"m"});
+  activation("m", "y", 20.0f / 255, 128);
+  return b.model().SerializeAsString();
+}
+
+// The QOperator form (QLinearConv, a depthwise one into int8, MaxPool of
+// int8 values, QLinearMatMul), ConvInteger, and a product quantized
+// dynamically as ONNX Runtime's quantize_dynamic writes it
+// (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul), summed.
+std::string qoperator_net() {
+  using kiln::test::ModelBuilder;
+  std::mt19937 rng(22);
+  ModelBuilder b(13);
+  b.input("x", 1, {"batch", 3, 8, 8}).output("y", 1, {"batch", 10});
+  auto scalar = [&](const std::string& name, float v) { b.initializer(ModelBuilder::float_tensor(name, {}, {v})); };
+  auto zero = [&](const std::string& name, int64_t v, int type) { b.initializer(int_tensor(name, {}, {v}, type)); };
+  scalar("xs", 1.0f / 32);
+  zero("xz", 128, onnx::TensorProto::UINT8);
+  b.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  b.initializer(int8_weights(rng, "w1", {6, 3, 3, 3}));
+  b.initializer(ModelBuilder::float_tensor("w1s", {6}, {0.004f, 0.006f, 0.005f, 0.008f, 0.003f, 0.007f}));
+  b.initializer(int_tensor("w1z", {6}, {0, 0, 0, 0, 0, 0}, onnx::TensorProto::INT8));
+  b.initializer(int_tensor("b1", {6}, {100, -2000, 0, 512, 7, -64}, onnx::TensorProto::INT32));
+  scalar("c1s", 4.0f / 255);
+  zero("c1z", 100, onnx::TensorProto::UINT8);
+  auto& c1 = b.node("QLinearConv", {"xq", "xs", "xz", "w1", "w1s", "w1z", "c1s", "c1z", "b1"}, {"c1"});
+  ModelBuilder::attr_ints(c1, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_ints(c1, "strides", {2, 2});
+  b.initializer(int8_weights(rng, "w2", {6, 1, 3, 3}));
+  scalar("w2s", 0.01f);
+  zero("w2z", 0, onnx::TensorProto::INT8);
+  scalar("c2s", 4.0f / 255);
+  zero("c2z", -5, onnx::TensorProto::INT8);
+  auto& c2 = b.node("QLinearConv", {"c1", "c1s", "c1z", "w2", "w2s", "w2z", "c2s", "c2z"}, {"c2"});
+  ModelBuilder::attr_int(c2, "group", 6);
+  ModelBuilder::attr_ints(c2, "pads", {1, 1, 1, 1});
+  auto& pool = b.node("MaxPool", {"c2"}, {"p"});
+  ModelBuilder::attr_ints(pool, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(pool, "strides", {2, 2});
+  b.node("Flatten", {"p"}, {"pf"});
+  b.initializer(int8_weights(rng, "wm", {24, 10}));
+  scalar("wms", 0.01f);
+  zero("wmz", 0, onnx::TensorProto::INT8);
+  scalar("ms", 16.0f / 255);
+  zero("mz", 128, onnx::TensorProto::UINT8);
+  b.node("QLinearMatMul", {"pf", "c2s", "c2z", "wm", "wms", "wmz", "ms", "mz"}, {"mq"});
+  b.node("DequantizeLinear", {"mq", "ms", "mz"}, {"m1"});
+  // ConvInteger's int32 sums, scaled, pooled and projected in float.
+  b.initializer(int8_weights(rng, "w3", {4, 3, 3, 3}));
+  b.node("ConvInteger", {"xq", "w3", "xz"}, {"ci"});
+  ModelBuilder::attr_int(b.node("Cast", {"ci"}, {"cf"}), "to", 1);
+  scalar("cs", 0.0005f);
+  b.node("Mul", {"cf", "cs"}, {"cm"});
+  b.node("GlobalAveragePool", {"cm"}, {"cg"});
+  b.node("Flatten", {"cg"}, {"cgf"});
+  b.initializer(random_weights(rng, 0.3f, "wc", {4, 10}));
+  b.node("MatMul", {"cgf", "wc"}, {"m3"});
+  // Dynamic quantization of the flattened input.
+  b.node("Flatten", {"x"}, {"xf"});
+  b.node("DynamicQuantizeLinear", {"xf"}, {"dq", "ds", "dz"});
+  b.initializer(int8_weights(rng, "wd", {192, 10}));
+  b.node("MatMulInteger", {"dq", "wd", "dz"}, {"acc"});
+  ModelBuilder::attr_int(b.node("Cast", {"acc"}, {"accf"}), "to", 1);
+  scalar("wds", 0.002f);
+  b.node("Mul", {"ds", "wds"}, {"dscale"});
+  b.node("Mul", {"accf", "dscale"}, {"m2"});
+  b.node("Add", {"m1", "m2"}, {"m12"});
+  b.node("Add", {"m12", "m3"}, {"y"});
+  return b.model().SerializeAsString();
+}
+
 // Freezes conv_net() with `kernels`, links tests/integration/bundle_driver.c
 // with `libs`, and compares its outputs with the JIT's (in `runtime`) for
 // batch sizes 1, 3, 8 and 13 from compiled sizes 1 and 8, on 1 and 3 host threads.
@@ -523,23 +660,32 @@ void BundleTest::conv_net_matches_the_jit(kiln::Runtime& runtime, const std::str
 }
 
 void BundleTest::net_matches_the_jit(kiln::Runtime& runtime, const std::string& kernels, const std::string& libs,
-                                     const std::string& model, const std::vector<int64_t>& item, float step) {
+                                     const std::string& model, const std::vector<int64_t>& item) {
+  NetRun how;
+  how.kernels = kernels;
+  how.libs = libs;
+  net_matches(runtime, model, item, how);
+}
+
+void BundleTest::net_matches(kiln::Runtime& runtime, const std::string& model, const std::vector<int64_t>& item,
+                             const NetRun& how) {
   write_file(dir_ / "net.onnx", model);
   kiln::Model net = kiln::Model::load(runtime, (dir_ / "net.onnx").string());
   kiln::Model::FreezeOptions o;
   o.output_dir = dir_.string();
   o.name = "net";
-  o.batch_sizes = {1, 8};
-  o.kernels = kernels;
+  o.batch_sizes = how.frozen;
+  o.kernels = how.kernels;
+  o.target = how.target;
   net.freeze(o);
   const fs::path driver = dir_ / "driver";
   const Output built =
-      sh("cc -O2 -DPREFIX=net -DUPREFIX=NET -include " + (dir_ / "net.h").string() + " " + kSource +
-         "/tests/integration/bundle_driver.c " + (dir_ / "net.o").string() + " " + libs + " -o " + driver.string());
+      sh(how.cc + " -O2 -DPREFIX=net -DUPREFIX=NET -include " + (dir_ / "net.h").string() + " " + kSource +
+         "/tests/integration/bundle_driver.c " + (dir_ / "net.o").string() + " " + how.libs + " -o " + driver.string());
   ASSERT_EQ(built.code, 0) << built.text;
   std::mt19937 rng(8);
   std::normal_distribution<float> pixel(0, 1);
-  for (int64_t n : {1, 3, 8, 13})
+  for (int64_t n : how.batches)
     for (int threads : {1, 3}) {
       SCOPED_TRACE("batch " + std::to_string(n) + ", threads " + std::to_string(threads));
       std::vector<int64_t> shape{n};
@@ -549,14 +695,15 @@ void BundleTest::net_matches_the_jit(kiln::Runtime& runtime, const std::string& 
       std::vector<float> x(static_cast<size_t>(values));
       for (float& v : x) v = pixel(rng);
       write_file(dir_ / "x.f32", std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
-      const Output r = sh(driver.string() + " " + (dir_ / "net.weights.bin").string() + " " + std::to_string(n) + " " +
-                          (dir_ / "x.f32").string() + " " + (dir_ / "y.f32").string() + " " + std::to_string(threads));
+      const Output r =
+          sh(how.runner + " " + driver.string() + " " + (dir_ / "net.weights.bin").string() + " " + std::to_string(n) + " " +
+             (dir_ / "x.f32").string() + " " + (dir_ / "y.f32").string() + " " + std::to_string(threads));
       ASSERT_EQ(r.code, 0) << r.text;
       const std::string y = read_file(dir_ / "y.f32");
       std::vector<float> got(y.size() / sizeof(float));
       std::memcpy(got.data(), y.data(), y.size());
       const kiln::Tensor want = net.run({{"x", kiln::Tensor::from_vector(kiln::DType::Float32, shape, x)}})[0];
-      expect_close(got, std::vector<float>(want.data_as<float>(), want.data_as<float>() + want.numel()), "y", step);
+      expect_close(got, std::vector<float>(want.data_as<float>(), want.data_as<float>() + want.numel()), "y", how.step);
     }
 }
 
@@ -661,23 +808,6 @@ TEST_F(BundleTest, UnsupportedNodeIsNamed) {
   b.input("x", 1, {"batch", 4}).output("y", 7, {"batch", 4});
   ModelBuilder::attr_int(b.node("Cast", {"x"}, {"y"}, "to_int64"), "to", 7);
   expect_refused(b.model().SerializeAsString(), "cast", "to_int64");
-}
-
-// Quantized steps have no portable kernels yet: freezing with them refuses,
-// naming the step, instead of freezing code that would compute something else.
-TEST_F(BundleTest, QuantizedStepsAreRefusedByName) {
-  using kiln::test::ModelBuilder;
-  ModelBuilder b;
-  b.input("x", 1, {"batch", 4}).output("y", 1, {"batch", 4});
-  b.initializer(ModelBuilder::float_tensor("scale", {}, {0.05f}));
-  onnx::TensorProto zero;
-  zero.set_name("zero");
-  zero.set_data_type(onnx::TensorProto::UINT8);
-  zero.add_int32_data(128);
-  b.initializer(zero);
-  b.node("QuantizeLinear", {"x", "scale", "zero"}, {"q"}, "quantize_x");
-  b.node("DequantizeLinear", {"q", "scale", "zero"}, {"y"}, "dequantize_x");
-  expect_refused(b.model().SerializeAsString(), "qdq", "quantize_x", {"portable"});
 }
 
 // ---- native bundles of quantized models -------------------------------------
@@ -791,17 +921,24 @@ class QuantizedNativeBundle : public BundleTest {
     o.cache = false;
     reference_ = std::make_unique<kiln::Runtime>(o);
   }
+  static NetRun native_run() {
+    NetRun how;
+    how.kernels = "native";
+    how.libs = "-ldnnl -lm";
+    how.step = kStep;
+    return how;
+  }
   std::unique_ptr<kiln::Runtime> reference_;
 };
 
 TEST_F(QuantizedNativeBundle, QdqNetworkMatchesTheReference) {
   if (!have("cc")) GTEST_SKIP() << "no C compiler";
-  net_matches_the_jit(*reference_, "native", "-ldnnl -lm", residual_qdq_net(), {3, 16, 16}, kStep);
+  net_matches(*reference_, residual_qdq_net(), {3, 16, 16}, native_run());
 }
 
 TEST_F(QuantizedNativeBundle, QOperatorNetworkMatchesTheReference) {
   if (!have("cc")) GTEST_SKIP() << "no C compiler";
-  net_matches_the_jit(*reference_, "native", "-ldnnl -lm", qlinear_net(), {3, 5, 5}, kStep);
+  net_matches(*reference_, qlinear_net(), {3, 5, 5}, native_run());
 }
 
 // DynamicQuantizeLinear computes its scale and zero point from the data on
@@ -816,6 +953,53 @@ TEST_F(QuantizedNativeBundle, DynamicQuantizationIsRefusedByName) {
   b.initializer(int_tensor("w", {16, 8}, w, onnx::TensorProto::INT8));
   b.node("MatMulInteger", {"xq", "w", "xz"}, {"y"});
   expect_refused(b.model().SerializeAsString(), "dynamic", "quantize_rows", {"native"});
+}
+
+// A quantized model (`qdq`: as quantizers write it, QuantizeLinear and
+// DequantizeLinear around float operators, which the graph passes fuse
+// into integer ones; otherwise the QOperator form and a dynamically
+// quantized product) frozen with the portable kernels, its outputs against
+// the reference backend's: the same within one step of the output's scale
+// (the product's requantization is in float, the reference's in double: a
+// value on a rounding tie may round the other way).
+void BundleTest::quantized_net_matches(bool qdq, const std::string& target, const std::string& cc, const std::string& runner) {
+  kiln::RuntimeOptions ro;
+  ro.cache = false;
+  ro.backend = "reference";
+  kiln::Runtime reference(ro);
+  NetRun how;
+  how.target = target;
+  how.cc = cc;
+  how.runner = runner;
+  if (qdq) {
+    how.step = 20.0f / 255;
+    net_matches(reference, qdq_net(), {3, 10, 10}, how);
+  } else {
+    // DynamicQuantizeLinear's range is the whole batch's: split or padded
+    // runs would quantize differently, so only whole compiled sizes run.
+    how.frozen = how.batches = {1, 3};
+    how.step = 16.0f / 255;
+    net_matches(reference, qoperator_net(), {3, 8, 8}, how);
+  }
+}
+
+TEST_F(BundleTest, QuantizedModelsInPortableBundles) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  for (bool qdq : {true, false}) {
+    SCOPED_TRACE(qdq ? "QDQ" : "QOperator");
+    quantized_net_matches(qdq, "", "cc", "");
+  }
+  const Output nm = sh("nm -u " + (dir_ / "net.o").string());
+  for (const char* forbidden : {"dnnl", "tbb", "_Z", "kiln_pk_", "kiln_bundle_"})
+    EXPECT_EQ(nm.text.find(forbidden), std::string::npos) << "net.o needs " << forbidden << ":\n" << nm.text;
+}
+
+TEST_F(BundleTest, QuantizedModelsInAarch64BundlesUnderQemu) {
+  if (!have("aarch64-linux-gnu-gcc") || !have("qemu-aarch64")) GTEST_SKIP() << "no aarch64 cross compiler or qemu";
+  for (bool qdq : {true, false}) {
+    SCOPED_TRACE(qdq ? "QDQ" : "QOperator");
+    quantized_net_matches(qdq, "aarch64-linux-gnu", "aarch64-linux-gnu-gcc", "qemu-aarch64 -L /usr/aarch64-linux-gnu");
+  }
 }
 
 // A bundle compiled for AVX-512 (x86-64-v4) on a CPU without it (qemu's has

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/portable/kernels.h"
@@ -1335,6 +1336,272 @@ TEST(PortableGather, IndicesAndErrors) {
   const int64_t huge[] = {1, int64_t(1) << 33};
   float d[4] = {1, 2, 3, 4}, out[2];
   EXPECT_EQ(2, kiln_pk_gather(nullptr, 1, 4, 4, 2, 1, huge, d, out));
+}
+
+// --- quantized models ----------------------------------------------------------
+
+// Random 8-bit values of `type` (KILN_PK_UINT8 / _INT8) as bytes.
+std::vector<uint8_t> random_8bit(size_t n, int32_t type, std::mt19937& rng) {
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = uint8_t(rng());
+  (void)type;
+  return v;
+}
+int32_t value_8bit(int32_t type, const std::vector<uint8_t>& v, size_t i) {
+  return type == KILN_PK_INT8 ? int32_t(int8_t(v[i])) : int32_t(v[i]);
+}
+// What a requantized output holds, by the definition in kernels.h.
+int32_t requantized(double sum, float scale, int32_t type, int32_t zero) {
+  const double q = std::nearbyint(double(float(sum) * scale)) + zero;
+  return int32_t(std::clamp(q, type == KILN_PK_INT8 ? -128.0 : 0.0, type == KILN_PK_INT8 ? 127.0 : 255.0));
+}
+
+struct QConvCase {
+  ConvCase shape;
+  int32_t x_type, y_type;  // y_type KILN_PK_INT32: the sums
+  bool per_channel = true;
+};
+
+void check_qconv(const QConvCase& qc, const Config* cfg, unsigned seed) {
+  const ConvCase& cc = qc.shape;
+  SCOPED_TRACE(describe(cc) + " x " + std::to_string(qc.x_type) + " y " + std::to_string(qc.y_type) + " config " +
+               config_name(cfg));
+  std::mt19937 rng(seed);
+  const int64_t oh = cc.oh(), ow = cc.ow(), cg = cc.c / cc.group, kg = cc.k / cc.group;
+  const std::vector<uint8_t> x = random_8bit(size_t(cc.n * cc.c * cc.h * cc.w), qc.x_type, rng);
+  std::vector<int8_t> wt(size_t(cc.k * cg * cc.kh * cc.kw));
+  for (auto& v : wt) v = int8_t(rng());  // full range: -128 too
+  std::vector<int32_t> bias(size_t(cc.k));
+  for (auto& b : bias) b = int32_t(rng() % 20001) - 10000;
+  std::vector<float> scales(qc.per_channel ? size_t(cc.k) : 1);
+  for (auto& f : scales) f = 0.0001f + float(rng() % 1000) * 1e-6f;
+  const uint8_t x_zero = uint8_t(rng()), y_zero = uint8_t(rng());
+  const int32_t xz = value_8bit(qc.x_type, {x_zero}, 0),
+                yz = value_8bit(qc.y_type == KILN_PK_INT8 ? KILN_PK_INT8 : KILN_PK_UINT8, {y_zero}, 0);
+  const bool sums = qc.y_type == KILN_PK_INT32;
+  const size_t y_size = size_t(cc.n * cc.k * oh * ow);
+  std::vector<int32_t> want(y_size);
+  for (int64_t b = 0; b < cc.n; ++b)
+    for (int64_t o = 0; o < cc.k; ++o)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          int64_t s = cc.bias ? bias[size_t(o)] : 0;
+          const int64_t g = o / kg;
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t r = 0; r < cc.kh; ++r)
+              for (int64_t t = 0; t < cc.kw; ++t) {
+                const int64_t yy = i * cc.sh - cc.pt + r * cc.dh, xx = j * cc.sw - cc.pl + t * cc.dw;
+                if (yy < 0 || yy >= cc.h || xx < 0 || xx >= cc.w) continue;
+                const int64_t xv = value_8bit(qc.x_type, x, size_t(((b * cc.c + g * cg + ci) * cc.h + yy) * cc.w + xx)) - xz;
+                s += xv * wt[size_t(((o * cg + ci) * cc.kh + r) * cc.kw + t)];
+              }
+          const size_t at = size_t(((b * cc.k + o) * oh + i) * ow + j);
+          want[at] = sums ? int32_t(s) : requantized(double(s), scales[qc.per_channel ? size_t(o) : 0], qc.y_type, yz);
+        }
+  const size_t bytes = kiln_pk_qconv2d_scratch_bytes(cc.c, cc.k, oh, ow, cc.kh, cc.kw, cc.group);
+  const size_t elem = sums ? 4 : 1;
+  std::vector<std::vector<uint8_t>> results;
+  for (const kiln_pk_threads* threads : {static_cast<const kiln_pk_threads*>(nullptr), &kThreaded}) {
+    Scratch scratch(bytes);
+    std::vector<uint8_t> y(y_size * elem, 0xee);
+    kiln::pk::qconv2d_with_config(cfg ? *cfg : kiln::pk::target_config(), threads, cc.n, cc.c, cc.h, cc.w, cc.k, oh, ow, cc.kh,
+                                  cc.kw, cc.sh, cc.sw, cc.pt, cc.pl, cc.dh, cc.dw, cc.group, qc.x_type, x.data(), &x_zero,
+                                  wt.data(), cc.bias ? bias.data() : nullptr, sums ? nullptr : scales.data(),
+                                  sums ? 0 : int64_t(scales.size()), qc.y_type, sums ? nullptr : &y_zero, y.data(),
+                                  scratch.get());
+    EXPECT_TRUE(scratch.guards_intact());
+    results.push_back(y);
+  }
+  EXPECT_EQ(results[0], results[1]) << "threaded result differs from serial";
+  int bad = 0;
+  for (size_t i = 0; i < y_size; ++i) {
+    int32_t got;
+    if (sums)
+      std::memcpy(&got, results[0].data() + i * 4, 4);
+    else
+      got = value_8bit(qc.y_type, results[0], i);
+    if (got != want[i] && bad++ < 5) ADD_FAILURE() << "[" << i << "] got " << got << ", want " << want[i];
+  }
+}
+
+TEST(PortableQuantized, ConvolutionShapesTypesAndVariants) {
+  unsigned seed = 5000;
+  std::vector<ConvCase> shapes = conv_shapes();
+  {
+    ConvCase c{2, 6, 9, 9, 6, 3, 3};  // depthwise, stride 2, padded
+    c.group = 6;
+    c.sh = c.sw = 2;
+    c.pt = c.pl = c.pb = c.pr = 1;
+    shapes.push_back(c);
+  }
+  {
+    ConvCase c{1, 8, 5, 150, 16, 1, 1};  // 1x1 over more columns than a chunk
+    shapes.push_back(c);
+  }
+  for (const ConvCase& c : shapes)
+    for (int32_t y_type : {KILN_PK_UINT8, KILN_PK_INT8, KILN_PK_INT32}) {
+      const int32_t x_type = (seed & 1) ? KILN_PK_INT8 : KILN_PK_UINT8;
+      check_qconv({c, x_type, y_type, (seed & 2) != 0}, nullptr, seed);
+      ++seed;
+    }
+  for (const Config& cfg : kConfigs)
+    for (const ConvCase& c : shapes) check_qconv({c, KILN_PK_UINT8, KILN_PK_UINT8}, &cfg, seed++);
+}
+
+TEST(PortableQuantized, ConvolutionRandomCases) {
+  std::mt19937 rng(5300);
+  auto pick = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint32_t(hi - lo + 1)); };
+  for (int done = 0, i = 0; done < 150; ++i) {
+    const bool depthwise = rng() % 3 == 0;
+    const int64_t group = depthwise ? pick(1, 6) : pick(1, 3);
+    const int64_t cg = depthwise ? 1 : pick(1, 9), kg = depthwise ? 1 : pick(1, 9);
+    ConvCase c{pick(1, 2), cg * group, pick(1, 12), pick(1, 40), kg * group, pick(1, 4), pick(1, 4)};
+    c.group = group;
+    c.sh = pick(1, 3), c.sw = pick(1, 3), c.dh = pick(1, 2), c.dw = pick(1, 2);
+    c.pt = pick(0, 2), c.pb = pick(0, 2), c.pl = pick(0, 2), c.pr = pick(0, 2);
+    if (c.pt >= c.dh * (c.kh - 1) + 1 || c.pb >= c.dh * (c.kh - 1) + 1 || c.pl >= c.dw * (c.kw - 1) + 1 ||
+        c.pr >= c.dw * (c.kw - 1) + 1 || c.oh() < 1 || c.ow() < 1)
+      continue;
+    c.bias = rng() & 1;
+    const int64_t which = pick(0, 6);
+    check_qconv({c, int32_t(pick(0, 1)), int32_t(pick(0, 2)), (rng() & 1) != 0}, which == 6 ? nullptr : &kConfigs[which],
+                40000 + unsigned(i));
+    ++done;
+  }
+}
+
+TEST(PortableQuantized, MatMul) {
+  unsigned seed = 5500;
+  for (const Config* cfg : {static_cast<const Config*>(nullptr), &kConfigs[0], &kConfigs[3], &kConfigs[5]})
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 7, 5}, {37, 130, 17}, {128, 24, 256}, {5, 300, 1}})
+      for (int32_t a_type : {KILN_PK_UINT8, KILN_PK_INT8})
+        for (int32_t y_type : {KILN_PK_UINT8, KILN_PK_INT8, KILN_PK_INT32}) {
+          SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " a " +
+                       std::to_string(a_type) + " y " + std::to_string(y_type) + " config " + config_name(cfg));
+          std::mt19937 rng(seed++);
+          const std::vector<uint8_t> a = random_8bit(size_t(m * k), a_type, rng);
+          std::vector<int8_t> b(size_t(k * n));
+          for (auto& v : b) v = int8_t(rng());
+          const bool per_column = rng() & 1, sums = y_type == KILN_PK_INT32;
+          std::vector<float> scales(per_column ? size_t(n) : 1);
+          for (auto& f : scales) f = 0.00005f + float(rng() % 1000) * 1e-6f;
+          const uint8_t a_zero = uint8_t(rng()), y_zero = uint8_t(rng());
+          const int32_t az = value_8bit(a_type, {a_zero}, 0),
+                        yz = value_8bit(y_type == KILN_PK_INT8 ? KILN_PK_INT8 : KILN_PK_UINT8, {y_zero}, 0);
+          std::vector<std::vector<uint8_t>> results;
+          for (const kiln_pk_threads* threads : {static_cast<const kiln_pk_threads*>(nullptr), &kThreaded}) {
+            Scratch scratch(kiln_pk_qmatmul_scratch_bytes(m, n, k));
+            std::vector<uint8_t> y(size_t(m * n) * (sums ? 4 : 1), 0xee);
+            kiln::pk::qmatmul_with_config(cfg ? *cfg : kiln::pk::target_config(), threads, m, n, k, a_type, a.data(), &a_zero,
+                                          b.data(), sums ? nullptr : scales.data(), sums ? 0 : int64_t(scales.size()), y_type,
+                                          sums ? nullptr : &y_zero, y.data(), scratch.get());
+            EXPECT_TRUE(scratch.guards_intact());
+            results.push_back(y);
+          }
+          EXPECT_EQ(results[0], results[1]) << "threaded result differs from serial";
+          int bad = 0;
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              int64_t s = 0;
+              for (int64_t p = 0; p < k; ++p) s += int64_t(value_8bit(a_type, a, size_t(i * k + p)) - az) * b[size_t(p * n + j)];
+              const size_t at = size_t(i * n + j);
+              int32_t got;
+              if (sums)
+                std::memcpy(&got, results[0].data() + at * 4, 4);
+              else
+                got = value_8bit(y_type, results[0], at);
+              const int32_t want = sums ? int32_t(s) : requantized(double(s), scales[per_column ? size_t(j) : 0], y_type, yz);
+              if (got != want && bad++ < 5) ADD_FAILURE() << "[" << i << ", " << j << "] got " << got << ", want " << want;
+            }
+        }
+}
+
+TEST(PortableQuantized, QuantizeDequantizeAndAdd) {
+  std::mt19937 rng(5700);
+  const int64_t outer = 3, channels = 5, inner = 4099;  // a block and a tail per row
+  const size_t n = size_t(outer * channels * inner);
+  std::vector<float> x(n), scale(channels);
+  for (auto& v : x) v = float(int(rng() % 20001) - 10000) / 37.0f;
+  x[7] = 2.5f, x[8] = -3.5f, x[9] = std::numeric_limits<float>::infinity();
+  for (auto& s : scale) s = 0.05f + float(rng() % 100) * 0.01f;
+  scale[0] = 1.0f;  // exact ties: 2.5 -> 2, -3.5 -> -4
+  for (int32_t type : {KILN_PK_UINT8, KILN_PK_INT8}) {
+    std::vector<uint8_t> zero(channels);
+    for (auto& z : zero) z = uint8_t(type == KILN_PK_INT8 ? int8_t(rng() % 21) - 10 : int8_t(rng() % 50 + 100));
+    std::vector<uint8_t> q(n), q1(n);
+    kiln_pk_quantize(&kThreaded, outer, channels, inner, x.data(), scale.data(), zero.data(), type, q.data());
+    kiln_pk_quantize(nullptr, outer, channels, inner, x.data(), scale.data(), zero.data(), type, q1.data());
+    EXPECT_EQ(q, q1);
+    std::vector<float> back(n);
+    kiln_pk_dequantize(&kThreaded, outer, channels, inner, type, q.data(), scale.data(), zero.data(), back.data());
+    int bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t c = i / size_t(inner) % size_t(channels);
+      const int32_t z = value_8bit(type, zero, c);
+      const double want = std::clamp(std::nearbyint(double(x[i] / scale[c])) + z, type == KILN_PK_INT8 ? -128.0 : 0.0,
+                                     type == KILN_PK_INT8 ? 127.0 : 255.0);
+      if (value_8bit(type, q, i) != int32_t(want) && bad++ < 5) ADD_FAILURE() << "quantize [" << i << "] of " << x[i];
+      if (back[i] != float(double(int32_t(want) - z) * scale[c]) && bad++ < 5) ADD_FAILURE() << "dequantize [" << i << "]";
+    }
+  }
+  // Cast of int32 to float: a dequantization without scale or zero point.
+  const std::vector<int32_t> big{0, -7, 16777217, -2147483647 - 1, 2147483647};
+  std::vector<float> f(big.size());
+  kiln_pk_dequantize(nullptr, 1, 1, int64_t(big.size()), KILN_PK_INT32, big.data(), nullptr, nullptr, f.data());
+  for (size_t i = 0; i < big.size(); ++i) EXPECT_EQ(f[i], float(big[i]));
+
+  // DynamicQuantizeLinear: the range includes 0.
+  std::vector<float> d(1000);
+  for (auto& v : d) v = float(int(rng() % 2001) - 500) / 100.0f;
+  std::vector<uint8_t> dq(d.size());
+  float s = 0;
+  uint8_t z = 0;
+  kiln_pk_dynamic_quantize(&kThreaded, int64_t(d.size()), d.data(), dq.data(), &s, &z);
+  const float lo = std::min(0.0f, *std::min_element(d.begin(), d.end())),
+              hi = std::max(0.0f, *std::max_element(d.begin(), d.end()));
+  EXPECT_EQ(s, (hi - lo) / 255.0f);
+  EXPECT_EQ(z, uint8_t(std::clamp(std::nearbyint(double(0.0f - lo / s)), 0.0, 255.0)));
+  for (size_t i = 0; i < d.size(); ++i)
+    ASSERT_EQ(dq[i], uint8_t(std::clamp(std::nearbyint(double(d[i] / s)) + z, 0.0, 255.0))) << i;
+  const std::vector<float> zeros(9, 0.0f);
+  kiln_pk_dynamic_quantize(nullptr, 9, zeros.data(), dq.data(), &s, &z);
+  EXPECT_EQ(s, 0.0f);
+  EXPECT_EQ(z, 0);
+
+  // QLinearAdd, in double as the reference.
+  const size_t count = 10007;
+  const std::vector<uint8_t> a = random_8bit(count, KILN_PK_UINT8, rng), b = random_8bit(count, KILN_PK_INT8, rng);
+  const uint8_t za = 128, zb = uint8_t(int8_t(-3)), zy = uint8_t(int8_t(5));
+  std::vector<uint8_t> y(count);
+  kiln_pk_qadd(&kThreaded, int64_t(count), KILN_PK_UINT8, a.data(), 0.02f, &za, KILN_PK_INT8, b.data(), 0.03f, &zb, 0.05f,
+               KILN_PK_INT8, &zy, y.data());
+  for (size_t i = 0; i < count; ++i) {
+    const double v = (double(0.02f) * (a[i] - 128.0) + double(0.03f) * (int8_t(b[i]) + 3.0)) / double(0.05f);
+    ASSERT_EQ(int8_t(y[i]), int8_t(std::clamp(std::nearbyint(v) + 5, -128.0, 127.0))) << i;
+  }
+}
+
+TEST(PortableQuantized, MaxPool) {
+  std::mt19937 rng(5900);
+  for (const PoolCase& c : pool_shapes())
+    for (int32_t type : {KILN_PK_UINT8, KILN_PK_INT8}) {
+      const std::vector<uint8_t> x = random_8bit(size_t(c.planes * c.h * c.w), type, rng);
+      std::vector<uint8_t> y(size_t(c.planes * c.oh() * c.ow()));
+      kiln_pk_max_pool2d_8bit(&kThreaded, c.planes, c.h, c.w, c.oh(), c.ow(), c.kh, c.kw, c.sh, c.sw, c.pt, c.pl, c.dh, c.dw,
+                              type, x.data(), y.data());
+      for (int64_t p = 0; p < c.planes; ++p)
+        for (int64_t i = 0; i < c.oh(); ++i)
+          for (int64_t j = 0; j < c.ow(); ++j) {
+            int32_t m = type == KILN_PK_INT8 ? -128 : 0;
+            for (int64_t r = 0; r < c.kh; ++r)
+              for (int64_t t = 0; t < c.kw; ++t) {
+                const int64_t yy = i * c.sh - c.pt + r * c.dh, xx = j * c.sw - c.pl + t * c.dw;
+                if (yy >= 0 && yy < c.h && xx >= 0 && xx < c.w)
+                  m = std::max(m, value_8bit(type, x, size_t((p * c.h + yy) * c.w + xx)));
+              }
+            ASSERT_EQ(value_8bit(type, y, size_t((p * c.oh() + i) * c.ow() + j)), m) << p << " " << i << " " << j;
+          }
+    }
 }
 
 }  // namespace

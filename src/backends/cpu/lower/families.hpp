@@ -65,6 +65,16 @@ bool lower_qgemm(Context& cx, const ir::Node& n);
 // QuantizeLinear and DequantizeLinear.
 bool lower_quantize(Context& cx, const ir::Node& n);
 
+// quantized_portable.cpp: the same operators on the portable kernels.
+bool portable_qlinear_conv(Context& cx, const ir::Node& n);
+bool portable_conv_integer(Context& cx, const ir::Node& n);
+bool portable_qlinear_matmul(Context& cx, const ir::Node& n);
+bool portable_matmul_integer(Context& cx, const ir::Node& n);
+bool portable_dynamic_quantize(Context& cx, const ir::Node& n);
+bool portable_cast(Context& cx, const ir::Node& n);
+bool portable_qlinear_add(Context& cx, const ir::Node& n);
+bool portable_quantize(Context& cx, const ir::Node& n);
+
 // elementwise.cpp: a loop, or a oneDNN binary between blocked operands.
 bool lower_elementwise(Context& cx, const ir::Node& n);
 // A loop only (what the portable kernels take).

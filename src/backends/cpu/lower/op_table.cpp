@@ -62,14 +62,14 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
         {"RNN", primitive(&lower_recurrent, &portable_recurrent)},
         {"GRU", primitive(&lower_recurrent, &portable_recurrent)},
         {"LSTM", primitive(&lower_recurrent, &portable_recurrent)},
-        // quantized.cpp
-        {"QLinearConv", primitive(&lower_qlinear_conv, nullptr)},
-        {"ConvInteger", primitive(&lower_conv_integer, nullptr)},
-        {"QLinearMatMul", primitive(&lower_qlinear_matmul, nullptr)},
-        {"QuantizeLinear", primitive(&lower_quantize, nullptr)},
-        {"DequantizeLinear", primitive(&lower_quantize, nullptr)},
-        {"DynamicQuantizeLinear", primitive(&lower_dynamic_quantize, nullptr)},
-        {"MatMulInteger", primitive(&lower_matmul_integer, nullptr)},
+        // quantized.cpp, quantized_portable.cpp
+        {"QLinearConv", primitive(&lower_qlinear_conv, &portable_qlinear_conv)},
+        {"ConvInteger", primitive(&lower_conv_integer, &portable_conv_integer)},
+        {"QLinearMatMul", primitive(&lower_qlinear_matmul, &portable_qlinear_matmul)},
+        {"QuantizeLinear", primitive(&lower_quantize, &portable_quantize)},
+        {"DequantizeLinear", primitive(&lower_quantize, &portable_quantize)},
+        {"DynamicQuantizeLinear", primitive(&lower_dynamic_quantize, &portable_dynamic_quantize)},
+        {"MatMulInteger", primitive(&lower_matmul_integer, &portable_matmul_integer)},
         // elementwise.cpp
         {"Add", loop(Op::Add, 2)},
         {"Sub", loop(Op::Sub, 2)},
@@ -107,8 +107,9 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
     // does (pool_resize.cpp), but not claimed (see Backend::supports): the
     // other modes run their reference kernel in the program.
     t["Resize"] = t["Upsample"] = {StepKind::Primitive, &lower_resize, nullptr, false};
-    // Lowered from the integer types to float only (quantized.cpp).
-    t["Cast"] = {StepKind::Primitive, &lower_cast, nullptr, false};
+    // Lowered from the integer types to float only (quantized.cpp,
+    // quantized_portable.cpp).
+    t["Cast"] = {StepKind::Primitive, &lower_cast, &portable_cast, false};
     return t;
   }();
   return table;
@@ -119,8 +120,8 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
 // ONNX Runtime's contrib operators that the graph passes make (fuse_qdq).
 const std::map<std::string, OpLowering, std::less<>>& contrib_table() {
   static const std::map<std::string, OpLowering, std::less<>> table = {
-      {"QLinearAdd", primitive(&lower_qlinear_add, nullptr)},  // quantized.cpp
-      {"QGemm", primitive(&lower_qgemm, nullptr)},             // quantized.cpp
+      {"QLinearAdd", primitive(&lower_qlinear_add, &portable_qlinear_add)},  // quantized.cpp, quantized_portable.cpp
+      {"QGemm", primitive(&lower_qgemm, nullptr)},                           // quantized.cpp
   };
   return table;
 }

@@ -10,6 +10,7 @@
 #include "backends/cpu/lower/context.hpp"
 #include "backends/cpu/lower/families.hpp"
 #include "backends/cpu/lower/fusion.hpp"
+#include "backends/cpu/portable/kernels.h"
 #include "backends/cpu/thread_budget.hpp"
 #include "backends/reference/kernel_context.hpp"
 #include "backends/reference/ops/op_util.hpp"
@@ -179,7 +180,11 @@ bool lower_resize(Context& cx, const ir::Node& n) {
 }
 
 bool portable_pool(Context& cx, const ir::Node& n) {
-  if (n.inputs.empty() || !cx.is_f32(n.inputs[0])) return false;
+  if (n.inputs.empty()) return false;
+  // The maximum of quantized values is the quantized maximum (fuse_qdq).
+  const DType type = cx.dtype(n.inputs[0]);
+  const bool quantized = n.op_type == "MaxPool" && (type == DType::UInt8 || type == DType::Int8);
+  if (!cx.is_f32(n.inputs[0]) && !quantized) return false;
   if (!cx.only_first_output_wanted(n)) return false;
   const Dims in = cx.dims(n.inputs[0]), out = cx.dims(n.outputs[0]);
   if (in.size() != 3 && in.size() != 4) return false;
@@ -203,6 +208,7 @@ bool portable_pool(Context& cx, const ir::Node& n) {
   if (n.op_type == "MaxPool") {
     a.push_back(Call::i64(dil[0]));
     a.push_back(Call::i64(dil[1]));
+    if (quantized) a.push_back(Call::i32(type == DType::Int8 ? KILN_PK_INT8 : KILN_PK_UINT8));
   } else {
     a.push_back(Call::i32(include_pad));
   }
@@ -211,7 +217,10 @@ bool portable_pool(Context& cx, const ir::Node& n) {
   const int src = cx.plain(n.inputs[0]);
   cx.compiled();
   cx.add_call(n.describe(), {src, cx.define_plain(n.outputs[0])}, {0, 1},
-              {n.op_type == "MaxPool" ? "kiln_pk_max_pool2d" : "kiln_pk_avg_pool2d", std::move(a), false});
+              {n.op_type != "MaxPool" ? "kiln_pk_avg_pool2d"
+               : quantized            ? "kiln_pk_max_pool2d_8bit"
+                                      : "kiln_pk_max_pool2d",
+               std::move(a), false});
   return true;
 }
 

@@ -4,7 +4,8 @@
  * code (scratch sizes at lowering time, unit tests).
  *
  * Contract, for every kernel:
- * - float32, dense row-major tensors unless a stride says otherwise;
+ * - float32 (the quantized models' kernels: the types they name), dense
+ *   row-major tensors unless a stride says otherwise;
  * - no allocation, no threads, no libstdc++: what a kernel needs beyond its
  *   operands is `scratch`, of at least the bytes its *_scratch_bytes function
  *   returns for the same shape (64-byte aligned; a pure function of the
@@ -96,6 +97,54 @@ void kiln_pk_avg_pool2d(const kiln_pk_threads* threads, int64_t planes, int64_t 
                         const float* x, float* y);
 /* y[p] = mean (or max) of x[p * size .. p * size + size). */
 void kiln_pk_global_pool(const kiln_pk_threads* threads, int64_t planes, int64_t size, int32_t is_max, const float* x, float* y);
+
+/* Quantized models. Element types of 8-bit and integer operands: */
+enum { KILN_PK_UINT8 = 0, KILN_PK_INT8 = 1, KILN_PK_INT32 = 2 };
+/* A zero point is a pointer to one value of its operand's type (per
+ * channel: one per channel), or NULL for 0. Sums of products are exact in
+ * int32. A requantized output is saturate(round_half_even(v) + y_zero) in
+ * y_type (UINT8 or INT8), v the sum (plus bias) times its scale, in float;
+ * y_type INT32 keeps the sums (no scales then). */
+
+/* kiln_pk_conv2d's convolution of 8-bit x (x_type) less its zero point by
+ * int8 weights symmetric about 0 ([k, c / group, kh, kw]), plus an int32
+ * bias ([k] or NULL); scales: 1 or k floats (scale_count), the input's
+ * scale times the weights' over the output's. */
+void kiln_pk_qconv2d(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t oh,
+                     int64_t ow, int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l,
+                     int64_t dilation_h, int64_t dilation_w, int64_t group, int32_t x_type, const void* x, const void* x_zero,
+                     const int8_t* weights, const int32_t* bias, const float* scales, int64_t scale_count, int32_t y_type,
+                     const void* y_zero, void* y, void* scratch);
+size_t kiln_pk_qconv2d_scratch_bytes(int64_t c, int64_t k, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t group);
+
+/* y[m x n] from (a[m x k] (a_type) - a_zero) times int8 b[k x n] (zero
+ * point 0); scales: 1 or n floats (one per column). */
+void kiln_pk_qmatmul(const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, int32_t a_type, const void* a,
+                     const void* a_zero, const int8_t* b, const float* scales, int64_t scale_count, int32_t y_type,
+                     const void* y_zero, void* y, void* scratch);
+size_t kiln_pk_qmatmul_scratch_bytes(int64_t m, int64_t n, int64_t k);
+
+/* QuantizeLinear of x viewed as [outer, channels, inner]: y =
+ * saturate(round_half_even(x / scale[c]) + zero[c]) (a NaN gives the
+ * lowest value); DequantizeLinear: y = (x - zero[c]) * scale[c], x_type
+ * UINT8, INT8 or INT32, scale NULL for 1 (a Cast to float). */
+void kiln_pk_quantize(const kiln_pk_threads* threads, int64_t outer, int64_t channels, int64_t inner, const float* x,
+                      const float* scale, const void* zero, int32_t y_type, void* y);
+void kiln_pk_dequantize(const kiln_pk_threads* threads, int64_t outer, int64_t channels, int64_t inner, int32_t x_type,
+                        const void* x, const float* scale, const void* zero, float* y);
+/* DynamicQuantizeLinear: uint8 y, its scale and zero point from the range
+ * of x (widened to include 0). */
+void kiln_pk_dynamic_quantize(const kiln_pk_threads* threads, int64_t count, const float* x, uint8_t* y, float* y_scale,
+                              uint8_t* y_zero);
+/* com.microsoft QLinearAdd of two tensors of `count` elements:
+ * saturate(round_half_even((a_scale (a - a_zero) + b_scale (b - b_zero)) / y_scale) + y_zero), in double. */
+void kiln_pk_qadd(const kiln_pk_threads* threads, int64_t count, int32_t a_type, const void* a, float a_scale, const void* a_zero,
+                  int32_t b_type, const void* b, float b_scale, const void* b_zero, float y_scale, int32_t y_type,
+                  const void* y_zero, void* y);
+/* kiln_pk_max_pool2d of UINT8 or INT8 planes. */
+void kiln_pk_max_pool2d_8bit(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                             int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l,
+                             int64_t dilation_h, int64_t dilation_w, int32_t type, const void* x, void* y);
 
 /* Reductions of x viewed as [outer, len, inner] over the middle axis, into
  * y: [outer, inner]. */
