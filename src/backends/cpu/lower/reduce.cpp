@@ -3,7 +3,9 @@
 // float32 tensors over constant axes: oneDNN's reduction primitive, and the
 // portable kernel over one contiguous run of axes. Integer types, axes of
 // the run and empty tensors run the reference kernel.
-#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
 
 #include "backends/cpu/lower/context.hpp"
 #include "backends/cpu/lower/families.hpp"
@@ -37,7 +39,7 @@ std::optional<Reduced> reduced_axes(Context& cx, const ir::Node& n) {
   } else {
     axes = ctx.attr_ints("axes");
   }
-  // An empty list with noop_with_empty_axes is an Identity (the passes make it one).
+  // An empty list with noop_with_empty_axes reduces nothing: a copy, left to the reference kernel.
   if (axes.empty() && ctx.attr_int("noop_with_empty_axes", 0) != 0) return std::nullopt;
   Reduced r{std::vector<bool>(in.size(), axes.empty()), in};
   for (int64_t a : axes) {
