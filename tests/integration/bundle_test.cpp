@@ -941,18 +941,16 @@ TEST_F(QuantizedNativeBundle, QOperatorNetworkMatchesTheReference) {
   net_matches(*reference_, qlinear_net(), {3, 5, 5}, native_run());
 }
 
-// DynamicQuantizeLinear computes its scale and zero point from the data on
-// a host kernel, which native bundles do not carry: freezing names the node.
-TEST_F(QuantizedNativeBundle, DynamicQuantizationIsRefusedByName) {
-  using kiln::test::ModelBuilder;
-  ModelBuilder b;
-  b.input("x", 1, {"batch", 16}).output("y", 6, {"batch", 8});
-  b.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"}, "quantize_rows");
-  std::vector<int64_t> w(16 * 8);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = int64_t(i % 17) - 8;
-  b.initializer(int_tensor("w", {16, 8}, w, onnx::TensorProto::INT8));
-  b.node("MatMulInteger", {"xq", "w", "xz"}, {"y"});
-  expect_refused(b.model().SerializeAsString(), "dynamic", "quantize_rows", {"native"});
+// DynamicQuantizeLinear computes its scale and zero point from the data:
+// a host kernel in the JIT, the portable kernel in a native bundle. The
+// QOperator network has it (at whole compiled batch sizes: its range is the
+// whole batch's).
+TEST_F(QuantizedNativeBundle, DynamicQuantizationCallsThePortableKernel) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  NetRun how = native_run();
+  how.frozen = how.batches = {1, 3};
+  how.step = 16.0f / 255;
+  net_matches(*reference_, qoperator_net(), {3, 8, 8}, how);
 }
 
 // A quantized model (`qdq`: as quantizers write it, QuantizeLinear and

@@ -497,6 +497,8 @@ bool lower_qgemm(Context& cx, const ir::Node& n) {
 }
 
 bool lower_dynamic_quantize(Context& cx, const ir::Node& n) {
+  // A native bundle has no host kernels: it calls the portable one.
+  if (!cx.host_kernels) return portable_dynamic_quantize(cx, n);
   if (n.inputs.size() != 1 || n.outputs.size() != 3 || !cx.is_f32(n.inputs[0])) return false;
   for (const auto& out : n.outputs)
     if (out.empty()) return false;
