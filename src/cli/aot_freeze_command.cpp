@@ -4,6 +4,7 @@
 // into a C, C++ or Rust program with nothing but libc and libm (and libdnnl,
 // for native kernels).
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -48,6 +49,11 @@ Tensor constant_value(const std::string& option, const std::vector<TensorInfo>& 
   }
   if (used == 0 || used != text.size())
     throw Error(ErrorCode::InvalidArgument, "--constant " + option + ": '" + text + "' is neither a number nor a .npy file");
+  const bool integer = in->dtype == DType::Int64 || in->dtype == DType::Int32 || in->dtype == DType::Bool;
+  const double limit = in->dtype == DType::Int32 ? 2147483648.0 : 9223372036854775808.0;
+  if (integer && (std::trunc(value) != value || !(std::fabs(value) < limit)))
+    throw Error(ErrorCode::InvalidArgument,
+                "--constant " + option + ": input '" + name + "' takes integers of its type (" + dtype_name(in->dtype) + ")");
   Tensor t(in->dtype, shape);
   switch (in->dtype) {
     case DType::Float32: *t.data_as<float>() = float(value); break;
@@ -59,8 +65,6 @@ Tensor constant_value(const std::string& option, const std::vector<TensorInfo>& 
       throw Error(ErrorCode::InvalidArgument,
                   "--constant " + option + ": give a value of input '" + name + "' (" + in->shape_string() + ") as a .npy file");
   }
-  if (in->dtype != DType::Float32 && in->dtype != DType::Float64 && double(int64_t(value)) != value)
-    throw Error(ErrorCode::InvalidArgument, "--constant " + option + ": input '" + name + "' takes integers");
   return t;
 }
 

@@ -238,3 +238,38 @@ TEST(Cli, EverySubcommandHasHelp) {
   EXPECT_NE(kiln_cmd("--help").out.find("inspect"), std::string::npos);
   EXPECT_NE(kiln_cmd("frobnicate").code, 0);
 }
+
+// aot-freeze --constant: a number for an input of one element, of the
+// input's type; a .npy file otherwise. The frozen bundle takes the other
+// inputs only.
+TEST(Cli, AotFreezeConstantIsCheckedAgainstTheInput) {
+  using kiln::test::ModelBuilder;
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"batch", 4}).input("gain", onnx::TensorProto::INT64, {});
+  b.output("y", onnx::TensorProto::FLOAT, {"batch", 4});
+  ModelBuilder::attr_int(b.node("Cast", {"gain"}, {"g"}), "to", onnx::TensorProto::FLOAT);
+  b.node("Mul", {"x", "g"}, {"y"});
+  const fs::path model = temp_path("gain.onnx"), out = temp_path("gain_bundle");
+  {
+    std::ofstream f(model, std::ios::binary);
+    f << b.model().SerializeAsString();
+  }
+  const std::string freeze = "aot-freeze " + model.string() + " -o " + out.string() + " --no-cache --constant ";
+  auto r = kiln_cmd(freeze + "gain=3");
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::ifstream header(out / "gain.h");
+  const std::string h(std::istreambuf_iterator<char>(header), {});
+  EXPECT_NE(h.find("#define GAIN_NUM_INPUTS 1"), std::string::npos) << h;
+  for (const auto& [value, message] :
+       std::vector<std::pair<std::string, std::string>>{{"gain=1.5", "takes integers of its type (int64)"},
+                                                        {"gain=1e30", "takes integers of its type (int64)"},
+                                                        {"gain=three", "is neither a number nor a .npy file"},
+                                                        {"x=1", "not one element: give its value as a .npy file"},
+                                                        {"rate=1", "the model has no input 'rate'"}}) {
+    r = kiln_cmd(freeze + value);
+    EXPECT_EQ(r.code, 1) << value;
+    EXPECT_NE(r.err.find(message), std::string::npos) << value << ": " << r.err;
+  }
+  fs::remove_all(out);
+  fs::remove(model);
+}
