@@ -450,6 +450,16 @@ std::vector<std::string> ops_after_passes(ModelBuilder& b, std::vector<float>* b
   return ops;
 }
 
+// The passes leave `kept` a float operator and make no `fused` one: the
+// outputs do not change at all.
+void expect_stays_float(ModelBuilder& b, const std::string& kept, const std::string& fused) {
+  std::vector<float> before, after;
+  const auto ops = ops_after_passes(b, &before, &after);
+  EXPECT_NE(std::find(ops.begin(), ops.end(), kept), ops.end());
+  EXPECT_EQ(std::find(ops.begin(), ops.end(), fused), ops.end());
+  EXPECT_EQ(before, after);
+}
+
 }  // namespace
 
 TEST(Passes, QdqConvWithItsReluBecomesOneQLinearConv) {
@@ -464,11 +474,7 @@ TEST(Passes, QdqConvWithItsReluBecomesOneQLinearConv) {
 
 TEST(Passes, QdqConvWithAsymmetricWeightsStaysFloat) {
   ModelBuilder b = qdq_conv(3);
-  std::vector<float> before, after;
-  const auto ops = ops_after_passes(b, &before, &after);
-  EXPECT_NE(std::find(ops.begin(), ops.end(), "Conv"), ops.end());
-  EXPECT_EQ(std::find(ops.begin(), ops.end(), "QLinearConv"), ops.end());
-  EXPECT_EQ(before, after);
+  expect_stays_float(b, "Conv", "QLinearConv");
 }
 
 TEST(Passes, MaxPoolBetweenEqualQuantizersPoolsTheQuantizedValues) {
@@ -558,11 +564,7 @@ TEST(Passes, BroadcastDequantizedAddBecomesQLinearAdd) {
 // Neither operand has the result's shape: the Add stays float.
 TEST(Passes, DequantizedAddLargerThanBothOperandsStaysFloat) {
   ModelBuilder b = broadcast_add({}, {2, 3});
-  std::vector<float> before, after;
-  const auto ops = ops_after_passes(b, &before, &after);
-  EXPECT_NE(std::find(ops.begin(), ops.end(), "Add"), ops.end());
-  EXPECT_EQ(std::find(ops.begin(), ops.end(), "QLinearAdd"), ops.end());
-  EXPECT_EQ(before, after);
+  expect_stays_float(b, "Add", "QLinearAdd");
 }
 
 // DQ(x) -> Gemm(DQ(int8 weights, per column), float bias) -> Q, as

@@ -7,6 +7,7 @@
 #include "backends/cpu/lower/context.hpp"
 #include "backends/cpu/lower/families.hpp"
 #include "backends/cpu/lower/fusion.hpp"
+#include "backends/cpu/lower/portable_conv_shape.hpp"
 #include "backends/cpu/lowering.hpp"
 #include "backends/cpu/portable/kernels.h"
 #include "backends/reference/kernel_context.hpp"
@@ -405,17 +406,8 @@ bool portable_conv(Context& cx, const ir::Node& n) {
   if (n.inputs.size() < 2 || !cx.is_f32(n.inputs[0]) || !cx.is_f32(n.inputs[1]) || n.outputs.size() != 1) return false;
   const bool has_bias = n.inputs.size() > 2 && !n.inputs[2].empty();
   if (has_bias && !cx.is_f32(n.inputs[2])) return false;
-  const Dims in = cx.dims(n.inputs[0]), wd = cx.dims(n.inputs[1]), out = cx.dims(n.outputs[0]);
-  if ((in.size() != 3 && in.size() != 4) || wd.size() != in.size() || out.size() != in.size()) return false;
-  if (has_bias && ir::checked_numel(cx.dims(n.inputs[2])) != wd[0]) return false;
-  ref::KernelContext ctx(n, {}, nullptr);
-  const int64_t group = ctx.attr_int("group", 1);
-  ref::Geometry geo = ref::forward_geometry(ctx, Dims(in.begin() + 2, in.end()), Dims(wd.begin() + 2, wd.end()), false);
-  if (Dims(out.begin() + 2, out.end()) != geo.out || group < 1 || in[1] != wd[1] * group || wd[0] % group) return false;
-  // A 1-D convolution is a 2-D one of height 1.
-  auto two = [&](const Dims& d, int64_t one) { return d.size() == 1 ? Dims{one, d[0]} : d; };
-  const Dims hw = two(Dims(in.begin() + 2, in.end()), 1), k = two(geo.kernel, 1), st = two(geo.strides, 1),
-             pad = two(geo.pad_begin, 0), dil = two(geo.dilations, 1), o = two(geo.out, 1);
+  const auto shape = portable_conv_shape(n, cx.dims(n.inputs[0]), cx.dims(n.inputs[1]), cx.dims(n.outputs[0]));
+  if (!shape || (has_bias && ir::checked_numel(cx.dims(n.inputs[2])) != shape->k)) return false;
   Epilogue e = portable_epilogue(cx, n.outputs[0], true);
   std::vector<int> args{cx.plain(n.inputs[0]), cx.plain(n.inputs[1])};
   std::vector<char> writes{0, 0};
@@ -427,37 +419,15 @@ bool portable_conv(Context& cx, const ir::Node& n) {
   }
   int dst = -1;
   const Call::Arg residual = epilogue_args(cx, e, args, writes, dst);
-  const size_t scratch_bytes = kiln_pk_conv2d_scratch_bytes(in[0], in[1], hw[0], hw[1], wd[0], o[0], o[1], k[0], k[1], st[0],
-                                                            st[1], dil[0], dil[1], group);
-  const Call::Arg work = cx.scratch(args, writes, scratch_bytes, n.describe());
-  Call call{"kiln_pk_conv2d",
-            {Call::i64(in[0]),
-             Call::i64(in[1]),
-             Call::i64(hw[0]),
-             Call::i64(hw[1]),
-             Call::i64(wd[0]),
-             Call::i64(o[0]),
-             Call::i64(o[1]),
-             Call::i64(k[0]),
-             Call::i64(k[1]),
-             Call::i64(st[0]),
-             Call::i64(st[1]),
-             Call::i64(pad[0]),
-             Call::i64(pad[1]),
-             Call::i64(dil[0]),
-             Call::i64(dil[1]),
-             Call::i64(group),
-             Call::buffer(0),
-             Call::buffer(1),
-             bias,
-             residual,
-             Call::buffer(dst),
-             Call::i32(e.act),
-             Call::f32(e.alpha),
-             Call::f32(e.beta),
-             Call::i32(conv_split(cx, e.fused.value)),
-             work},
-            false};
+  const PortableConvShape& c = *shape;
+  const Call::Arg work =
+      cx.scratch(args, writes,
+                 kiln_pk_conv2d_scratch_bytes(c.n, c.c, c.h, c.w, c.k, c.oh, c.ow, c.kh, c.kw, c.sh, c.sw, c.dh, c.dw, c.group),
+                 n.describe());
+  std::vector<Call::Arg> call_args = c.args();
+  call_args.insert(call_args.end(), {Call::buffer(0), Call::buffer(1), bias, residual, Call::buffer(dst), Call::i32(e.act),
+                                     Call::f32(e.alpha), Call::f32(e.beta), Call::i32(conv_split(cx, e.fused.value)), work});
+  Call call{"kiln_pk_conv2d", std::move(call_args), false};
   cx.compiled();
   absorb(cx, e.fused);
   cx.add_call(n.describe(), std::move(args), std::move(writes), std::move(call));

@@ -12,6 +12,7 @@
 
 #include "backends/cpu/lower/context.hpp"
 #include "backends/cpu/lower/families.hpp"
+#include "backends/cpu/lower/portable_conv_shape.hpp"
 #include "backends/cpu/portable/kernels.h"
 #include "backends/reference/kernel_context.hpp"
 #include "backends/reference/ops/op_util.hpp"
@@ -98,20 +99,16 @@ bool emit_qconv(Context& cx, const ir::Node& n, const ConvInputs& in, const std:
   const std::string &x = n.inputs[0], &y = n.outputs[0];
   const DType xt = cx.dtype(x), yt = cx.dtype(y);
   if (!is_8bit(xt) || !symmetric_int8(cx, n, in.w, in.w_zero)) return false;
-  const Dims xd = cx.dims(x), wd = cx.dims(n.inputs[in.w]), out = cx.dims(y);
-  if ((xd.size() != 3 && xd.size() != 4) || wd.size() != xd.size() || out.size() != xd.size()) return false;
-  ref::KernelContext ctx(n, {}, nullptr);
-  const int64_t group = ctx.attr_int("group", 1);
-  const ref::Geometry geo = ref::forward_geometry(ctx, Dims(xd.begin() + 2, xd.end()), Dims(wd.begin() + 2, wd.end()), false);
-  if (Dims(out.begin() + 2, out.end()) != geo.out || group < 1 || xd[1] != wd[1] * group || wd[0] % group || out[1] != wd[0])
-    return false;
+  const auto shape = portable_conv_shape(n, cx.dims(x), cx.dims(n.inputs[in.w]), cx.dims(y));
+  if (!shape) return false;
+  const PortableConvShape& c = *shape;
   std::vector<int> args{cx.plain(x)};
   Call::Arg x_zero, bias = Call::null(), y_zero = Call::null(), scale_arg = Call::null();
   if (!zero_point(cx, n, in.x_zero, xt, args, x_zero)) return false;
   const Call::Arg weights = input(cx, args, n.inputs[in.w]);
   if (given(n, in.bias)) {
     const ir::Tensor* b = cx.constant(n.inputs[in.bias]);
-    if (!b || b->dtype() != DType::Int32 || b->numel() != wd[0]) return false;
+    if (!b || b->dtype() != DType::Int32 || b->numel() != c.k) return false;
     bias = input(cx, args, n.inputs[in.bias]);
   }
   if (requantize) {
@@ -120,44 +117,17 @@ bool emit_qconv(Context& cx, const ir::Node& n, const ConvInputs& in, const std:
   } else if (yt != DType::Int32) {
     return false;
   }
-  auto two = [&](const Dims& d, int64_t one) { return d.size() == 1 ? Dims{one, d[0]} : d; };
-  const Dims hw = two(Dims(xd.begin() + 2, xd.end()), 1), k = two(geo.kernel, 1), st = two(geo.strides, 1),
-             pad = two(geo.pad_begin, 0), dil = two(geo.dilations, 1), o = two(geo.out, 1);
   args.push_back(cx.define_plain(y));
   const Call::Arg dst = Call::buffer(int(args.size()) - 1);
   std::vector<char> writes(args.size(), 0);
   writes.back() = 1;
   const Call::Arg work =
-      cx.scratch(args, writes, kiln_pk_qconv2d_scratch_bytes(xd[1], wd[0], o[0], o[1], k[0], k[1], group), n.describe());
-  Call call{"kiln_pk_qconv2d",
-            {Call::i64(xd[0]),
-             Call::i64(xd[1]),
-             Call::i64(hw[0]),
-             Call::i64(hw[1]),
-             Call::i64(wd[0]),
-             Call::i64(o[0]),
-             Call::i64(o[1]),
-             Call::i64(k[0]),
-             Call::i64(k[1]),
-             Call::i64(st[0]),
-             Call::i64(st[1]),
-             Call::i64(pad[0]),
-             Call::i64(pad[1]),
-             Call::i64(dil[0]),
-             Call::i64(dil[1]),
-             Call::i64(group),
-             Call::i32(*pk_type(xt)),
-             Call::buffer(0),
-             x_zero,
-             weights,
-             bias,
-             scale_arg,
-             Call::i64(requantize ? int64_t(requantize->size()) : 0),
-             Call::i32(*pk_type(yt)),
-             y_zero,
-             dst,
-             work},
-            false};
+      cx.scratch(args, writes, kiln_pk_qconv2d_scratch_bytes(c.c, c.k, c.oh, c.ow, c.kh, c.kw, c.group), n.describe());
+  std::vector<Call::Arg> call_args = c.args();
+  call_args.insert(call_args.end(),
+                   {Call::i32(*pk_type(xt)), Call::buffer(0), x_zero, weights, bias, scale_arg,
+                    Call::i64(requantize ? int64_t(requantize->size()) : 0), Call::i32(*pk_type(yt)), y_zero, dst, work});
+  Call call{"kiln_pk_qconv2d", std::move(call_args), false};
   cx.compiled();
   cx.add_call(n.describe(), std::move(args), std::move(writes), std::move(call));
   return true;
