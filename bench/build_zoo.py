@@ -124,6 +124,66 @@ class AudioConv(torch.nn.Module):
         return self.net(x)
 
 
+class VoiceActivity(torch.nn.Module):
+    """A voice-activity detector in the shape of exported ones: an If on the
+    sample-rate input picks one of two stacks of 1-D convolutions (8 kHz
+    audio takes smaller strides), then an LSTM cell carries state from chunk
+    to chunk (state in, state out)."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+
+        def stack(stride):
+            return nn.Sequential(nn.Conv1d(1, 32, 8, stride=stride), nn.ReLU(), nn.Conv1d(32, 64, 3, stride=2), nn.ReLU(),
+                                 nn.Conv1d(64, 64, 3, stride=2), nn.ReLU())
+        self.wide, self.narrow = stack(4), stack(2)
+        self.cell = nn.LSTMCell(64, 64)
+        self.head = nn.Linear(64, 1)
+
+    def forward(self, x, sr, h, c):
+        if bool(sr == 16000):
+            f = self.wide(x).mean(dim=2)
+        else:
+            f = self.narrow(x).mean(dim=2)
+        h, c = self.cell(f, (h, c))
+        return torch.sigmoid(self.head(h)), h, c
+
+
+class LoopRefiner(torch.nn.Module):
+    """Refinement steps written as a Python loop whose count comes from the
+    input's shape (one step per 16 features), which a scripted export keeps
+    as a Loop: h = tanh(h W + x W'), the steps' sum carried along."""
+
+    def __init__(self):
+        super().__init__()
+        self.state = torch.nn.Linear(128, 128)
+        self.input = torch.nn.Linear(128, 128)
+
+    def forward(self, x):
+        h = torch.zeros_like(x)
+        total = torch.zeros_like(x)
+        drive = self.input(x)
+        for _ in range(x.shape[1] // 16):
+            h = torch.tanh(self.state(h) + drive)
+            total = total + h
+        return total
+
+
+def export_control_flow(out):
+    """The control-flow models of --others, exported scripted so that their
+    branch and loop stay If and Loop nodes."""
+    with torch.no_grad():
+        vad = torch.jit.script(VoiceActivity().eval())
+        h = torch.zeros(1, 64)
+        torch.onnx.export(vad, (torch.randn(1, 1, 512), torch.tensor(16000), h, h), os.path.join(out, "voice_activity.onnx"),
+                          input_names=["input", "sr", "h", "c"], output_names=["output", "h_out", "c_out"], opset_version=17)
+        loop = torch.jit.script(LoopRefiner().eval())
+        torch.onnx.export(loop, (torch.randn(1, 128),), os.path.join(out, "loop_refiner.onnx"), input_names=["input"],
+                          output_names=["output"], opset_version=17)
+    print(f"wrote {out}/voice_activity.onnx and loop_refiner.onnx")
+
+
 def export(model, example, path, input_name, dynamic):
     model.eval()
     torch.onnx.export(model, example, path, input_names=[input_name], output_names=["output"],
@@ -231,6 +291,8 @@ def main():
             if not only or name in only:
                 export(informative(make(), shape), torch.randn(1, *shape), os.path.join(args.out, "others", name + ".onnx"),
                        "input", dynamic)
+        if not only or only & {"voice_activity", "loop_refiner"}:
+            export_control_flow(os.path.join(args.out, "others"))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -104,6 +106,16 @@ struct Case {
   Case& input_values(const std::string& name, const Dims& dims, const std::vector<T>& values) {
     declare_input(name, std::is_same_v<T, int64_t> ? kInt64 : kInt32, dims);
     inputs[name] = Tensor::from_vector<T>(dims, values);
+    return *this;
+  }
+
+  // A bool graph input (a condition).
+  Case& bool_input(const std::string& name, const Dims& dims, const std::vector<uint8_t>& values) {
+    declare_input(name, onnx::TensorProto::BOOL, dims);
+    Tensor t(DType::Bool, dims);
+    if (values.size() != size_t(t.numel())) throw std::invalid_argument("bool_input: wrong number of values for " + name);
+    std::memcpy(t.raw(), values.data(), values.size());
+    inputs[name] = t;
     return *this;
   }
 

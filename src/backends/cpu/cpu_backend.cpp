@@ -38,6 +38,7 @@
 #include <mutex>
 
 #include "backends/cpu/codegen.hpp"
+#include "backends/cpu/control_flow_kernel.hpp"
 #include "backends/cpu/host_kernels.hpp"
 #include "backends/cpu/interpreter/backend.hpp"
 #include "backends/cpu/jit.hpp"
@@ -46,6 +47,7 @@
 #include "backends/cpu/program_io.hpp"
 #include "backends/cpu/step_profile.hpp"
 #include "backends/cpu/thread_budget.hpp"
+#include "backends/pipeline.hpp"
 #include "runtime/ir/huge_pages.hpp"
 
 namespace kiln::backends {
@@ -270,9 +272,29 @@ class BudgetThreads : public HostThreads {
   std::shared_ptr<ThreadBudget> budget_;
 };
 
+// The bodies of a program's If, Loop and Scan nodes compile on the backend
+// compiling the program (its interpreter taking what data decides), with
+// the program's options.
+class CpuBodies : public cpu::BodyCompiler {
+ public:
+  CpuBodies(const Backend& cpu, const Backend& interpreter, const CompileOptions& options)
+      : backends_{&cpu, &interpreter}, options_(options) {}
+  std::unique_ptr<Executable> compile(const ir::Graph& body, const InputShapes& shapes) const override {
+    return compile_for_shapes(body, shapes, backends_, options_).executable;
+  }
+  std::unique_ptr<Executable> load(const LoadedArtifact& artifact, std::shared_ptr<const ir::Graph> body) const override {
+    return load_partitioned(artifact, std::move(body), backends_, options_).executable;
+  }
+
+ private:
+  std::vector<const Backend*> backends_;
+  const CompileOptions& options_;
+};
+
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(int threads) : budget_(std::make_shared<ThreadBudget>(threads)) {
+  explicit CpuBackend(int threads)
+      : budget_(std::make_shared<ThreadBudget>(threads)), interpreter_(make_interpreter_backend(budget_)) {
     // LLVM's JIT (about 1 ms) is made on another thread of the budget while
     // the caller goes on to load a model; a failure shows at first use.
     if (threads > 1) budget_->arena.execute([&] { jit_made_.run([this] { make_jit_quietly(); }); });
@@ -294,9 +316,10 @@ class CpuBackend : public Backend {
     cpu::Program program;
     cpu::DeferredWork deferred;
     std::vector<cpu::ImplementationTrial> trials;
+    const CpuBodies bodies(*this, *interpreter_, options);
     try {
       program = cpu::lower(*graph, spec, options.kernels == "portable" ? cpu::KernelFamily::Portable : cpu::KernelFamily::Native,
-                           &deferred, &trials, cpu::Tuning::of(options));
+                           &deferred, &trials, cpu::Tuning::of(options), &bodies);
     } catch (const ir::Error& e) {
       if (e.kind() != ir::ErrorKind::Unsupported) throw;
       // Shapes that depend on data cannot be planned statically. The
@@ -321,6 +344,7 @@ class CpuBackend : public Backend {
     std::vector<std::string> step_symbols;
     std::string kernels_object;
     cpu::ProgramObjects objects;
+    const CpuBodies bodies(*this, *interpreter_, options);
     cpu::Program program = cpu::load_program(
         artifact.program, WeightsReader(artifact.weights, artifact.weights_bytes), artifact.keep_alive, *graph, step_symbols,
         &kernels_object,
@@ -328,7 +352,7 @@ class CpuBackend : public Backend {
           if (artifact.check) loads.insert(loads.begin(), [&] { artifact.check->run(); });
           run_beside(loads, [] {});
         },
-        &objects.loops);
+        &objects.loops, &bodies);
     objects.entry = std::string(artifact.object);
     return std::make_unique<CpuExecutable>(std::move(program), std::move(objects), std::move(step_symbols), jit_shared(), budget_,
                                            artifact.keep_alive, kernels_object);
@@ -416,6 +440,7 @@ class CpuBackend : public Backend {
   }
 
   std::shared_ptr<ThreadBudget> budget_;
+  std::unique_ptr<Backend> interpreter_;  // for the bodies of control flow
   mutable std::once_flag jit_once_;
   tbb::task_group jit_made_;
   mutable std::shared_ptr<cpu::Jit> jit_;

@@ -34,9 +34,12 @@ struct Tuning {
   static Tuning of(const backends::CompileOptions& options);
 };
 
+// `bodies` compiles the bodies of If, Loop and Scan (control_flow_kernel.hpp);
+// without it they run their reference kernels.
+class BodyCompiler;
 Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family = KernelFamily::Native,
               DeferredWork* deferred = nullptr, std::vector<ImplementationTrial>* trials = nullptr,
-              const Tuning& tuning = Tuning::of({}));
+              const Tuning& tuning = Tuning::of({}), const BodyCompiler* bodies = nullptr);
 
 // Whether the cpu backend compiles a node of this kind itself (for the other
 // kinds, it calls the reference kernel). Shapes and dtypes can still send a

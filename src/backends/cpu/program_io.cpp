@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/codegen.hpp"
+#include "backends/cpu/control_flow_kernel.hpp"
 #include "backends/cpu/host_kernels.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/cpu/recurrent_kernel.hpp"
@@ -66,6 +67,7 @@ std::unique_ptr<Call> call_from_json(const json& j, const std::string& what) {
 }
 
 std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights, const BlockReader& blocks,
+                                    const std::shared_ptr<void>& keep_alive, const BodyCompiler* bodies,
                                     const std::string& what) {
   const std::string kind = json_field<std::string>(j, "kind", what);
   if (kind == "onednn") return OneDnnKernel::load(j, weights, blocks, what);
@@ -78,6 +80,7 @@ std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights,
   if (kind == "dynamic_quantize") return DynamicQuantizeKernel::load(j, what);
   if (kind == "reference") return ReferenceKernel::load(j, what);
   if (kind == "recurrent") return RecurrentKernel::load(j, weights, blocks, what);
+  if (kind == "control_flow") return ControlFlowKernel::load(j, weights, blocks, keep_alive, bodies, what);
   ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown kernel kind '" + kind + "'");
 }
 
@@ -143,7 +146,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
 
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
                      const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object,
-                     const RunAll& run_all, std::string* loops_object) {
+                     const RunAll& run_all, std::string* loops_object, const BodyCompiler* bodies) {
   const std::string what = "cached program";
   const BlockReader blocks(bytes, what);
   const json& j = blocks.document();
@@ -184,8 +187,8 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
         // then), possibly on other threads.
         if (!s.contains("kernel")) ir::fail(ir::ErrorKind::InvalidModel, where + ": field 'kernel' is missing");
         const json& kernel = s.at("kernel");
-        kernel_loads.push_back([&p, &kernel, &weights, &blocks, index = p.steps.size(), where] {
-          p.steps[index].kernel = load_kernel(kernel, weights, blocks, where);
+        kernel_loads.push_back([&p, &kernel, &weights, &blocks, &keep_alive, bodies, index = p.steps.size(), where] {
+          p.steps[index].kernel = load_kernel(kernel, weights, blocks, keep_alive, bodies, where);
         });
       }
       step_symbols.push_back(json_field<std::string>(s, "symbol", where));

@@ -37,9 +37,12 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
 // kernels (oneDNN creating its primitives: most of a load) is independent
 // work per kernel, handed to `run_all`, which may run it on any threads;
 // by default it runs on the calling one.
+// `bodies` loads the bodies of control-flow steps (a program with such steps
+// fails to load without it).
 using RunAll = std::function<void(DeferredWork&)>;
+class BodyCompiler;
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
                      const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object = nullptr,
-                     const RunAll& run_all = nullptr, std::string* loops_object = nullptr);
+                     const RunAll& run_all = nullptr, std::string* loops_object = nullptr, const BodyCompiler* bodies = nullptr);
 
 }  // namespace kiln::cpu

@@ -3,6 +3,7 @@
 #include <set>
 #include <string_view>
 
+#include "runtime/ir/control_flow_shapes.hpp"
 #include "runtime/ir/shape_rules/shape_rule.hpp"
 
 namespace kiln::ir {
@@ -135,7 +136,10 @@ InferenceResult infer_shapes(const Graph& graph, const std::vector<ValueInfo>& i
     }
     if (!folded) {
       try {
-        outs = infer_node(view, graph);
+        if (auto through_bodies = infer_control_flow(node, view.in, view.values, r, evaluator))
+          outs = std::move(*through_bodies);
+        else
+          outs = infer_node(view, graph);
       } catch (const Error& e) {
         // A size checked where the node is not known (checked_numel) is named here.
         if (std::string_view(e.what()).substr(0, 6) == "node '") throw;

@@ -22,13 +22,14 @@ bool is_static(const ir::Specialization& spec, const std::string& name) {
 }
 
 Context::Context(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork& deferred,
-                 std::vector<ImplementationTrial>* trials, const Tuning& tuning)
+                 std::vector<ImplementationTrial>* trials, const Tuning& tuning, const BodyCompiler* bodies)
     : graph(graph),
       spec(spec),
       portable(family == KernelFamily::Portable),
       host_kernels(family == KernelFamily::Native),
       trials(family == KernelFamily::Native ? trials : nullptr),
       tuning(tuning),
+      bodies(bodies),
       deferred_(deferred) {
   program.family = family;
 }

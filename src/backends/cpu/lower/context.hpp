@@ -42,7 +42,7 @@ inline bool normalize_axis(int64_t& axis, size_t rank) {
 class Context {
  public:
   Context(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork& deferred,
-          std::vector<ImplementationTrial>* trials, const Tuning& tuning);
+          std::vector<ImplementationTrial>* trials, const Tuning& tuning, const BodyCompiler* bodies);
 
   // Lowers every node (those no family takes run their reference kernel),
   // copies the outputs into the caller's buffers and plans the arena.
@@ -132,6 +132,7 @@ class Context {
   const bool host_kernels;  // false: a portable call wherever Native would run a host kernel
   std::vector<ImplementationTrial>* const trials;
   const Tuning tuning;
+  const BodyCompiler* const bodies;  // null: control flow runs its reference kernel
   Program program;
   std::map<std::string, Val> vals;
   std::multimap<std::string, int> output_of;  // graph outputs, by value

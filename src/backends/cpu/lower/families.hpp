@@ -41,6 +41,9 @@ bool portable_reduce(Context& cx, const ir::Node& n);
 bool lower_recurrent(Context& cx, const ir::Node& n);
 bool portable_recurrent(Context& cx, const ir::Node& n);
 
+// control_flow.cpp: If, Loop and Scan with compiled bodies (control_flow_kernel.hpp).
+bool lower_control_flow(Context& cx, const ir::Node& n);
+
 // data_movement.cpp
 bool lower_alias(Context& cx, const ir::Node& n);
 bool lower_transpose(Context& cx, const ir::Node& n);

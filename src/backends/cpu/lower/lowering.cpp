@@ -32,9 +32,9 @@ bool lowers(const ir::Node& node, const ir::Specialization& spec) {
 }
 
 Program lower(const ir::Graph& graph, const ir::Specialization& spec, KernelFamily family, DeferredWork* deferred,
-              std::vector<ImplementationTrial>* trials, const Tuning& tuning) {
+              std::vector<ImplementationTrial>* trials, const Tuning& tuning, const BodyCompiler* bodies) {
   DeferredWork work;
-  Program p = lowering::Context(graph, spec, family, deferred ? *deferred : work, trials, tuning).run();
+  Program p = lowering::Context(graph, spec, family, deferred ? *deferred : work, trials, tuning, bodies).run();
   p.graph_nodes = int(graph.nodes.size());
   for (auto& task : work) task();
   return p;

@@ -30,6 +30,10 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
         {"Concat", primitive(&lower_concat, &portable_concat)},
         {"Slice", primitive(&lower_slice, &portable_slice)},
         {"Gather", primitive(&lower_gather, &portable_gather)},
+        // control_flow.cpp
+        {"If", primitive(&lower_control_flow, &lower_control_flow)},
+        {"Loop", primitive(&lower_control_flow, &lower_control_flow)},
+        {"Scan", primitive(&lower_control_flow, &lower_control_flow)},
         // conv.cpp
         {"Conv", primitive(&lower_conv, &portable_conv)},
         {"ConvTranspose", primitive(&lower_conv_transpose, nullptr)},
