@@ -506,3 +506,26 @@ TEST(CpuLowering, SavedQuantizationAttributesAreCheckedWhenLoaded) {
     }
   }
 }
+
+// A product too small to share between threads (1x128 by 128x128) is made
+// for one thread and runs on one; a large one runs on the run's team. The
+// count survives the cache.
+TEST(CpuLowering, SmallProductsRunOnOneThread) {
+  kiln::cpu::OmpThreads two(2);
+  for (const int64_t rows : {int64_t(1), int64_t(64)}) {
+    ModelBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, {rows, 128}).output("y", onnx::TensorProto::FLOAT, {rows, 128});
+    b.initializer(ModelBuilder::float_tensor("w", {128, 128}, random_values(128 * 128, 5)));
+    b.node("MatMul", {"x", "w"}, {"y"}, "product");
+    auto m = kiln::test::import(b);
+    auto spec = kiln::ir::specialize(*m.graph, {{"x", {kiln::ir::DType::Float32, {rows, 128}}}}, kiln::ref::constant_evaluator());
+    const auto p = kiln::cpu::lower(*m.graph, spec);
+    const auto& kernel = static_cast<const kiln::cpu::OneDnnKernel&>(*step_of(p, "product").kernel);
+    EXPECT_EQ(kernel.threads(), rows == 1 ? 1 : 0) << rows << " rows";
+    nlohmann::json saved;
+    kiln::backends::WeightsWriter weights;
+    kiln::backends::BlockWriter blocks;
+    kernel.save(saved, weights, blocks);
+    EXPECT_EQ(saved.value("threads", 0), rows == 1 ? 1 : 0) << rows << " rows";
+  }
+}

@@ -85,8 +85,8 @@ std::unique_ptr<OneDnnKernel> other_implementation(const OneDnnKernel& current, 
     }
     if (!fits || !constants.count(DNNL_ARG_WEIGHTS)) continue;
     reorder_constant(trial.user_weights, trial.weights, constants[DNNL_ARG_WEIGHTS]);
-    auto kernel =
-        std::make_unique<OneDnnKernel>(other, std::move(runtime), std::move(constants), current.sum_from(), all.index());
+    auto kernel = std::make_unique<OneDnnKernel>(other, std::move(runtime), std::move(constants), current.sum_from(), all.index(),
+                                                 current.threads());
     kernel->create_primitive();
     return kernel;
   } while (all.next());

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "backends/cpu/thread_budget.hpp"
 #include "backends/cpu/winograd_weights.hpp"
@@ -54,12 +55,14 @@ dnnl::primitive_attr user_scratchpad() {
 }
 
 OneDnnKernel::OneDnnKernel(dnnl::primitive_desc_base pd, std::vector<std::pair<int, dnnl::memory::desc>> runtime_args,
-                           std::unordered_map<int, dnnl::memory> constant_args, int sum_from, int implementation)
+                           std::unordered_map<int, dnnl::memory> constant_args, int sum_from, int implementation, int threads)
     : pd_(std::move(pd)),
       runtime_args_(std::move(runtime_args)),
       constant_args_(std::move(constant_args)),
       sum_from_(sum_from),
-      implementation_(implementation) {
+      implementation_(implementation),
+      threads_(threads) {
+  if (threads_ < 0) ir::fail(ir::ErrorKind::Internal, "oneDNN kernel: a negative thread count");
   for (size_t i = 0; i < runtime_args_.size(); ++i)
     if (runtime_args_[i].first == DNNL_ARG_DST) dst_index_ = int(i);
   if (sum_from_ >= 0 && dst_index_ < 0) ir::fail(ir::ErrorKind::Internal, "oneDNN kernel: a Sum post-op needs a destination");
@@ -103,6 +106,8 @@ void OneDnnKernel::run(void* const* args) const {
       std::memcpy(args[dst_index_], args[sum_from_], runtime_args_[size_t(dst_index_)].second.get_size());
     for (size_t i = 0; i < bound_.size(); ++i)
       if (runtime_args_[i].first != kNotBound) bound_[i].set_data_handle(args[i]);
+    std::optional<OmpThreads> fewer;
+    if (threads_ > 0) fewer.emplace(threads_);
     dnnl::error::wrap_c_api(dnnl_primitive_execute(primitive_.get(), stream_.get(), int(exec_args_.size()), exec_args_.data()),
                             "could not execute a primitive");
     stream_.wait();
@@ -337,11 +342,18 @@ void OneDnnKernel::save(json& out, WeightsWriter& weights, BlockWriter& blocks) 
     constants.push_back({id, md_json(&desc.data, blocks), weights.add(memory.get_data_handle(), bytes), bytes});
   }
   out = {{"kind", "onednn"}, {"primitive", prim}, {"runtime_args", runtime}, {"constants", constants}, {"sum_from", sum_from_}};
+  if (threads_ > 0) out["threads"] = threads_;
 }
 
 std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& weights, const BlockReader& blocks,
                                            const std::string& what) {
   const json prim = ir::json_field<json>(j, "primitive", what);
+  // A kernel made for fewer threads than the run's is made again so, its
+  // descriptor included.
+  const int threads = j.contains("threads") ? ir::json_field<int>(j, "threads", what) : 0;
+  if (threads < 0 || threads > 1024) ir::fail(ir::ErrorKind::InvalidModel, what + ": a bad thread count");
+  std::optional<OmpThreads> fewer;
+  if (threads > 0) fewer.emplace(threads);
   dnnl::post_ops ops;
   for (const json& op : ir::json_field<json>(prim, "post_ops", what)) {
     if (op.contains("sum"))
@@ -438,7 +450,7 @@ std::unique_ptr<Kernel> OneDnnKernel::load(const json& j, const WeightsReader& w
     runtime.push_back({r[0].get<int>(), dnnl::memory::desc(md_from_json(r[1], blocks, what))});
   }
   auto kernel = std::make_unique<OneDnnKernel>(std::move(owned), std::move(runtime), std::move(constants),
-                                               ir::json_field<int>(j, "sum_from", what), implementation);
+                                               ir::json_field<int>(j, "sum_from", what), implementation, threads);
   kernel->create_primitive();
   return kernel;
 }

@@ -23,8 +23,10 @@ class OneDnnKernel : public Kernel {
   // for a Sum post-op.
   // `implementation`: where `pd` stands in oneDNN's list of implementations
   // of its operation (0: the one oneDNN prefers), for making it again.
+  // `threads`: the OpenMP threads it runs on, when fewer than the run's
+  // (0: the run's); its descriptor must have been made with that many.
   OneDnnKernel(dnnl::primitive_desc_base pd, std::vector<std::pair<int, dnnl::memory::desc>> runtime_args,
-               std::unordered_map<int, dnnl::memory> constant_args, int sum_from = -1, int implementation = 0);
+               std::unordered_map<int, dnnl::memory> constant_args, int sum_from = -1, int implementation = 0, int threads = 0);
   // Makes the primitive (oneDNN compiles its code here), once, before the
   // first run. Kept apart from construction so that the lowering can leave it
   // to run beside LLVM code generation. The calling thread's OpenMP thread
@@ -49,6 +51,7 @@ class OneDnnKernel : public Kernel {
   const std::vector<std::pair<int, dnnl::memory::desc>>& runtime_args() const { return runtime_args_; }
   const std::unordered_map<int, dnnl::memory>& constant_args() const { return constant_args_; }
   int sum_from() const { return sum_from_; }
+  int threads() const { return threads_; }
 
  private:
   dnnl::primitive_desc_base pd_;
@@ -61,6 +64,7 @@ class OneDnnKernel : public Kernel {
   int sum_from_ = -1;
   int dst_index_ = -1;
   int implementation_ = 0;
+  int threads_ = 0;
   double creation_ms_ = 0;
 };
 

@@ -29,6 +29,7 @@ Context::Context(const ir::Graph& graph, const ir::Specialization& spec, KernelF
       host_kernels(family == KernelFamily::Native),
       trials(family == KernelFamily::Native ? trials : nullptr),
       tuning(tuning),
+      team_threads(omp_get_max_threads()),
       bodies(bodies),
       deferred_(deferred) {
   program.family = family;
@@ -209,11 +210,13 @@ void Context::add_primitive(const std::string& label, const dnnl::primitive_desc
     writes.push_back(1);
     rt_args.push_back({DNNL_ARG_SCRATCHPAD, scratch});
   }
-  auto kernel = std::make_unique<OneDnnKernel>(pd, std::move(rt_args), std::move(constants), sum_from);
+  const int threads = omp_get_max_threads();
+  auto kernel = std::make_unique<OneDnnKernel>(pd, std::move(rt_args), std::move(constants), sum_from, 0,
+                                               threads < team_threads ? threads : 0);
   OneDnnKernel* k = kernel.get();
   add_kernel(label, std::move(args), std::move(writes), std::move(kernel));
   // A native bundle makes its primitives again from their descriptors.
-  if (program.family != KernelFamily::NativeBundle) defer_creation(k, label, omp_get_max_threads());
+  if (program.family != KernelFamily::NativeBundle) defer_creation(k, label, threads);
 }
 
 void Context::defer_creation(OneDnnKernel* k, const std::string& label, int threads) {

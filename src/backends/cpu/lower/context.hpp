@@ -102,6 +102,10 @@ class Context {
   void add_primitive(const std::string& label, const dnnl::primitive_desc_base& pd, std::vector<int> args,
                      std::vector<char> writes, std::vector<std::pair<int, md>> rt_args,
                      std::unordered_map<int, dnnl::memory> constants, int sum_from = -1);
+  // A primitive described while the calling thread has fewer OpenMP
+  // threads than the lowering started with (a product too small to share,
+  // see matmul.cpp) is made and runs on that many.
+  //
   // The primitive's code compiled with the deferred work, on `threads`
   // OpenMP threads: the count its descriptor was made with.
   void defer_creation(OneDnnKernel* k, const std::string& label, int threads);
@@ -132,6 +136,7 @@ class Context {
   const bool host_kernels;  // false: a portable call wherever Native would run a host kernel
   std::vector<ImplementationTrial>* const trials;
   const Tuning tuning;
+  const int team_threads;            // the OpenMP threads the program's runs have
   const BodyCompiler* const bodies;  // null: control flow runs its reference kernel
   Program program;
   std::map<std::string, Val> vals;

@@ -1,15 +1,21 @@
 // Products (Gemm, MatMul): oneDNN matmul with the constant operand
 // reordered once, the bias and activations that follow fused, and the
 // portable kernel's gemm.
+#include <optional>
+
 #include "backends/cpu/lower/context.hpp"
 #include "backends/cpu/lower/families.hpp"
 #include "backends/cpu/lower/fusion.hpp"
 #include "backends/cpu/portable/kernels.h"
+#include "backends/cpu/thread_budget.hpp"
 #include "backends/reference/kernel_context.hpp"
 
 namespace kiln::cpu::lowering {
 
 namespace {
+
+// Products of at most this many multiply-adds run on one thread.
+constexpr int64_t kOneThreadProduct = int64_t(1) << 17;
 
 // [rows, k] x [k, n] (+ bias) with fused post-ops; the bias may also come
 // from an Add of a constant row vector that follows. Constant weights
@@ -39,6 +45,11 @@ bool emit_matmul(Context& cx, const ir::Node& n, const std::string& a, const md&
       }
     }
   }
+  // A product this small takes 3 us on one thread and 9 on two (1x128 by
+  // 128x128 here): sharing it costs more than it saves. It is described,
+  // made and run on one thread.
+  std::optional<OmpThreads> one;
+  if (rows * k * nn <= kOneThreadProduct) one.emplace(1);
   Fused f = fuse_after(cx, value, residual.empty());
   if (!residual.empty()) {
     f.sum_position = 0;
