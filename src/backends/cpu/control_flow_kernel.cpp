@@ -32,6 +32,14 @@ std::vector<const ir::Graph*> body_graphs(const ir::Node& node) {
   return {graph("body")};
 }
 
+// The argument holding node input `i`, or -1 if it is omitted.
+int input_arg(const ir::Node& node, const std::vector<ReferenceKernel::Value>& reads, size_t i) {
+  if (i >= node.inputs.size() || node.inputs[i].empty()) return -1;
+  for (size_t r = 0; r < reads.size(); ++r)
+    if (reads[r].name == node.inputs[i]) return int(r);
+  return -1;
+}
+
 size_t element_bytes(const ReferenceKernel::Value& v) { return size_t(ir::checked_numel(v.dims)) * ir::dtype_size(v.dtype); }
 
 // Element `index` of `count` along `axis` of a tensor of `dims`, as the
@@ -93,21 +101,13 @@ ControlFlowKernel::ControlFlowKernel(const ir::Node& node, std::vector<Value> re
   }
 }
 
-// The argument holding node input `i`, or -1 if it is omitted.
-static int input_arg(const ir::Node& node, const std::vector<ReferenceKernel::Value>& reads, size_t i) {
-  if (i >= node.inputs.size() || node.inputs[i].empty()) return -1;
-  for (size_t r = 0; r < reads.size(); ++r)
-    if (reads[r].name == node.inputs[i]) return int(r);
-  return -1;
-}
-
 std::unique_ptr<ControlFlowKernel> ControlFlowKernel::compile(const ir::Node& node, std::vector<Value> reads,
                                                               std::vector<Value> writes,
                                                               const std::map<std::string, ir::Tensor>& constants,
                                                               const BodyCompiler& bodies) {
   std::unique_ptr<ControlFlowKernel> k(new ControlFlowKernel(node, std::move(reads), std::move(writes), constants));
   const bool is_loop = node.op_type == "Loop", is_scan = node.op_type == "Scan";
-  const int64_t m = is_scan ? node.attr("num_scan_inputs") ? node.attr("num_scan_inputs")->i : 0 : 0;
+  const int64_t m = is_scan ? node.attr("num_scan_inputs")->i : 0;  // checked by the constructor
   std::vector<int64_t> in_axes;
   if (is_scan) {
     const ir::Attribute* a = node.attr("scan_input_axes");
@@ -144,7 +144,10 @@ std::unique_ptr<ControlFlowKernel> ControlFlowKernel::compile(const ir::Node& no
     }
     const ir::Specialization spec = ir::specialize(*b.graph, shapes, ref::constant_evaluator());
     for (const auto& o : b.graph->outputs) {
-      const ir::ValueInfo& v = spec.result.values.at(o.name);
+      auto it = spec.result.values.find(o.name);
+      if (it == spec.result.values.end())
+        ir::fail(ir::ErrorKind::InvalidModel, node.describe() + ": body output '" + o.name + "' is not made by the body");
+      const ir::ValueInfo& v = it->second;
       if (!v.shape.is_concrete())
         ir::fail(ir::ErrorKind::Unsupported, node.describe() + ": the shape of body output '" + o.name + "' depends on data");
       b.outputs.push_back({o.name, v.dtype, v.shape.concrete()});
@@ -276,7 +279,6 @@ void ControlFlowKernel::run_if(void* const* args) const {
   std::map<std::string, ir::Tensor> inputs;
   add_inputs(b, args, inputs);
   std::vector<ir::Tensor> outputs;
-  std::vector<ir::Tensor> unwanted;
   for (size_t i = 0; i < b.outputs.size(); ++i) {
     const int a = output_arg(node_, reads_.size(), i);
     outputs.push_back(a >= 0 ? ir::Tensor::view(b.outputs[i].dtype, b.outputs[i].dims, args[a])
