@@ -1045,6 +1045,28 @@ TEST_P(OperatorTest, IfOnTheBatchTakesItsElseBranchCompiled) {
   run(c);
 }
 
+// ---- comparisons and logic -----------------------------------------------------------
+
+// Every comparison of float32 against a broadcast row, int64 against a
+// scalar (a sample rate against a constant), and bool logic of the results.
+TEST_P(OperatorTest, ComparisonsAndLogicBroadcast) {
+  Case c({"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"});
+  c.input("x", {2, 3, 4}).input("row", {4}).input_values<int64_t>("rate", {2, 1, 1}, {16000, 8000});
+  c.int_constant("k", {}, {16000});
+  // Equal floats: x against a copy of itself where they are equal by value.
+  c.node("Equal", {"x", "x"}, {"same"});
+  c.node("Less", {"x", "row"}, {"lt"});
+  c.node("LessOrEqual", {"row", "x"}, {"le"});
+  c.node("Greater", {"x", "row"}, {"gt"});
+  c.node("GreaterOrEqual", {"x", "row"}, {"ge"});
+  c.node("Equal", {"rate", "k"}, {"is_16k"});
+  c.node("And", {"lt", "same"}, {"both"});
+  c.node("Or", {"gt", "is_16k"}, {"either"});
+  c.node("Xor", {"le", "ge"}, {"one"});
+  for (const char* out : {"lt", "le", "ge", "is_16k", "both", "either", "one"}) c.output(out, onnx::TensorProto::BOOL);
+  run(c);
+}
+
 // ---- Dropout ---------------------------------------------------------------------
 
 // torchvision's Swin exports training_mode = true with ratio 0: a copy.

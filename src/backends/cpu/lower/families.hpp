@@ -41,6 +41,9 @@ bool portable_reduce(Context& cx, const ir::Node& n);
 bool lower_recurrent(Context& cx, const ir::Node& n);
 bool portable_recurrent(Context& cx, const ir::Node& n);
 
+// comparison.cpp: Equal, Less, ..., And, Or, Xor as a portable kernel call.
+bool lower_comparison(Context& cx, const ir::Node& n);
+
 // control_flow.cpp: If, Loop and Scan with compiled bodies (control_flow_kernel.hpp).
 bool lower_control_flow(Context& cx, const ir::Node& n);
 

@@ -30,6 +30,15 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
         {"Concat", primitive(&lower_concat, &portable_concat)},
         {"Slice", primitive(&lower_slice, &portable_slice)},
         {"Gather", primitive(&lower_gather, &portable_gather)},
+        // comparison.cpp
+        {"Equal", primitive(&lower_comparison, &lower_comparison)},
+        {"Less", primitive(&lower_comparison, &lower_comparison)},
+        {"LessOrEqual", primitive(&lower_comparison, &lower_comparison)},
+        {"Greater", primitive(&lower_comparison, &lower_comparison)},
+        {"GreaterOrEqual", primitive(&lower_comparison, &lower_comparison)},
+        {"And", primitive(&lower_comparison, &lower_comparison)},
+        {"Or", primitive(&lower_comparison, &lower_comparison)},
+        {"Xor", primitive(&lower_comparison, &lower_comparison)},
         // control_flow.cpp
         {"If", primitive(&lower_control_flow, &lower_control_flow)},
         {"Loop", primitive(&lower_control_flow, &lower_control_flow)},

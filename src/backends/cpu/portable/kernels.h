@@ -185,6 +185,24 @@ void kiln_pk_strided_copy(const kiln_pk_threads* threads, int32_t rank, const in
 void kiln_pk_copy_rows(const kiln_pk_threads* threads, int64_t rows, int64_t row_bytes, const void* src, int64_t src_stride,
                        void* dst, int64_t dst_stride);
 
+/* Elementwise comparison and logic with broadcasting: out[i] (one byte, 0
+ * or 1) = a[i] op b[i] over `rank` (at most KILN_PK_COMPARE_MAX_RANK) dims,
+ * a and b read with element strides per dim (0 where they broadcast). */
+enum {
+  KILN_PK_COMPARE_EQUAL = 0,
+  KILN_PK_COMPARE_LESS = 1,
+  KILN_PK_COMPARE_LESS_EQUAL = 2,
+  KILN_PK_COMPARE_GREATER = 3,
+  KILN_PK_COMPARE_GREATER_EQUAL = 4,
+  KILN_PK_COMPARE_AND = 5, /* bool operands */
+  KILN_PK_COMPARE_OR = 6,
+  KILN_PK_COMPARE_XOR = 7
+};
+enum { KILN_PK_ELEMENT_F32 = 0, KILN_PK_ELEMENT_I64 = 1, KILN_PK_ELEMENT_I32 = 2, KILN_PK_ELEMENT_U8 = 3 };
+#define KILN_PK_COMPARE_MAX_RANK 6
+void kiln_pk_compare(const kiln_pk_threads* threads, int32_t op, int32_t element, int64_t rank, const int64_t* dims,
+                     const int64_t* a_strides, const int64_t* b_strides, const void* a, const void* b, uint8_t* out);
+
 /* Gather along an axis: data viewed as [outer, axis_dim, inner_bytes],
  * indices (int32, or int64 when index_is_64) counted from the end when
  * negative; dst: [outer, num_indices, inner_bytes]. Returns 0, or 1 + the
