@@ -11,6 +11,8 @@
 #include <set>
 
 #include "backends/artifact_weights.hpp"
+#include "backends/cpu/host_kernels.hpp"
+#include "backends/cpu/lower/op_table.hpp"
 #include "backends/cpu/lowering.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/pipeline.hpp"
@@ -371,25 +373,69 @@ class Freezer {
     return shapes;
   }
 
+  // "HEAD: N ...:" and the items, one a line, the first kListed of them.
+  static std::string listed(const std::string& head, const std::vector<std::string>& items) {
+    constexpr size_t kListed = 20;
+    std::string text = head;
+    for (size_t i = 0; i < items.size() && i < kListed; ++i) text += "\n  " + items[i];
+    if (items.size() > kListed) text += "\n  ... and " + std::to_string(items.size() - kListed) + " more";
+    return text;
+  }
+
+  // Every node that keeps the specialization out of a bundle, and why: those
+  // making a value whose shape depends on the data (from values that do not),
+  // then those the bundle's kernels cannot run.
   Frozen specialize(int64_t batch) const {
     Frozen f;
     f.batch = batch;
     auto [graph, spec] = backends::specialize_and_optimize(graph_, input_shapes(batch));
-    if (!spec.dynamic.empty())
-      ir::fail(ir::ErrorKind::Unsupported, "cannot freeze: the shape of '" + spec.dynamic[0] + "' depends on the data");
+    if (!spec.dynamic.empty()) {
+      const std::set<std::string> dynamic(spec.dynamic.begin(), spec.dynamic.end());
+      std::vector<std::string> sources;
+      for (const ir::Node& n : graph->nodes) {
+        const auto reads = ir::values_read(n);
+        if (std::any_of(reads.begin(), reads.end(), [&](const std::string& v) { return dynamic.count(v) != 0; })) continue;
+        for (const std::string& out : n.outputs)
+          if (dynamic.count(out)) sources.push_back(n.describe() + ": the shape of '" + out + "' depends on the data");
+      }
+      if (sources.empty())
+        for (const std::string& v : spec.dynamic) sources.push_back("the shape of '" + v + "' depends on the data");
+      ir::fail(ir::ErrorKind::Unsupported,
+               listed("cannot freeze: " + std::to_string(sources.size()) +
+                          " node(s) make values whose shape depends on the data (" + std::to_string(spec.dynamic.size()) +
+                          " values in all); fix an input they depend on with --constant, or give it --shape:",
+                      sources));
+    }
     f.graph = std::move(graph);
     f.spec = std::move(spec);
+    const std::string family = req_.native_kernels ? "native" : "portable";
     f.program = cpu::lower(*f.graph, f.spec, req_.native_kernels ? cpu::KernelFamily::NativeBundle : cpu::KernelFamily::Portable);
-    std::string host_steps;
-    int count = 0;
+    std::map<std::string, const ir::Node*> nodes;  // by the label of the step that runs one alone
+    for (const ir::Node& n : f.graph->nodes) nodes.emplace(n.describe(), &n);
+    std::vector<std::string> refused;
     for (const auto& step : f.program.steps)
-      if (step.kernel && !(req_.native_kernels && cpu::is_onednn_kernel(*step.kernel)) && count++ < 8)
-        host_steps += (host_steps.empty() ? "" : "; ") + step.label;
-    if (count)
-      ir::fail(ir::ErrorKind::Unsupported, std::string("cannot freeze: the ") + (req_.native_kernels ? "native" : "portable") +
-                                               " kernels cannot run " + std::to_string(count) + " step(s) of batch " +
-                                               std::to_string(batch) + ": " + host_steps);
+      if (step.kernel && !(req_.native_kernels && cpu::is_onednn_kernel(*step.kernel)))
+        refused.push_back(step.label + ": " + why_not(step, nodes, family));
+    if (!refused.empty())
+      ir::fail(ir::ErrorKind::Unsupported,
+               listed("cannot freeze: the " + family + " kernels cannot run " + std::to_string(refused.size()) +
+                          " node(s) of batch " + std::to_string(batch) + ":",
+                      refused));
     return f;
+  }
+
+  // Why a step that needs a host kernel does (the JIT's host kernels are not in a bundle).
+  static std::string why_not(const cpu::Step& step, const std::map<std::string, const ir::Node*>& nodes,
+                             const std::string& family) {
+    const auto it = nodes.find(step.label);
+    if (it == nodes.end() || !dynamic_cast<const cpu::ReferenceKernel*>(step.kernel.get()))
+      return "a host kernel of the JIT, which a bundle does not hold";
+    const ir::Node& n = *it->second;
+    const std::string op = (n.domain.empty() ? "" : n.domain + ".") + n.op_type;
+    const cpu::lowering::OpLowering* lowering = cpu::lowering::find_op(n);
+    if (!lowering) return "no compiled kernel runs " + op + ", only the reference kernels";
+    if (!(family == "native" ? lowering->native : lowering->portable)) return "the " + family + " kernels have no " + op;
+    return "the " + family + " kernels do not take " + op + " with these types, shapes or attributes";
   }
 
   bool batched(const std::string& input) const { return input_axis_.count(input) != 0; }

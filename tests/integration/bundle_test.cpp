@@ -949,6 +949,55 @@ TEST_F(BundleTest, UnsupportedNodeIsNamed) {
   expect_refused(b.model().SerializeAsString(), "cast", "to_int64");
 }
 
+// Every node that stops a freeze is listed with why, one a line, the first
+// 20 of them and how many more: 25 the kernels cannot run; then two whose
+// output's shape depends on the data (and not the values after them).
+TEST_F(BundleTest, EveryNodeThatStopsAFreezeIsListed) {
+  using kiln::test::ModelBuilder;
+  ModelBuilder b;
+  b.input("x", 1, {"batch", 4});
+  for (int i = 0; i < 25; ++i) {
+    const std::string n = std::to_string(i);
+    b.output("y" + n, 7, {"batch", 4});
+    ModelBuilder::attr_int(b.node("Cast", {"x"}, {"y" + n}, "cast" + n), "to", 7);
+  }
+  write_file(dir_ / "casts.onnx", b.model().SerializeAsString());
+  kiln::Model casts = kiln::Model::load(*runtime_, (dir_ / "casts.onnx").string());
+  kiln::Model::FreezeOptions o;
+  o.output_dir = dir_.string();
+  try {
+    casts.freeze(o);
+    ADD_FAILURE() << "froze";
+  } catch (const kiln::Error& e) {
+    const std::string what = e.what();
+    for (const char* text :
+         {"the portable kernels cannot run 25 node(s) of batch 1:\n  node 'cast0' (Cast): the portable kernels ",
+          "\n  node 'cast19' (Cast): ", "\n  ... and 5 more"})
+      EXPECT_NE(what.find(text), std::string::npos) << text << " in: " << what;
+    EXPECT_EQ(what.find("'cast20'"), std::string::npos) << what;
+  }
+
+  ModelBuilder d;
+  d.input("x", 1, {"batch", 4}).output("a", 7, {}).output("b", 7, {});
+  d.node("NonZero", {"x"}, {"nz"}, "first");
+  d.node("NonZero", {"x"}, {"nz2"}, "second");
+  d.node("Size", {"nz"}, {"a"});
+  d.node("Size", {"nz2"}, {"b"});
+  write_file(dir_ / "nonzero.onnx", d.model().SerializeAsString());
+  kiln::Model nonzero = kiln::Model::load(*runtime_, (dir_ / "nonzero.onnx").string());
+  try {
+    nonzero.freeze(o);
+    ADD_FAILURE() << "froze";
+  } catch (const kiln::Error& e) {
+    const std::string what = e.what();
+    for (const char* text : {"cannot freeze: 2 node(s) make values whose shape depends on the data",
+                             "\n  node 'first' (NonZero): the shape of 'nz' depends on the data",
+                             "\n  node 'second' (NonZero): the shape of 'nz2' depends on the data"})
+      EXPECT_NE(what.find(text), std::string::npos) << text << " in: " << what;
+    EXPECT_EQ(what.find("(Size)"), std::string::npos) << what;
+  }
+}
+
 // ---- native bundles of quantized models -------------------------------------
 // Their oneDNN primitives carry output scales, source scales and zero points
 // (bundle ABI version 4); the bundle's outputs are the reference backend's,
