@@ -142,9 +142,10 @@ std::string bundle_header(const BundleDescription& d) {
       << " * create fails with " << U << "_ERROR_NATIVE if libdnnl is another version, or if\n"
       << " * oneDNN on this CPU wants the weights in other layouts than when frozen.\n";
   if (d.native.empty() && checks_cpu(d))
-    h << " * The static API checks the CPU on its first call" << (d.variants.size() == 1 ? "" : " (and picks the version)")
-      << ", and returns " << U << "_ERROR_CPU\n"
-      << " * without running anything on a CPU that lacks a feature above.\n";
+    h << " * The static API checks the CPU on its first call" << (d.variants.size() == 1 ? "" : " (and picks the version to run)")
+      << ", and\n"
+      << " * returns " << U << "_ERROR_CPU without running anything on a CPU "
+      << (d.variants.size() == 1 ? "that lacks a\n * feature above.\n" : "no version\n * fits.\n");
   h << " */\n"
     << "#ifndef " << U << "_H\n#define " << U << "_H\n\n#include <stddef.h>\n#include <stdint.h>\n\n"
     << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"

@@ -333,7 +333,8 @@ class Freezer {
                "a bundle holds at most " + std::to_string(KILN_BUNDLE_MAX_SPECS) + " batch sizes");
     if (input_axis_.empty() && (sizes.size() != 1 || sizes[0] != 1))
       ir::fail(ir::ErrorKind::InvalidArgument,
-               "no input of the model has a symbolic batch axis (axis 0), so it has one batch size: leave out --batch-sizes");
+               "no input of the model has a symbolic batch axis (axis 0, or one --batch-axis gives), so it has one batch "
+               "size: leave out --batch-sizes, or give --batch-axis NAME=AXIS");
     return sizes;
   }
 

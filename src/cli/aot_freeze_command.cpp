@@ -93,15 +93,7 @@ void freeze(const FreezeArgs& args) {
   o.batch_sizes = args.batch_sizes;
   for (const auto& a : args.batch_axes) {
     auto [name, text] = split_assignment(a, "--batch-axis");
-    size_t used = 0;
-    int64_t axis = -1;
-    try {
-      axis = std::stoll(text, &used);
-    } catch (const std::exception&) {
-    }
-    if (used == 0 || used != text.size() || axis < 0)
-      throw Error(ErrorCode::InvalidArgument, "--batch-axis " + a + ": expected NAME=AXIS, AXIS 0 or more");
-    if (!o.batch_axes.emplace(name, axis).second)
+    if (!o.batch_axes.emplace(name, parse_size(text, "--batch-axis " + a)).second)
       throw Error(ErrorCode::InvalidArgument, "--batch-axis names '" + name + "' twice");
   }
   o.target = args.target;

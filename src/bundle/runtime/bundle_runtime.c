@@ -450,6 +450,7 @@ static int32_t next_part(const kiln_bundle_desc* d, int64_t left) {
  * the batch axis; into the compiled batch, the items after `count` are zeros. */
 static void copy_items(const kiln_bundle_tensor* t, uint8_t* user, uint8_t* compiled, int64_t user_batch, int64_t first,
                        int64_t count, int64_t batch, int into_compiled) {
+  if (t->outer <= 0) return; /* a dim of 0 before the batch axis: nothing to copy */
   const uint64_t slice = (uint64_t)t->item_bytes / (uint64_t)t->outer;
   for (int64_t o = 0; o < t->outer; ++o) {
     uint8_t* u = user + ((uint64_t)o * (uint64_t)user_batch + (uint64_t)first) * slice;
