@@ -1308,6 +1308,16 @@ TEST_F(BundleTest, OneBundleForSeveralCpus) {
   for (const char* text : {"create: this CPU lacks ", "avx2", "(cpu x86-64-v3)", "--cpu x86-64-v3,x86-64-v2,x86-64)"})
     EXPECT_NE(refused.text.find(text), std::string::npos) << text << " in: " << refused.text;
 
+  // "host" is this CPU by its name; a Nehalem runs the version after it.
+  o.cpu = "host,x86-64-v2";
+  const std::string cpus = freeze(o).cpu;
+  EXPECT_TRUE(cpus.find("host") == std::string::npos && cpus.size() > 10 && cpus.compare(cpus.size() - 10, 10, ",x86-64-v2") == 0)
+      << cpus;
+  std::vector<float> got;
+  const Output nehalem = run(build_driver(), "qemu-x86_64 -cpu Nehalem", 5, &got);
+  EXPECT_EQ(nehalem.code, 0) << nehalem.text;
+  EXPECT_NE(nehalem.text.find("code for cpu x86-64-v2\n"), std::string::npos) << nehalem.text;
+
   // A CPU after one it has every feature of would never run: left out.
   o.cpu = "x86-64-v2,x86-64-v3";
   EXPECT_EQ(freeze(o).cpu, "x86-64-v2");
