@@ -107,14 +107,13 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
         ir::fail(ir::ErrorKind::InvalidArgument, "constant '" + name + "' is given twice");
     }
     req.triple = options.target;
-    for (size_t start = 0; start < options.cpu.size();) {
+    for (size_t start = 0; !options.cpu.empty();) {
       const size_t end = std::min(options.cpu.find(',', start), options.cpu.size());
       req.cpus.push_back(options.cpu.substr(start, end - start));
       if (req.cpus.back().empty()) ir::fail(ir::ErrorKind::InvalidArgument, "cpu '" + options.cpu + "' has an empty name");
+      if (end == options.cpu.size()) break;
       start = end + 1;
     }
-    if (!options.cpu.empty() && options.cpu.back() == ',')
-      ir::fail(ir::ErrorKind::InvalidArgument, "cpu '" + options.cpu + "' has an empty name");
     req.embed_weights = options.embed_weights;
     req.static_library = options.format == "static";
     req.native_kernels = options.kernels == "native";
