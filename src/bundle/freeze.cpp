@@ -429,10 +429,14 @@ class Freezer {
   static std::string why_not(const cpu::Step& step, const std::map<std::string, const ir::Node*>& nodes,
                              const std::string& family) {
     const auto it = nodes.find(step.label);
-    if (it == nodes.end() || !dynamic_cast<const cpu::ReferenceKernel*>(step.kernel.get()))
-      return "a host kernel of the JIT, which a bundle does not hold";
+    if (it == nodes.end()) return "a host kernel of the JIT, which a bundle does not hold";
     const ir::Node& n = *it->second;
     const std::string op = (n.domain.empty() ? "" : n.domain + ".") + n.op_type;
+    if (op == "If" || op == "Loop" || op == "Scan")
+      return "a bundle has no control flow yet: fix the inputs it depends on with --constant (an If on a constant "
+             "becomes its branch)";
+    if (!dynamic_cast<const cpu::ReferenceKernel*>(step.kernel.get()))
+      return "a host kernel of the JIT, which a bundle does not hold";
     const cpu::lowering::OpLowering* lowering = cpu::lowering::find_op(n);
     if (!lowering) return "no compiled kernel runs " + op + ", only the reference kernels";
     if (!(family == "native" ? lowering->native : lowering->portable)) return "the " + family + " kernels have no " + op;
