@@ -362,15 +362,23 @@ class Model {
 struct Model::FreezeOptions {
   std::string output_dir;
   std::string name;                                   // C identifier; "" = the model file's stem
-  std::vector<std::pair<std::string, Shape>> shapes;  // inputs' shapes (axis 0 of a batched input is replaced)
+  std::vector<std::pair<std::string, Shape>> shapes;  // inputs' shapes (the batch axis of a batched input is replaced)
   std::map<std::string, int64_t> dims;                // values of symbolic dims other than the batch
   std::vector<int64_t> batch_sizes{1};                // compiled batch sizes; run() takes any
+  // Inputs and outputs whose batch is not axis 0, e.g. {"h0", 1} for a
+  // recurrent state [directions, batch, hidden]. Other inputs are batched
+  // on axis 0 if it is symbolic, other outputs if their axis 0 follows it.
+  std::map<std::string, int64_t> batch_axes;
   // Inputs fixed to these values: the bundle does not take them, and what
   // depends on them only is computed while freezing (an If on a sample
   // rate keeps only the branch taken).
   std::vector<std::pair<std::string, Tensor>> constants;
-  std::string target;                // LLVM triple; "" = this machine
-  std::string cpu;                   // "" = this CPU (host target) or generic; e.g. "x86-64-v3"
+  std::string target;  // LLVM triple; "" = this machine
+  // Target CPU, e.g. "x86-64-v3", or several, best first, for a bundle with
+  // a version of the code per CPU: "host,x86-64-v3,x86-64-v2" (NAME_create
+  // runs the first the CPU fits). "" = this CPU (host target) or generic;
+  // "host" = this CPU.
+  std::string cpu;
   bool embed_weights = false;        // weights inside the object instead of a file
   std::string kernels = "portable";  // "portable" (libc only) or "native" (oneDNN: links libdnnl, this machine only)
   std::string format = "object";     // "object" (NAME.o) or "static" (libNAME.a)

@@ -4,6 +4,7 @@
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Linker/Linker.h>
 #include <llvm/Object/ArchiveWriter.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/raw_ostream.h>
@@ -27,10 +28,29 @@ namespace kiln::bundle {
 
 namespace {
 
+// Gives every function defined in `m` the compiler's CPU and features, as
+// the compiler would, kept (kKeepTargetAttribute) when `m` is linked into
+// the module another compiler (another CPU's) compiles.
+void pin_target(llvm::Module& m, const cpu::TargetCompiler& compiler) {
+  const cpu::Target& target = compiler.target();
+  const bool wide = compiler.vector_config().bytes == 64;
+  for (llvm::Function& f : m) {
+    if (f.isDeclaration()) continue;
+    f.addFnAttr("target-cpu", target.cpu.empty() ? "generic" : target.cpu);
+    f.addFnAttr("target-features", target.features);
+    if (wide) f.addFnAttr("prefer-vector-width", "512");  // as jit.cpp's optimise_and_emit says why
+    f.addFnAttr(cpu::kKeepTargetAttribute);
+  }
+}
+
+std::string entry_name(const BundlePlan& plan, size_t variant, int64_t batch) {
+  return plan.name + "_v" + std::to_string(variant) + "_b" + std::to_string(batch) + "_entry";
+}
+
 class BundleEmitter {
  public:
-  BundleEmitter(llvm::Module& m, const BundlePlan& plan, const cpu::TargetCompiler& compiler)
-      : m_(m), ctx_(m.getContext()), b_(ctx_), plan_(plan), compiler_(compiler) {
+  BundleEmitter(llvm::Module& m, const BundlePlan& plan, const std::vector<const cpu::TargetCompiler*>& cpus)
+      : m_(m), ctx_(m.getContext()), b_(ctx_), plan_(plan), cpus_(cpus) {
     ptr_ = llvm::PointerType::getUnqual(ctx_);
     i64_ = llvm::Type::getInt64Ty(ctx_);
     i32_ = llvm::Type::getInt32Ty(ctx_);
@@ -38,20 +58,26 @@ class BundleEmitter {
 
   void emit() {
     std::vector<llvm::Constant*> specs;
-    auto* spec_type = llvm::StructType::get(ctx_, {i64_, i64_, ptr_, ptr_});
-    for (size_t s = 0; s < plan_.specs.size(); ++s) {
-      const BundleSpecialization& spec = plan_.specs[s];
-      const std::string entry = plan_.name + "_b" + std::to_string(spec.batch) + "_entry";
-      cpu::emit_bundle_entry(m_, *spec.program, entry, spec.constant_offsets);
-      specs.push_back(llvm::ConstantStruct::get(spec_type, {i(spec.batch), i(spec.program->arena_bytes), m_.getFunction(entry),
-                                                            plan_.native ? native_table(spec) : null()}));
+    auto* spec_type = llvm::StructType::get(ctx_, {i64_, i64_, ptr_});
+    for (const BundleSpecialization& spec : plan_.specs)
+      specs.push_back(llvm::ConstantStruct::get(
+          spec_type, {i(spec.batch), i(spec.program->arena_bytes), plan_.native ? native_table(spec) : null()}));
+    std::vector<llvm::Constant*> variants;
+    auto* variant_type = llvm::StructType::get(ctx_, {ptr_, ptr_, ptr_});
+    for (size_t v = 0; v < cpus_.size(); ++v) {
+      std::vector<llvm::Constant*> entries;
+      for (const BundleSpecialization& spec : plan_.specs) entries.push_back(runtime(entry_name(plan_, v, spec.batch)));
+      const std::string& cpu = cpus_[v]->target().cpu;
+      variants.push_back(llvm::ConstantStruct::get(
+          variant_type, {string(cpu.empty() ? "generic" : cpu), string(bundle_cpu_features(*cpus_[v])),
+                         global(llvm::ConstantArray::get(llvm::ArrayType::get(ptr_, entries.size()), entries), "entries")}));
     }
-    auto* tensor_type = llvm::StructType::get(ctx_, {ptr_, i64_, i32_, i32_});
+    auto* tensor_type = llvm::StructType::get(ctx_, {ptr_, i64_, i32_, i32_, i64_});
     auto tensors = [&](const std::vector<BundleTensor>& list, const char* what) -> llvm::Constant* {
       std::vector<llvm::Constant*> items;
       for (const auto& t : list)
         items.push_back(llvm::ConstantStruct::get(
-            tensor_type, {string(t.name), i(t.item_bytes), i32(t.batched ? 1 : 0), i32(int32_t(t.dtype))}));
+            tensor_type, {string(t.name), i(t.item_bytes), i32(t.batched ? 1 : 0), i32(int32_t(t.dtype)), i(t.outer)}));
       return global(llvm::ConstantArray::get(llvm::ArrayType::get(tensor_type, items.size()), items), what);
     };
     llvm::Constant* embedded = llvm::ConstantPointerNull::get(ptr_);
@@ -64,18 +90,18 @@ class BundleEmitter {
       embedded = g;
     }
     auto* desc_type =
-        llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, i64_, i64_, ptr_, ptr_, ptr_, ptr_, ptr_});
-    const std::string& cpu = compiler_.target().cpu;
-    desc_ = global(
-        llvm::ConstantStruct::get(
-            desc_type, {i32(KILN_BUNDLE_ABI_VERSION), i32(int32_t(plan_.inputs.size())), i32(int32_t(plan_.outputs.size())),
-                        i32(int32_t(plan_.specs.size())), tensors(plan_.inputs, "inputs"), tensors(plan_.outputs, "outputs"),
-                        global(llvm::ConstantArray::get(llvm::ArrayType::get(spec_type, specs.size()), specs), "specs"),
-                        i(int64_t(plan_.weights_bytes)), i(int64_t(plan_.weights_checksum)), embedded,
-                        plan_.native ? runtime("kiln_bundle_native_create") : null(),
-                        plan_.native ? runtime("kiln_bundle_native_destroy") : null(), string(cpu.empty() ? "generic" : cpu),
-                        string(bundle_cpu_features(compiler_))}),
-        "desc");
+        llvm::StructType::get(ctx_, {i32_, i32_, i32_, i32_, ptr_, ptr_, ptr_, i64_, i64_, ptr_, ptr_, ptr_, i32_, i32_, ptr_});
+    desc_ =
+        global(llvm::ConstantStruct::get(
+                   desc_type,
+                   {i32(KILN_BUNDLE_ABI_VERSION), i32(int32_t(plan_.inputs.size())), i32(int32_t(plan_.outputs.size())),
+                    i32(int32_t(plan_.specs.size())), tensors(plan_.inputs, "inputs"), tensors(plan_.outputs, "outputs"),
+                    global(llvm::ConstantArray::get(llvm::ArrayType::get(spec_type, specs.size()), specs), "specs"),
+                    i(int64_t(plan_.weights_bytes)), i(int64_t(plan_.weights_checksum)), embedded,
+                    plan_.native ? runtime("kiln_bundle_native_create") : null(),
+                    plan_.native ? runtime("kiln_bundle_native_destroy") : null(), i32(int32_t(variants.size())), i32(0),
+                    global(llvm::ConstantArray::get(llvm::ArrayType::get(variant_type, variants.size()), variants), "variants")}),
+               "desc");
 
     // The exported API: thin calls into the runtime with this bundle's descriptor.
     wrap("create", "kiln_bundle_create", {ptr_, ptr_},
@@ -86,6 +112,7 @@ class BundleEmitter {
          [&](llvm::Function* f) { return std::vector<llvm::Value*>{desc_, f->getArg(0), f->getArg(1)}; });
     forward("destroy", "kiln_bundle_destroy");
     forward("last_error", "kiln_bundle_last_error");
+    forward("cpu", "kiln_bundle_cpu");
     forward("set_parallel_for", "kiln_bundle_set_parallel_for");
     forward("set_batch_rule", "kiln_bundle_set_batch_rule");
     forward("run", "kiln_bundle_run");
@@ -259,7 +286,7 @@ class BundleEmitter {
   llvm::LLVMContext& ctx_;
   llvm::IRBuilder<> b_;
   const BundlePlan& plan_;
-  const cpu::TargetCompiler& compiler_;
+  const std::vector<const cpu::TargetCompiler*>& cpus_;
   llvm::PointerType* ptr_;
   llvm::Type *i64_, *i32_;
   llvm::Constant* desc_ = nullptr;
@@ -268,23 +295,39 @@ class BundleEmitter {
 
 }  // namespace
 
-std::string compile_bundle(const BundlePlan& plan, const cpu::TargetCompiler& compiler) {
+std::string compile_bundle(const BundlePlan& plan, const std::vector<const cpu::TargetCompiler*>& cpus) {
+  if (cpus.empty() || cpus.size() > KILN_BUNDLE_MAX_VARIANTS)
+    ir::fail(ir::ErrorKind::InvalidArgument, "a bundle holds code for 1 to " + std::to_string(KILN_BUNDLE_MAX_VARIANTS) +
+                                                 " CPUs, not " + std::to_string(cpus.size()));
   if (plan.specs.empty() || plan.specs.size() > KILN_BUNDLE_MAX_SPECS)
     ir::fail(ir::ErrorKind::InvalidArgument, "a bundle holds 1 to " + std::to_string(KILN_BUNDLE_MAX_SPECS) +
                                                  " batch sizes, not " + std::to_string(plan.specs.size()));
   if (plan.inputs.size() + plan.outputs.size() > KILN_BUNDLE_MAX_IO)
     ir::fail(ir::ErrorKind::InvalidArgument,
              "a bundle has at most " + std::to_string(KILN_BUNDLE_MAX_IO) + " inputs and outputs");
-  auto unit = compiler.new_module(plan.name);
-  cpu::link_kernel_bitcode(*unit.module, compiler.vector_config());
+  auto unit = cpus[0]->new_module(plan.name);
+  // Each CPU's entries and kernels in a module of their own (the kernels'
+  // names are the same in each), pinned to that CPU, then linked into one:
+  // their internal names are made unique, the entries' are already.
+  for (size_t v = 0; v < cpus.size(); ++v) {
+    auto code = std::make_unique<llvm::Module>(plan.name + "_v" + std::to_string(v), *unit.context);
+    code->setDataLayout(unit.module->getDataLayout());
+    code->setTargetTriple(unit.module->getTargetTriple());
+    cpu::link_kernel_bitcode(*code, cpus[v]->vector_config());
+    for (const BundleSpecialization& spec : plan.specs)
+      cpu::emit_bundle_entry(*code, *spec.program, entry_name(plan, v, spec.batch), spec.constant_offsets);
+    pin_target(*code, *cpus[v]);
+    if (llvm::Linker::linkModules(*unit.module, std::move(code)))
+      ir::fail(ir::ErrorKind::Internal, "the code for cpu '" + cpus[v]->target().cpu + "' does not link into the bundle");
+  }
   link_bundle_runtime(*unit.module);
   if (plan.native) link_native_runtime(*unit.module);
   try {
-    BundleEmitter(*unit.module, plan, compiler).emit();
+    BundleEmitter(*unit.module, plan, cpus).emit();
   } catch (const nlohmann::json::exception& e) {
     ir::fail(ir::ErrorKind::Internal, std::string("native bundle: a saved oneDNN kernel is malformed: ") + e.what());
   }
-  return compiler.compile(std::move(unit), cpu::Jit::Optimise::Full);
+  return cpus[0]->compile(std::move(unit), cpu::Jit::Optimise::Full);
 }
 
 std::string bundle_cpu_features(const cpu::TargetCompiler& compiler) {

@@ -1,6 +1,7 @@
 #pragma once
-// The object of a frozen bundle: every specialization's entry, the portable
-// kernels they call, the bundle runtime (src/bundle/runtime/bundle_runtime.c)
+// The object of a frozen bundle: every specialization's entry and the
+// portable kernels they call, once per target CPU (each its own code
+// version, picked by NAME_create), the bundle runtime (src/bundle/runtime/bundle_runtime.c)
 // and its descriptor, for native bundles the oneDNN tables and their runtime
 // (bundle_native.c), and the exported C API NAME_create, NAME_run, ...
 // (documented by the header the freezer writes). Nothing else is exported,
@@ -21,6 +22,7 @@ struct BundleTensor {
   ir::DType dtype = ir::DType::Float32;
   int64_t item_bytes = 0;  // one batch item, or the whole tensor when not batched
   bool batched = true;
+  int64_t outer = 1;  // the product of the dims before the batch axis
 };
 
 struct BundleSpecialization {
@@ -44,10 +46,11 @@ struct BundlePlan {
   bool native = false;                            // oneDNN steps (KernelFamily::NativeBundle): the object needs libdnnl
 };
 
-// Throws ir::Error: Unsupported naming a step that needs a host kernel
-// (other than a oneDNN primitive, in a native bundle), InvalidArgument for a
-// plan the bundle runtime cannot hold.
-std::string compile_bundle(const BundlePlan& plan, const cpu::TargetCompiler& compiler);
+// `cpus`: one compiler per code version, best first, all for one triple; the
+// first also compiles the runtime. Throws ir::Error: Unsupported naming a
+// step that needs a host kernel (other than a oneDNN primitive, in a native
+// bundle), InvalidArgument for a plan the bundle runtime cannot hold.
+std::string compile_bundle(const BundlePlan& plan, const std::vector<const cpu::TargetCompiler*>& cpus);
 
 // The features of the compiler's target that the bundle's create checks
 // the CPU for ("avx2,fma,..."): those of runtime/bundle_cpu_features.h.

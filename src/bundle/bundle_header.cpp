@@ -19,7 +19,7 @@ std::string shape(const BundleDescription::Tensor& t) {
   std::string s = "[";
   for (size_t i = 0; i < t.dims.size(); ++i) {
     if (i) s += ", ";
-    s += i == 0 && t.batched ? "B" : std::to_string(t.dims[i]);
+    s += t.batched && int64_t(i) == t.batch_axis ? "B" : std::to_string(t.dims[i]);
   }
   return s + "]";
 }
@@ -54,6 +54,19 @@ std::string feature_lines(const std::string& list, const std::string& indent) {
   return out + line;
 }
 
+std::string cpu_names(const BundleDescription& d) {
+  std::string names;
+  for (const auto& v : d.variants) names += (names.empty() ? "" : ", ") + v.cpu;
+  return names;
+}
+
+// Whether create can refuse a CPU: every version needs some feature.
+bool checks_cpu(const BundleDescription& d) {
+  for (const auto& v : d.variants)
+    if (v.features.empty()) return false;
+  return true;
+}
+
 std::string what_it_needs(const BundleDescription& d) {
   return d.native.empty() ? "only libc and libm" : "libc, libm and libdnnl (oneDNN " + d.native + ")";
 }
@@ -66,14 +79,24 @@ std::string bundle_header(const BundleDescription& d) {
   h << "/* " << N << ".h: a model frozen by `kiln aot-freeze` into a bundle that needs " << what_it_needs(d) << ".\n"
     << " *\n"
     << " * Model:   " << d.model << " (content XXH3-128 " << d.model_hash << ")\n"
-    << " * Target:  " << d.triple << ", cpu " << d.cpu << "; "
-    << (d.native.empty() ? "portable kernels" : "native kernels (oneDNN " + d.native + " primitives)") << "\n"
-    << " * CPU:     "
-    << (d.cpu_features.empty() ? "any of its architecture" : "needs " + feature_lines(d.cpu_features, " *                 "))
-    << "\n";
-  if (!d.cpu_features.empty())
-    h << " *          (" << N << "_create checks them before any of the code runs: on a CPU\n"
-      << " *          without them it returns " << U << "_ERROR_CPU naming what is missing)\n";
+    << " * Target:  " << d.triple << ", " << (d.variants.size() == 1 ? "cpu " : "code for each cpu of ") << cpu_names(d) << "; "
+    << (d.native.empty() ? "portable kernels" : "native kernels (oneDNN " + d.native + " primitives)") << "\n";
+  if (d.variants.size() == 1) {
+    const std::string& features = d.variants[0].features;
+    h << " * CPU:     "
+      << (features.empty() ? "any of its architecture" : "needs " + feature_lines(features, " *                 ")) << "\n";
+    if (!features.empty())
+      h << " *          (" << N << "_create checks them before any of the code runs: on a CPU\n"
+        << " *          without them it returns " << U << "_ERROR_CPU naming what is missing)\n";
+  } else {
+    h << " * CPU:     " << N << "_create runs the first version of the code whose features\n"
+      << " *          this CPU has (" << N << "_cpu says which), checked before any of it runs:\n";
+    for (const auto& v : d.variants)
+      h << " *          - " << v.cpu << ": "
+        << (v.features.empty() ? "any CPU of its architecture" : "needs " + feature_lines(v.features, " *              "))
+        << "\n";
+    if (checks_cpu(d)) h << " *          On a CPU none fits it returns " << U << "_ERROR_CPU naming what each lacks.\n";
+  }
   h << " * Link:    " << link_line(d, "cc") << "\n"
     << " * Weights: "
     << (d.embedded_weights ? "embedded in the object"
@@ -86,8 +109,14 @@ std::string bundle_header(const BundleDescription& d) {
   for (size_t i = 0; i < d.outputs.size(); ++i)
     h << " *   output " << i << " \"" << d.outputs[i].name << "\" " << ir::dtype_name(d.outputs[i].dtype) << " "
       << shape(d.outputs[i]) << "\n";
-  h << " * Tensors are dense and row-major, items of a batch one after the other.\n"
-    << " *\n"
+  h << " * Tensors are dense and row-major, items of a batch one after the other.\n";
+  bool later_axis = false;
+  for (const auto* list : {&d.inputs, &d.outputs})
+    for (const auto& t : *list) later_axis = later_axis || (t.batched && t.batch_axis > 0);
+  if (later_axis)
+    h << " * Where B is not the first axis (a recurrent state), the tensor is one\n"
+      << " * [..., B, ...] array as its shape says: run() splits it along that axis.\n";
+  h << " *\n"
     << " * Compiled batch sizes: " << list(d.batch_sizes) << ". run() takes any batch size: it splits\n"
     << " * the batch over the compiled sizes, the largest that fits first, and pads\n"
     << " * the last part with zeros when no compiled size fits it (override with\n"
@@ -112,9 +141,11 @@ std::string bundle_header(const BundleDescription& d) {
     h << " * No static API: oneDNN allocates, and the primitives live in the handle.\n"
       << " * create fails with " << U << "_ERROR_NATIVE if libdnnl is another version, or if\n"
       << " * oneDNN on this CPU wants the weights in other layouts than when frozen.\n";
-  if (d.native.empty() && !d.cpu_features.empty())
-    h << " * The static API checks the CPU on its first call, and returns " << U << "_ERROR_CPU\n"
-      << " * without running anything on a CPU that lacks a feature above.\n";
+  if (d.native.empty() && checks_cpu(d))
+    h << " * The static API checks the CPU on its first call" << (d.variants.size() == 1 ? "" : " (and picks the version to run)")
+      << ", and\n"
+      << " * returns " << U << "_ERROR_CPU without running anything on a CPU "
+      << (d.variants.size() == 1 ? "that lacks a\n * feature above.\n" : "no version\n * fits.\n");
   h << " */\n"
     << "#ifndef " << U << "_H\n#define " << U << "_H\n\n#include <stddef.h>\n#include <stdint.h>\n\n"
     << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
@@ -139,7 +170,10 @@ std::string bundle_header(const BundleDescription& d) {
   auto items = [&](const char* kind, const std::vector<BundleDescription::Tensor>& v) {
     for (size_t i = 0; i < v.size(); ++i)
       h << "#define " << U << "_" << kind << "_" << i << "_ITEM_BYTES " << v[i].item_bytes << " /* \"" << v[i].name << "\""
-        << (v[i].batched ? ", per batch item" : ", whole tensor (not batched)") << " */\n";
+        << (!v[i].batched          ? ", whole tensor (not batched)"
+            : v[i].batch_axis == 0 ? ", per batch item"
+                                   : ", per batch item (batch on axis " + std::to_string(v[i].batch_axis) + ")")
+        << " */\n";
   };
   items("INPUT", d.inputs);
   items("OUTPUT", d.outputs);
@@ -162,6 +196,8 @@ std::string bundle_header(const BundleDescription& d) {
     << "int32_t " << N << "_create_from_memory(const void* weights_file, uint64_t size, " << N << "** out);\n"
     << "void " << N << "_destroy(" << N << "* model);\n"
     << "const char* " << N << "_last_error(const " << N << "* model);\n"
+    << "/* The CPU of the code version create chose (\"\" until create succeeds). */\n"
+    << "const char* " << N << "_cpu(const " << N << "* model);\n"
     << "void " << N << "_set_parallel_for(" << N << "* model, " << N << "_parallel_for_fn fn, void* host);\n"
     << "/* \"5:1,4;13:8,8\": batch 5 runs as compiled sizes 1 then 4, batch 13 as 8 and 8 (the\n"
     << " * last part zero-padded). Other batch sizes keep the default rule. */\n"
@@ -187,7 +223,7 @@ std::string bundle_header(const BundleDescription& d) {
 std::string bundle_readme(const BundleDescription& d) {
   std::ostringstream r;
   r << "# " << d.name << ": a frozen model\n\n"
-    << "Made by `kiln aot-freeze` from `" << d.model << "` for " << d.triple << " (cpu " << d.cpu << ") with "
+    << "Made by `kiln aot-freeze` from `" << d.model << "` for " << d.triple << " (cpu " << cpu_names(d) << ") with "
     << (d.native.empty() ? "portable" : "native (oneDNN)") << " kernels: it needs " << what_it_needs(d) << ".\n\n"
     << "| file | what |\n| --- | --- |\n"
     << "| `" << d.name << ".h` | the API, with every input and output, the batch sizes and the memory sizes |\n"
@@ -195,11 +231,19 @@ std::string bundle_readme(const BundleDescription& d) {
   if (!d.embedded_weights)
     r << "| `" << d.name << ".weights.bin` | the weights (" << d.weights_bytes << " bytes of data), read by `" << d.name
       << "_create` |\n";
-  r << "\nCPU: "
-    << (d.cpu_features.empty() ? "any " + d.triple + " CPU"
-                               : "needs " + feature_lines(d.cpu_features, "") + "\n(`" + d.name + "_create` returns `" +
-                                     upper(d.name) + "_ERROR_CPU` on a CPU without them)")
-    << ".\n";
+  if (d.variants.size() == 1)
+    r << "\nCPU: "
+      << (d.variants[0].features.empty() ? "any " + d.triple + " CPU"
+                                         : "needs " + feature_lines(d.variants[0].features, "") + "\n(`" + d.name +
+                                               "_create` returns `" + upper(d.name) + "_ERROR_CPU` on a CPU without them)")
+      << ".\n";
+  else {
+    r << "\nCPU: a version of the code per CPU; `" << d.name << "_create` runs the first this CPU has the features of (`"
+      << d.name << "_cpu` says which):\n\n";
+    for (const auto& v : d.variants)
+      r << "- " << v.cpu << ": " << (v.features.empty() ? "any " + d.triple + " CPU" : "needs " + feature_lines(v.features, "  "))
+        << "\n";
+  }
   r << "\nLink:\n\n```sh\n"
     << link_line(d, "cc") << "\n```\n\n"
     << "From C++, include the header as it is (it has `extern \"C\"`). From Rust, declare the functions in an\n"

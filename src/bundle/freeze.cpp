@@ -11,6 +11,8 @@
 #include <set>
 
 #include "backends/artifact_weights.hpp"
+#include "backends/cpu/host_kernels.hpp"
+#include "backends/cpu/lower/op_table.hpp"
 #include "backends/cpu/lowering.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/pipeline.hpp"
@@ -69,31 +71,18 @@ class Freezer {
       ir::fail(ir::ErrorKind::InvalidArgument, "bundle name '" + r.name + "' is not a C identifier (letters, digits, '_')");
     choose_inputs();
     r.batch_sizes = batch_sizes();
-    cpu::Target target = req_.target;
-    const cpu::HostInfo host = cpu::detect_host();
-    if (req_.native_kernels && !target.triple.empty() && target.triple != host.triple)
-      ir::fail(ir::ErrorKind::InvalidArgument, "--kernels native bundles are for this machine (" + host.triple + "), not '" +
-                                                   target.triple + "': oneDNN chose their layouts here");
+    make_compilers();
     for (size_t i = 0; i < r.batch_sizes.size(); ++i) {
       progress("specializing and lowering batch " + std::to_string(r.batch_sizes[i]) + " (" + std::to_string(i + 1) + "/" +
                std::to_string(r.batch_sizes.size()) + ")");
       frozen_.push_back(specialize(r.batch_sizes[i]));
     }
 
-    if (target.triple.empty()) {
-      target.triple = host.triple;
-      if (target.cpu.empty()) {
-        // This very CPU: its features as CPUID reports them.
-        target.cpu = host.cpu;
-        for (const auto& f : host.features) target.features += (target.features.empty() ? "" : ",") + f;
-      }
-    }
-    cpu::TargetCompiler compiler(target);
-    r.triple = compiler.target().triple;
-    r.cpu = target.cpu.empty() ? "generic" : target.cpu;
+    r.triple = compilers_[0]->target().triple;
+    for (const auto& c : compilers_) r.cpu += (r.cpu.empty() ? "" : ",") + cpu_name(*c);
 
     BundlePlan plan = make_plan(r.name);
-    const std::string object = compiled_object(plan, compiler, r);
+    const std::string object = compiled_object(plan, r);
 
     const fs::path dir(req_.output_dir);
     std::error_code ec;
@@ -115,8 +104,7 @@ class Freezer {
     d.model = model_.source_path;
     d.model_hash = model_.content_hash;
     d.triple = r.triple;
-    d.cpu = r.cpu;
-    d.cpu_features = bundle_cpu_features(compiler);
+    for (const auto& c : compilers_) d.variants.push_back({cpu_name(*c), bundle_cpu_features(*c)});
     d.object_file = object_file;
     d.embedded_weights = req_.embed_weights;
     if (req_.native_kernels) d.native = onednn_version();
@@ -143,12 +131,13 @@ class Freezer {
   // module together with the kernel library, which is most of the time
   // (about 2.5 s of 2.8 for resnet50, whatever the number of batch sizes),
   // so an entry per specialization would save nothing when one is missing.
-  std::string compiled_object(const BundlePlan& plan, const cpu::TargetCompiler& compiler, FreezeResult& r) const {
-    const cpu::Target& target = compiler.target();
+  std::string compiled_object(const BundlePlan& plan, FreezeResult& r) const {
     std::string shapes;
     for (const Frozen& f : frozen_)
       for (const auto& [name, shape] : input_shapes(f.batch))
         shapes += (shapes.empty() ? "" : ",") + name + ":" + ir::dtype_name(shape.first) + ":" + ir::dims_to_string(shape.second);
+    // An output's batch axis changes only how run() splits it.
+    for (const auto& [name, axis] : req_.batch_axes) shapes += ",batch axis " + name + "=" + std::to_string(axis);
     // A constant may change the code and not the weights (a branch on it).
     for (const auto& [name, t] : req_.constants)
       shapes += "," + name + "=" + ir::dtype_name(t.dtype()) + ":" + ir::dims_to_string(t.dims()) + ":" +
@@ -156,9 +145,11 @@ class Freezer {
     // The weights' checksum stands for the specialized programs: the object
     // embeds their offsets and checksum.
     const std::string kernels = req_.native_kernels ? "native onednn " + onednn_version(true) : "portable";
+    std::string cpus;
+    for (const auto& c : compilers_) cpus += ", cpu " + cpu_name(*c) + " features " + c->target().features;
     const std::string identity = "bundle abi " + std::to_string(KILN_BUNDLE_ABI_VERSION) + ", kernels " + kernels + ", name " +
-                                 plan.name + ", target " + target.triple + ", cpu " + r.cpu + ", features " + target.features +
-                                 ", weights " + (req_.embed_weights ? "embedded" : "file") + " xxh3-64 " +
+                                 plan.name + ", target " + r.triple + cpus + ", weights " +
+                                 (req_.embed_weights ? "embedded" : "file") + " xxh3-64 " +
                                  std::to_string(plan.weights_checksum) + " " + std::to_string(plan.weights_bytes);
     const cache::Key key = cache::make_key({model_.content_hash, model_.source_path, shapes, identity});
     if (req_.store) {
@@ -176,7 +167,9 @@ class Freezer {
     }
     progress("compiling " + std::to_string(frozen_.size()) + " specialization(s) for " + r.triple + " (" + r.cpu + ")");
     const auto start = std::chrono::steady_clock::now();
-    std::string object = compile_bundle(plan, compiler);
+    std::vector<const cpu::TargetCompiler*> compilers;
+    for (const auto& c : compilers_) compilers.push_back(c.get());
+    std::string object = compile_bundle(plan, compilers);
     if (req_.store) {
       backends::Artifact artifact;
       artifact.object = object;
@@ -195,8 +188,64 @@ class Freezer {
     return object;
   }
 
+  static std::string cpu_name(const cpu::TargetCompiler& c) { return c.target().cpu.empty() ? "generic" : c.target().cpu; }
+
+  // A compiler per CPU of the request, best first, leaving out a CPU that
+  // create would never pick: one listed before it needs no feature it lacks.
+  void make_compilers() {
+    const cpu::HostInfo host = cpu::detect_host();
+    const std::string triple = req_.triple.empty() ? host.triple : req_.triple;
+    const bool here = triple == host.triple;
+    if (req_.native_kernels && !here)
+      ir::fail(ir::ErrorKind::InvalidArgument, "--kernels native bundles are for this machine (" + host.triple + "), not '" +
+                                                   req_.triple + "': oneDNN chose their layouts here");
+    if (req_.native_kernels && req_.cpus.size() > 1)
+      ir::fail(ir::ErrorKind::InvalidArgument,
+               "--kernels native bundles are for this machine, whose oneDNN primitives they hold: give one --cpu, not a list");
+    if (req_.cpus.size() > KILN_BUNDLE_MAX_VARIANTS)
+      ir::fail(ir::ErrorKind::InvalidArgument,
+               "a bundle holds code for at most " + std::to_string(KILN_BUNDLE_MAX_VARIANTS) + " CPUs (--cpu)");
+    std::vector<std::string> cpus = req_.cpus;
+    if (cpus.empty()) cpus.push_back(req_.triple.empty() ? "host" : "");
+    std::set<std::string> named;
+    std::vector<std::set<std::string>> kept_features;
+    for (const std::string& name : cpus) {
+      if (!named.insert(name).second) ir::fail(ir::ErrorKind::InvalidArgument, "--cpu names '" + name + "' twice");
+      cpu::Target target{triple, name, ""};
+      if (name == "host") {
+        if (!here)
+          ir::fail(ir::ErrorKind::InvalidArgument,
+                   "--cpu host is this machine's CPU, which cannot run code for '" + triple + "': name a CPU of that target");
+        // This very CPU: its features as CPUID reports them.
+        target.cpu = host.cpu;
+        for (const auto& f : host.features) target.features += (target.features.empty() ? "" : ",") + f;
+      }
+      auto compiler = std::make_unique<cpu::TargetCompiler>(target);
+      const std::string checked = bundle_cpu_features(*compiler);
+      std::set<std::string> features;
+      for (size_t start = 0; start < checked.size();) {
+        const size_t end = std::min(checked.find(',', start), checked.size());
+        features.insert(checked.substr(start, end - start));
+        start = end + 1;
+      }
+      auto covers = [&](const std::set<std::string>& earlier) {
+        return std::includes(features.begin(), features.end(), earlier.begin(), earlier.end());
+      };
+      if (auto it = std::find_if(kept_features.begin(), kept_features.end(), covers); it != kept_features.end()) {
+        const std::string before = cpu_name(*compilers_[size_t(it - kept_features.begin())]);
+        if (req_.warn)
+          req_.warn("--cpu " + name + " is left out: every CPU that runs its code also runs the code for " + before +
+                    ", listed before it (list the CPUs best first)");
+        continue;
+      }
+      kept_features.push_back(std::move(features));
+      compilers_.push_back(std::move(compiler));
+    }
+  }
+
   // Inputs backed by an initializer, and those the request fixes, are
-  // frozen as constants; an input whose axis 0 is symbolic is batched.
+  // frozen as constants; an input is batched on the axis the request gives,
+  // else on axis 0 if that is symbolic.
   void choose_inputs() {
     graph_ = *model_.graph;
     for (const auto& [name, t] : req_.constants) {
@@ -223,12 +272,54 @@ class Freezer {
     for (const auto& [name, dims] : req_.shapes)
       if (!graph_.find_input(name))
         ir::fail(ir::ErrorKind::InvalidArgument, "--shape names '" + name + "', which is not an input");
+    for (const auto& [name, axis] : req_.batch_axes) {
+      const bool output =
+          std::any_of(graph_.outputs.begin(), graph_.outputs.end(), [&](const auto& o) { return o.name == name; });
+      if (!graph_.find_input(name) && !output)
+        ir::fail(ir::ErrorKind::InvalidArgument,
+                 "--batch-axis names '" + name + "', which is " +
+                     (req_.constants.count(name) ? "fixed by --constant" : "neither an input nor an output of the model"));
+      if (axis < 0) ir::fail(ir::ErrorKind::InvalidArgument, "--batch-axis " + name + ": the axis must be 0 or more");
+    }
+    std::string symbol;  // of the batch, from an input given --batch-axis
     for (const auto& in : graph_.inputs) {
-      const bool symbolic0 = in.shape.rank_known && in.shape.rank() > 0 && !in.shape.dims[0].is_known();
-      if (symbolic0) {
-        batched_.insert(in.name);
-        batch_symbol_ = in.shape.dims[0].symbol;
+      const auto given = req_.batch_axes.find(in.name);
+      const auto shape = req_.shapes.find(in.name);
+      if (given == req_.batch_axes.end()) {
+        if (in.shape.rank_known && in.shape.rank() > 0 && !in.shape.dims[0].is_known()) input_axis_[in.name] = 0;
+        continue;
       }
+      const int64_t axis = given->second;
+      const int64_t rank = shape != req_.shapes.end() ? int64_t(shape->second.size())
+                           : in.shape.rank_known      ? in.shape.rank()
+                                                      : -1;
+      if (rank < 0)
+        ir::fail(ir::ErrorKind::InvalidArgument,
+                 "input '" + in.name + "' has no declared shape: give --shape with its batch axis");
+      if (axis >= rank)
+        ir::fail(ir::ErrorKind::InvalidArgument,
+                 "--batch-axis " + in.name + "=" + std::to_string(axis) + ": the input has " + std::to_string(rank) + " axes");
+      if (in.shape.rank_known && in.shape.dims[size_t(axis)].is_known())
+        ir::fail(ir::ErrorKind::InvalidArgument, "--batch-axis " + in.name + "=" + std::to_string(axis) + ": the input's axis " +
+                                                     std::to_string(axis) + " is declared " +
+                                                     in.shape.dims[size_t(axis)].to_string() + " (" + in.shape.to_string() +
+                                                     "), not a symbolic batch");
+      input_axis_[in.name] = axis;
+      const std::string& s = in.shape.rank_known ? in.shape.dims[size_t(axis)].symbol : "";
+      if (!s.empty() && !symbol.empty() && s != symbol)
+        ir::fail(ir::ErrorKind::InvalidArgument, "--batch-axis: input '" + in.name + "' has '" + s + "' on axis " +
+                                                     std::to_string(axis) + ", another input given a batch axis has '" + symbol +
+                                                     "'");
+      if (!s.empty()) symbol = s;
+    }
+    // The other batched inputs: their batch axis must carry the same symbol.
+    for (const auto& [name, axis] : input_axis_) {
+      const ir::ValueInfo* in = graph_.find_input(name);
+      const std::string& s = in->shape.rank_known ? in->shape.dims[size_t(axis)].symbol : "";
+      if (!symbol.empty() && !s.empty() && s != symbol)
+        ir::fail(ir::ErrorKind::InvalidArgument, "input '" + name + "' is batched on axis " + std::to_string(axis) + " ('" + s +
+                                                     "'), the inputs given --batch-axis on '" + symbol +
+                                                     "': give its batch axis too, or a --shape");
     }
   }
 
@@ -240,9 +331,10 @@ class Freezer {
     if (sizes.size() > KILN_BUNDLE_MAX_SPECS)
       ir::fail(ir::ErrorKind::InvalidArgument,
                "a bundle holds at most " + std::to_string(KILN_BUNDLE_MAX_SPECS) + " batch sizes");
-    if (batched_.empty() && (sizes.size() != 1 || sizes[0] != 1))
+    if (input_axis_.empty() && (sizes.size() != 1 || sizes[0] != 1))
       ir::fail(ir::ErrorKind::InvalidArgument,
-               "no input of the model has a symbolic batch axis (axis 0), so it has one batch size: leave out --batch-sizes");
+               "no input of the model has a symbolic batch axis (axis 0, or one --batch-axis gives), so it has one batch "
+               "size: leave out --batch-sizes, or give --batch-axis NAME=AXIS");
     return sizes;
   }
 
@@ -259,64 +351,160 @@ class Freezer {
           const ir::Dim& dim = in.shape.dims[i];
           if (dim.is_known())
             d.push_back(*dim.value);
-          else if (i == 0 && batched_.count(in.name))
+          else if (batched(in.name) && int64_t(i) == input_axis_.at(in.name))
             d.push_back(batch);
           else if (auto v = req_.dims.find(dim.symbol); !dim.symbol.empty() && v != req_.dims.end())
             d.push_back(v->second);
           else
-            ir::fail(ir::ErrorKind::InvalidArgument, "input '" + in.name + "' dim " + std::to_string(i) + " ('" +
-                                                         dim.to_string() + "') has no value: give --dim SYMBOL=V or --shape");
+            ir::fail(ir::ErrorKind::InvalidArgument,
+                     "input '" + in.name + "' dim " + std::to_string(i) + " ('" + dim.to_string() + "') has no value: give " +
+                         (is_batch_symbol(dim.symbol) ? "--batch-axis " + in.name + "=" + std::to_string(i) + " (it is the batch)"
+                                                      : "--dim SYMBOL=V or --shape"));
         }
       }
-      if (batched_.count(in.name)) {
-        if (d.empty())
-          ir::fail(ir::ErrorKind::InvalidArgument, "input '" + in.name + "' is batched but --shape gives it no axis 0");
-        d[0] = batch;
+      if (batched(in.name)) {
+        const int64_t axis = input_axis_.at(in.name);
+        if (int64_t(d.size()) <= axis)
+          ir::fail(ir::ErrorKind::InvalidArgument,
+                   "input '" + in.name + "' is batched on axis " + std::to_string(axis) + " but --shape gives it no such axis");
+        d[size_t(axis)] = batch;
       }
       shapes[in.name] = {in.dtype, d};
     }
     return shapes;
   }
 
+  // "HEAD: N ...:" and the items, one a line, the first kListed of them.
+  static std::string listed(const std::string& head, const std::vector<std::string>& items) {
+    constexpr size_t kListed = 20;
+    std::string text = head;
+    for (size_t i = 0; i < items.size() && i < kListed; ++i) text += "\n  " + items[i];
+    if (items.size() > kListed) text += "\n  ... and " + std::to_string(items.size() - kListed) + " more";
+    return text;
+  }
+
+  // Every node that keeps the specialization out of a bundle, and why: those
+  // making a value whose shape depends on the data (from values that do not),
+  // then those the bundle's kernels cannot run.
   Frozen specialize(int64_t batch) const {
     Frozen f;
     f.batch = batch;
     auto [graph, spec] = backends::specialize_and_optimize(graph_, input_shapes(batch));
-    if (!spec.dynamic.empty())
-      ir::fail(ir::ErrorKind::Unsupported, "cannot freeze: the shape of '" + spec.dynamic[0] + "' depends on the data");
+    if (!spec.dynamic.empty()) {
+      const std::set<std::string> dynamic(spec.dynamic.begin(), spec.dynamic.end());
+      std::vector<std::string> sources;
+      for (const ir::Node& n : graph->nodes) {
+        const auto reads = ir::values_read(n);
+        if (std::any_of(reads.begin(), reads.end(), [&](const std::string& v) { return dynamic.count(v) != 0; })) continue;
+        for (const std::string& out : n.outputs)
+          if (dynamic.count(out)) sources.push_back(n.describe() + ": the shape of '" + out + "' depends on the data");
+      }
+      if (sources.empty())
+        for (const std::string& v : spec.dynamic) sources.push_back("the shape of '" + v + "' depends on the data");
+      ir::fail(ir::ErrorKind::Unsupported,
+               listed("cannot freeze: " + std::to_string(sources.size()) +
+                          " node(s) make values whose shape depends on the data (" + std::to_string(spec.dynamic.size()) +
+                          " values in all); fix an input they depend on with --constant, or give it --shape:",
+                      sources));
+    }
     f.graph = std::move(graph);
     f.spec = std::move(spec);
+    const std::string family = req_.native_kernels ? "native" : "portable";
     f.program = cpu::lower(*f.graph, f.spec, req_.native_kernels ? cpu::KernelFamily::NativeBundle : cpu::KernelFamily::Portable);
-    std::string host_steps;
-    int count = 0;
+    std::map<std::string, const ir::Node*> nodes;  // by the label of the step that runs one alone
+    for (const ir::Node& n : f.graph->nodes) nodes.emplace(n.describe(), &n);
+    std::vector<std::string> refused;
     for (const auto& step : f.program.steps)
-      if (step.kernel && !(req_.native_kernels && cpu::is_onednn_kernel(*step.kernel)) && count++ < 8)
-        host_steps += (host_steps.empty() ? "" : "; ") + step.label;
-    if (count)
-      ir::fail(ir::ErrorKind::Unsupported, std::string("cannot freeze: the ") + (req_.native_kernels ? "native" : "portable") +
-                                               " kernels cannot run " + std::to_string(count) + " step(s) of batch " +
-                                               std::to_string(batch) + ": " + host_steps);
+      if (step.kernel && !(req_.native_kernels && cpu::is_onednn_kernel(*step.kernel)))
+        refused.push_back(step.label + ": " + why_not(step, nodes, family));
+    if (!refused.empty())
+      ir::fail(ir::ErrorKind::Unsupported,
+               listed("cannot freeze: the " + family + " kernels cannot run " + std::to_string(refused.size()) +
+                          " node(s) of batch " + std::to_string(batch) + ":",
+                      refused));
     return f;
   }
 
-  // Outputs whose axis 0 follows the batch size.
-  std::vector<bool> batched_outputs() const {
-    std::vector<bool> batched;
-    for (size_t k = 0; k < frozen_[0].program.outputs.size(); ++k) {
-      bool b = !batched_.empty();
-      for (const Frozen& f : frozen_) b = b && !f.program.output_dims[k].empty() && f.program.output_dims[k][0] == f.batch;
-      batched.push_back(b);
+  // Why a step that needs a host kernel does (the JIT's host kernels are not in a bundle).
+  static std::string why_not(const cpu::Step& step, const std::map<std::string, const ir::Node*>& nodes,
+                             const std::string& family) {
+    const auto it = nodes.find(step.label);
+    if (it == nodes.end()) return "a host kernel of the JIT, which a bundle does not hold";
+    const ir::Node& n = *it->second;
+    const std::string op = (n.domain.empty() ? "" : n.domain + ".") + n.op_type;
+    if (op == "If" || op == "Loop" || op == "Scan")
+      return "a bundle has no control flow yet: fix the inputs it depends on with --constant (an If on a constant "
+             "becomes its branch)";
+    if (!dynamic_cast<const cpu::ReferenceKernel*>(step.kernel.get()))
+      return "a host kernel of the JIT, which a bundle does not hold";
+    const cpu::lowering::OpLowering* lowering = cpu::lowering::find_op(n);
+    if (!lowering) return "no compiled kernel runs " + op + ", only the reference kernels";
+    if (!(family == "native" ? lowering->native : lowering->portable)) return "the " + family + " kernels have no " + op;
+    return "the " + family + " kernels do not take " + op + " with these types, shapes or attributes";
+  }
+
+  bool batched(const std::string& input) const { return input_axis_.count(input) != 0; }
+  bool is_batch_symbol(const std::string& symbol) const {
+    for (const auto& [name, axis] : input_axis_) {
+      const ir::ValueInfo* in = graph_.find_input(name);
+      if (!symbol.empty() && in->shape.rank_known && in->shape.dims[size_t(axis)].symbol == symbol) return true;
     }
-    if (frozen_.size() == 1 && !batched_.empty()) {
-      // One batch size cannot tell: infer the shapes of another.
+    return false;
+  }
+
+  // Each output's batch axis, or -1: the axis --batch-axis gives, else 0 if
+  // that follows the batch size. An output with another axis that follows
+  // it must be given that axis (run() would take it for a whole tensor).
+  std::vector<int64_t> output_axes() const {
+    // The outputs' dims at each frozen batch size, and at another when there
+    // is only one (one size cannot tell).
+    std::vector<std::pair<int64_t, std::vector<ir::Dims>>> seen;
+    for (const Frozen& f : frozen_) seen.push_back({f.batch, f.program.output_dims});
+    if (frozen_.size() == 1 && !input_axis_.empty()) {
       const int64_t other = frozen_[0].batch + 1;
       const ir::Specialization s = ir::specialize(graph_, input_shapes(other), ref::constant_evaluator());
-      for (size_t k = 0; k < batched.size(); ++k) {
-        const ir::Dims d = s.result.values.at(frozen_[0].program.outputs[k]).shape.concrete();
-        batched[k] = batched[k] && d[0] == other;
-      }
+      std::vector<ir::Dims> dims;
+      for (const std::string& name : frozen_[0].program.outputs) dims.push_back(s.result.values.at(name).shape.concrete());
+      seen.push_back({other, std::move(dims)});
     }
-    return batched;
+    auto follows = [&](size_t k, int64_t axis) {
+      for (const auto& [batch, dims] : seen)
+        if (int64_t(dims[k].size()) <= axis || dims[k][size_t(axis)] != batch) return false;
+      return !input_axis_.empty();
+    };
+    std::vector<int64_t> axes;
+    const cpu::Program& first = frozen_[0].program;
+    for (size_t k = 0; k < first.outputs.size(); ++k) {
+      const std::string& name = first.outputs[k];
+      std::string shape;
+      for (int64_t d : first.output_dims[k]) shape += (shape.empty() ? "[" : ", ") + std::to_string(d);
+      shape += shape.empty() ? "[]" : "]";
+      if (auto given = req_.batch_axes.find(name); given != req_.batch_axes.end()) {
+        if (!follows(k, given->second))
+          ir::fail(ir::ErrorKind::InvalidArgument, "--batch-axis " + name + "=" + std::to_string(given->second) + ": output '" +
+                                                       name + "' is " + shape + " at batch " + std::to_string(frozen_[0].batch) +
+                                                       ", its axis " + std::to_string(given->second) +
+                                                       " does not follow the batch size");
+        axes.push_back(given->second);
+        continue;
+      }
+      axes.push_back(follows(k, 0) ? 0 : -1);
+      for (int64_t a = 1; axes.back() < 0 && a < int64_t(first.output_dims[k].size()); ++a)
+        if (follows(k, a))
+          ir::fail(ir::ErrorKind::InvalidArgument,
+                   "output '" + name + "' is " + shape + " at batch " + std::to_string(frozen_[0].batch) + ": its axis " +
+                       std::to_string(a) + " follows the batch size: give --batch-axis " + name + "=" + std::to_string(a));
+    }
+    return axes;
+  }
+
+  // A tensor of the plan: one item's bytes and the dims before the batch axis.
+  static BundleTensor tensor(const std::string& name, ir::DType dtype, const ir::Dims& dims, int64_t batch, int64_t axis) {
+    const int64_t bytes = ir::checked_numel(dims) * int64_t(ir::dtype_size(dtype));
+    if (axis < 0) return {name, dtype, bytes, false, 1};
+    int64_t outer = 1;
+    for (int64_t a = 0; a < axis; ++a) outer *= dims[size_t(a)];
+    return {name, dtype, bytes / batch, true, outer};
   }
 
   BundlePlan make_plan(const std::string& name) {
@@ -325,18 +513,16 @@ class Freezer {
     const cpu::Program& first = frozen_[0].program;
     const int64_t b0 = frozen_[0].batch;
     const auto shapes = input_shapes(b0);
-    for (size_t i = 0; i < first.inputs.size(); ++i) {
-      const std::string& in = first.inputs[i];
+    for (const std::string& in : first.inputs) {
       const auto& [dtype, dims] = shapes.at(in);
-      const bool batched = batched_.count(in) != 0;
-      const int64_t bytes = ir::checked_numel(dims) * int64_t(ir::dtype_size(dtype));
-      plan.inputs.push_back({in, dtype, batched ? bytes / b0 : bytes, batched});
+      plan.inputs.push_back(tensor(in, dtype, dims, b0, batched(in) ? input_axis_.at(in) : -1));
       input_dims_.push_back(dims);
+      axes_.push_back(batched(in) ? input_axis_.at(in) : -1);
     }
-    const std::vector<bool> batched = batched_outputs();
-    for (size_t k = 0; k < first.outputs.size(); ++k) {
-      const int64_t bytes = ir::checked_numel(first.output_dims[k]) * int64_t(ir::dtype_size(first.output_dtypes[k]));
-      plan.outputs.push_back({first.outputs[k], first.output_dtypes[k], batched[k] ? bytes / b0 : bytes, bool(batched[k])});
+    for (int64_t axis : output_axes()) {
+      const size_t k = plan.outputs.size();
+      plan.outputs.push_back(tensor(first.outputs[k], first.output_dtypes[k], first.output_dims[k], b0, axis));
+      axes_.push_back(axis);
     }
     // Every constant once (specializations share the model's weights), 64-byte aligned.
     std::map<std::pair<const void*, size_t>, int64_t> placed;
@@ -426,6 +612,7 @@ class Freezer {
       t.name = list[i].name;
       t.dtype = list[i].dtype;
       t.batched = list[i].batched;
+      t.batch_axis = axes_[inputs ? i : input_dims_.size() + i];
       t.item_bytes = list[i].item_bytes;
       t.dims = inputs ? input_dims_[i] : frozen_[0].program.output_dims[i];
       out.push_back(std::move(t));
@@ -436,8 +623,9 @@ class Freezer {
   const ir::Model& model_;
   const FreezeRequest& req_;
   ir::Graph graph_;
-  std::set<std::string> batched_;
-  std::string batch_symbol_;
+  std::map<std::string, int64_t> input_axis_;                    // batched inputs: their batch axis
+  std::vector<int64_t> axes_;                                    // of the plan's inputs then outputs (-1: not batched)
+  std::vector<std::unique_ptr<cpu::TargetCompiler>> compilers_;  // one per code version, best first
   std::vector<Frozen> frozen_;
   std::vector<ir::Dims> input_dims_;  // at the first batch size
   std::string weights_;

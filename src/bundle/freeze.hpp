@@ -22,12 +22,20 @@ namespace kiln::bundle {
 struct FreezeRequest {
   std::string output_dir;
   std::string name;  // C identifier prefixing every symbol; "" = the model file's stem
-  // Input shapes; a batched input's axis 0 is replaced by each batch size.
+  // Input shapes; a batched input's batch axis is replaced by each batch size.
   std::map<std::string, ir::Dims> shapes;
+  // Inputs and outputs whose batch is not axis 0 (a recurrent state
+  // [directions, batch, hidden]: 1); an input not named here is batched on
+  // axis 0 if that is symbolic, an output if its axis 0 follows the batch.
+  std::map<std::string, int64_t> batch_axes;
   std::map<std::string, int64_t> dims;  // values of symbolic dims other than the batch
   std::vector<int64_t> batch_sizes{1};
   std::map<std::string, ir::Tensor> constants;  // inputs fixed to these values
-  cpu::Target target;                           // empty triple: this machine (its CPU unless target.cpu says otherwise)
+  std::string triple;                           // "": this machine's
+  // A code version per CPU, best first (NAME_create runs the first the CPU
+  // it is on fits). Empty: this CPU for this machine's triple, else generic;
+  // "host": this CPU.
+  std::vector<std::string> cpus;
   bool embed_weights = false;
   bool static_library = false;  // libNAME.a instead of NAME.o
   // oneDNN primitives where the JIT uses them, for this machine: the bundle
@@ -44,7 +52,8 @@ struct FreezeRequest {
 enum class FreezeCache { Off, Hit, Miss, Rebuild };
 
 struct FreezeResult {
-  std::string name, triple, cpu;
+  std::string name, triple;
+  std::string cpu;  // the CPUs of the code versions, best first: "x86-64-v3,x86-64-v2"
   std::vector<int64_t> batch_sizes;
   std::vector<std::string> files;
   int64_t object_bytes = 0;   // NAME.o (or the archive), embedded weights included
@@ -55,9 +64,9 @@ struct FreezeResult {
   std::string cache_note;  // why an entry was rebuilt, or why nothing was stored
 };
 
-// Throws ir::Error: InvalidArgument for a bad request (unknown input, shape
-// or target, a name that is not a C identifier, native kernels for another
-// target), Unsupported naming the nodes the bundle's kernels cannot run, Io
+// Throws ir::Error: InvalidArgument for a bad request (unknown input, shape,
+// target or CPU, a name that is not a C identifier, native kernels for
+// another target or for several CPUs), Unsupported naming the nodes the bundle's kernels cannot run, Io
 // when the files cannot be written.
 FreezeResult freeze(const ir::Model& model, const FreezeRequest& request);
 

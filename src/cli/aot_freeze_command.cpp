@@ -1,5 +1,6 @@
 // kiln aot-freeze MODEL -o DIR [--name NAME] [--shape NAME=DIMS]...
-//   [--constant NAME=VALUE|FILE.npy]... [--batch-sizes 1,8,32] [--target TRIPLE] [--cpu NAME] [--weights embed|file]
+//   [--constant NAME=VALUE|FILE.npy]... [--batch-sizes 1,8,32] [--batch-axis NAME=AXIS]...
+//   [--target TRIPLE] [--cpu NAME[,NAME...]] [--weights embed|file]
 //   [--kernels portable|native] [--format object|static]: a bundle that links
 // into a C, C++ or Rust program with nothing but libc and libm (and libdnnl,
 // for native kernels).
@@ -20,7 +21,7 @@ namespace {
 
 struct FreezeArgs {
   std::string model, output_dir, name, target, cpu, weights = "file", kernels = "portable", format = "object", cache_dir;
-  std::vector<std::string> shapes, dims, constants, plugins;
+  std::vector<std::string> shapes, dims, constants, batch_axes, plugins;
   std::vector<int64_t> batch_sizes{1};
   bool json = false;
   bool no_cache = false;
@@ -90,6 +91,11 @@ void freeze(const FreezeArgs& args) {
   for (const auto& c : args.constants)
     o.constants.emplace_back(split_assignment(c, "--constant").first, constant_value(c, model.inputs()));
   o.batch_sizes = args.batch_sizes;
+  for (const auto& a : args.batch_axes) {
+    auto [name, text] = split_assignment(a, "--batch-axis");
+    if (!o.batch_axes.emplace(name, parse_size(text, "--batch-axis " + a)).second)
+      throw Error(ErrorCode::InvalidArgument, "--batch-axis names '" + name + "' twice");
+  }
   o.target = args.target;
   o.cpu = args.cpu;
   o.embed_weights = args.weights == "embed";
@@ -140,8 +146,13 @@ void add_aot_freeze_command(CLI::App& app) {
                   "NAME=VALUE or NAME=FILE.npy: an input fixed to this value, which the bundle does not take (an If on it "
                   "keeps the branch taken)");
   cmd->add_option("--batch-sizes", args->batch_sizes, "compiled batch sizes, e.g. 1,8,32 (any batch runs)")->delimiter(',');
+  cmd->add_option("--batch-axis", args->batch_axes,
+                  "NAME=AXIS: an input or output whose batch is not axis 0, e.g. a recurrent state [directions, batch, hidden]: "
+                  "h0=1");
   cmd->add_option("--target", args->target, "LLVM target triple, e.g. aarch64-linux-gnu (default: this machine)");
-  cmd->add_option("--cpu", args->cpu, "target CPU, e.g. x86-64-v3 (default: this CPU, or generic for another target)");
+  cmd->add_option("--cpu", args->cpu,
+                  "target CPU, e.g. x86-64-v3, or several best first, e.g. host,x86-64-v3,x86-64-v2: a version of the code "
+                  "per CPU, NAME_create runs the first the CPU fits (default: this CPU, or generic for another target)");
   cmd->add_option("--weights", args->weights, "embed (in the object) or file (NAME.weights.bin)")
       ->check(CLI::IsMember({"embed", "file"}));
   cmd->add_option("--kernels", args->kernels,

@@ -98,6 +98,7 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
     for (const auto& [name, shape] : options.shapes) req.shapes[name] = shape;
     req.dims = options.dims;
     req.batch_sizes = options.batch_sizes;
+    req.batch_axes = options.batch_axes;
     for (const auto& [name, t] : options.constants) {
       if (!t.defined()) ir::fail(ir::ErrorKind::InvalidArgument, "constant '" + name + "' has no data");
       const ir::Tensor view = ir::Tensor::view(ir::DType(int32_t(t.dtype())), ir::Dims(t.shape().begin(), t.shape().end()),
@@ -105,7 +106,14 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
       if (!req.constants.emplace(name, view.clone()).second)
         ir::fail(ir::ErrorKind::InvalidArgument, "constant '" + name + "' is given twice");
     }
-    req.target = {options.target, options.cpu, ""};
+    req.triple = options.target;
+    for (size_t start = 0; !options.cpu.empty();) {
+      const size_t end = std::min(options.cpu.find(',', start), options.cpu.size());
+      req.cpus.push_back(options.cpu.substr(start, end - start));
+      if (req.cpus.back().empty()) ir::fail(ir::ErrorKind::InvalidArgument, "cpu '" + options.cpu + "' has an empty name");
+      if (end == options.cpu.size()) break;
+      start = end + 1;
+    }
     req.embed_weights = options.embed_weights;
     req.static_library = options.format == "static";
     req.native_kernels = options.kernels == "native";

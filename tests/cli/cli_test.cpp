@@ -239,6 +239,39 @@ TEST(Cli, EverySubcommandHasHelp) {
   EXPECT_NE(kiln_cmd("frobnicate").code, 0);
 }
 
+// aot-freeze --batch-axis NAME=AXIS: a whole number per input or output,
+// each named once; the output whose batch is on axis 1 must be given too.
+TEST(Cli, AotFreezeBatchAxisIsChecked) {
+  using kiln::test::ModelBuilder;
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {4, "batch"}).output("y", onnx::TensorProto::FLOAT, {4, "batch"});
+  b.node("Relu", {"x"}, {"y"});
+  const fs::path model = temp_path("columns.onnx"), out = temp_path("columns_bundle");
+  {
+    std::ofstream f(model, std::ios::binary);
+    f << b.model().SerializeAsString();
+  }
+  const std::string freeze = "aot-freeze " + model.string() + " -o " + out.string() + " --no-cache --batch-sizes 1,2 ";
+  auto r = kiln_cmd(freeze + "--batch-axis x=1 --batch-axis y=1");
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::ifstream header(out / "columns.h");
+  const std::string h(std::istreambuf_iterator<char>(header), {});
+  EXPECT_NE(h.find("input  0 \"x\" float32 [4, B]"), std::string::npos) << h;
+  for (const auto& [options, message] :
+       std::vector<std::pair<std::string, std::string>>{{"--batch-axis x", "must look like NAME=VALUE"},
+                                                        {"--batch-axis x=-1", "'-1' is not a non-negative integer"},
+                                                        {"--batch-axis x=one", "'one' is not a non-negative integer"},
+                                                        {"--batch-axis x=1 --batch-axis x=1", "--batch-axis names 'x' twice"},
+                                                        {"--batch-axis x=1", "give --batch-axis y=1"},
+                                                        {"", "leave out --batch-sizes, or give --batch-axis NAME=AXIS"}}) {
+    r = kiln_cmd(freeze + options);
+    EXPECT_EQ(r.code, 1) << options;
+    EXPECT_NE(r.err.find(message), std::string::npos) << options << ": " << r.err;
+  }
+  fs::remove_all(out);
+  fs::remove(model);
+}
+
 // aot-freeze --constant: a number for an input of one element, of the
 // input's type; a .npy file otherwise. The frozen bundle takes the other
 // inputs only.

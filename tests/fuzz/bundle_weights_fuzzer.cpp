@@ -31,9 +31,11 @@ int32_t entry(const uint8_t* weights, void* const* io, uint8_t* arena, const kil
   return KILN_BUNDLE_OK;
 }
 
-const kiln_bundle_tensor kInputs[] = {{"x", 8, 1, 11}};
-const kiln_bundle_tensor kOutputs[] = {{"y", 8, 1, 11}};
-const kiln_bundle_spec kSpecs[] = {{1, 64, entry, nullptr}, {4, 64, entry, nullptr}};
+const kiln_bundle_tensor kInputs[] = {{"x", 8, 1, 11, 1}};
+const kiln_bundle_tensor kOutputs[] = {{"y", 8, 1, 11, 1}};
+const kiln_bundle_spec kSpecs[] = {{1, 64, nullptr}, {4, 64, nullptr}};
+const kiln_bundle_entry_fn kEntries[] = {entry, entry};
+const kiln_bundle_variant kVariants[] = {{"fuzz", "", kEntries}};
 
 // Creates, runs a batch of 6 (4 + 1 + 1) and destroys; returns create's status.
 int32_t load(const kiln_bundle_desc& d, const char* path, const uint8_t* image, uint64_t size) {
@@ -62,8 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   d.inputs = kInputs;
   d.outputs = kOutputs;
   d.specs = kSpecs;
-  d.cpu = "fuzz";
-  d.cpu_features = "";
+  d.num_variants = 1;
+  d.variants = kVariants;
   std::memcpy(&d.weights_bytes, data, 8);
   std::memcpy(&d.weights_checksum, data + 8, 8);
   g_weights_bytes = d.weights_bytes;

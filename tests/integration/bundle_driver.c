@@ -2,7 +2,7 @@
  *   cc -DPREFIX=net -DUPREFIX=NET -include net.h bundle_driver.c net.o -lm
  *   ./driver WEIGHTS BATCH INPUT.f32 OUTPUT.f32 [THREADS]
  * The run happens on another thread than the create, as in a service whose
- * workers share one model.
+ * workers share one model. Says on stderr which CPU's code create chose.
  * (examples/bundle-c is the readable version, for one model.) */
 #include <pthread.h>
 #include <stdio.h>
@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "create: %s\n", FN(_last_error)(model));
     return 1;
   }
+  fprintf(stderr, "code for cpu %s\n", FN(_cpu)(model));
   if (threads > 1) FN(_set_parallel_for)(model, parallel_for, &threads);
   void* in = malloc((size_t)batch * K(_INPUT_0_ITEM_BYTES));
   void* out = malloc((size_t)batch * K(_OUTPUT_0_ITEM_BYTES));

@@ -13,8 +13,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "bundle/runtime/bundle_abi.h"
 #include "kiln/kiln.hpp"
@@ -385,6 +387,28 @@ TEST_F(BundleTest, BadRequestsAreErrors) {
     EXPECT_EQ(e.code(), kiln::ErrorCode::InvalidArgument);
     EXPECT_NE(std::string(e.what()).find("this machine"), std::string::npos) << e.what();
   }
+  // --cpu lists: no empty or repeated names, no list for native kernels,
+  // "host" only for this machine's triple.
+  const std::vector<std::tuple<std::string, std::string, std::string, std::string>> cpus = {
+      {"portable", "", "x86-64,,x86-64-v2", "empty name"},
+      {"portable", "", "x86-64-v2,", "empty name"},
+      {"portable", "", "x86-64-v2,x86-64-v2", "names 'x86-64-v2' twice"},
+      {"native", "", "host,x86-64", "give one --cpu, not a list"},
+      {"portable", "aarch64-linux-gnu", "host", "--cpu host is this machine's CPU"},
+  };
+  for (const auto& [kernels, target, cpu, message] : cpus) {
+    SCOPED_TRACE(cpu);
+    o.kernels = kernels;
+    o.target = target;
+    o.cpu = cpu;
+    try {
+      model_->freeze(o);
+      ADD_FAILURE() << "froze";
+    } catch (const kiln::Error& e) {
+      EXPECT_EQ(e.code(), kiln::ErrorCode::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
 }
 
 // A second freeze of the same request takes the object from the cache; a
@@ -738,6 +762,121 @@ TEST_F(BundleTest, RecurrentNetworkMatchesTheJit) {
   net_matches_the_jit(*runtime_, "portable", "-lm", b.model().SerializeAsString(), {7, 5});
 }
 
+// A GRU as exported without layout 1: the sequence-major input x and
+// output y carry the batch on axes 1 and 2, the recurrent state h0/yh
+// ([directions, batch, hidden]) on axis 1. With --batch-axis for each, the
+// bundle splits and pads them along those axes; without, or with an axis
+// that is not the batch, freezing says what to give.
+TEST_F(BundleTest, BatchOnAnotherAxis) {
+  if (!have("cc")) GTEST_SKIP() << "no C compiler";
+  using kiln::test::ModelBuilder;
+  std::mt19937 rng(5);
+  ModelBuilder b(14);
+  b.input("x", 1, {5, "batch", 4}).input("h0", 1, {1, "batch", 6});
+  b.output("y", 1, {5, 1, "batch", 6}).output("yh", 1, {1, "batch", 6});
+  b.initializer(random_weights(rng, 0.4f, "w", {1, 18, 4})).initializer(random_weights(rng, 0.4f, "r", {1, 18, 6}));
+  b.initializer(random_weights(rng, 0.4f, "b", {1, 36}));
+  ModelBuilder::attr_int(b.node("GRU", {"x", "w", "r", "b", "", "h0"}, {"y", "yh"}), "hidden_size", 6);
+  write_file(dir_ / "gru.onnx", b.model().SerializeAsString());
+  kiln::Model gru = kiln::Model::load(*runtime_, (dir_ / "gru.onnx").string());
+  kiln::Model::FreezeOptions o;
+  o.output_dir = dir_.string();
+  o.name = "gru";
+  o.batch_sizes = {1, 4};
+  const std::vector<std::pair<std::map<std::string, int64_t>, std::string>> refused = {
+      {{{"x", 1}}, "give --batch-axis h0=1 (it is the batch)"},
+      {{{"x", 1}, {"h0", 1}, {"y", 2}},
+       "output 'yh' is [1, 1, 6] at batch 1: its axis 1 follows the batch size: give --batch-axis yh=1"},
+      {{{"x", 1}, {"h0", 1}, {"y", 2}, {"yh", 0}},
+       "--batch-axis yh=0: output 'yh' is [1, 1, 6] at batch 1, its axis 0 does not follow"},
+      {{{"x", 1}, {"h0", 3}}, "--batch-axis h0=3: the input has 3 axes"},
+      {{{"x", 0}}, "the input's axis 0 is declared 5"},
+      {{{"x", 1}, {"state", 1}}, "--batch-axis names 'state', which is neither an input nor an output"},
+  };
+  for (const auto& [axes, message] : refused) {
+    o.batch_axes = axes;
+    try {
+      gru.freeze(o);
+      ADD_FAILURE() << "froze, expected: " << message;
+    } catch (const kiln::Error& e) {
+      EXPECT_EQ(e.code(), kiln::ErrorCode::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  o.batch_axes = {{"x", 1}, {"h0", 1}, {"y", 2}, {"yh", 1}};
+  gru.freeze(o);
+  const std::string header = read_file(dir_ / "gru.h");
+  for (const char* text : {"input  1 \"h0\" float32 [1, B, 6]", "output 0 \"y\" float32 [5, 1, B, 6]",
+                           "\"y\", per batch item (batch on axis 2)", "run() splits it along that axis"})
+    EXPECT_NE(header.find(text), std::string::npos) << "header lacks: " << text << "\n" << header;
+
+  write_file(dir_ / "main.c", R"(#include <stdio.h>
+#include <stdlib.h>
+#include "gru.h"
+/* WEIGHTS BATCH DIR [RULE]: DIR/x.f32 and DIR/h0.f32 in, DIR/y.f32 and DIR/yh.f32 out. */
+static int file(const char* dir, const char* name, void* data, size_t bytes, int write) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE* f = fopen(path, write ? "wb" : "rb");
+  const size_t done = f ? (write ? fwrite(data, 1, bytes, f) : fread(data, 1, bytes, f)) : 0;
+  if (f) fclose(f);
+  return done == bytes;
+}
+int main(int argc, char** argv) {
+  const long n = strtol(argv[2], NULL, 10);
+  gru* model = NULL;
+  if (gru_create(argv[1], &model) != GRU_OK || (argc > 4 && gru_set_batch_rule(model, argv[4]) != GRU_OK)) {
+    fprintf(stderr, "error: %s\n", gru_last_error(model));
+    return 1;
+  }
+  void* x = malloc(n * GRU_INPUT_0_ITEM_BYTES);
+  void* h0 = malloc(n * GRU_INPUT_1_ITEM_BYTES);
+  void* y = malloc(n * GRU_OUTPUT_0_ITEM_BYTES);
+  void* yh = malloc(n * GRU_OUTPUT_1_ITEM_BYTES);
+  if (!file(argv[3], "x.f32", x, n * GRU_INPUT_0_ITEM_BYTES, 0) || !file(argv[3], "h0.f32", h0, n * GRU_INPUT_1_ITEM_BYTES, 0))
+    return 3;
+  const void* inputs[] = {x, h0};
+  void* outputs[] = {y, yh};
+  if (gru_run(model, n, inputs, outputs) != GRU_OK) {
+    fprintf(stderr, "run: %s\n", gru_last_error(model));
+    return 1;
+  }
+  if (!file(argv[3], "y.f32", y, n * GRU_OUTPUT_0_ITEM_BYTES, 1) || !file(argv[3], "yh.f32", yh, n * GRU_OUTPUT_1_ITEM_BYTES, 1))
+    return 4;
+  gru_destroy(model);
+  return 0;
+}
+)");
+  const fs::path program = dir_ / "run_gru";
+  const Output built = sh("cc -O2 -I" + dir_.string() + " " + (dir_ / "main.c").string() + " " + (dir_ / "gru.o").string() +
+                          " -lm -o " + program.string());
+  ASSERT_EQ(built.code, 0) << built.text;
+  std::normal_distribution<float> value(0, 1);
+  auto floats = [](const std::string& bytes) {
+    std::vector<float> v(bytes.size() / sizeof(float));
+    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+    return v;
+  };
+  // Batch 3 runs as 1+1+1, 6 as 4+1+1, 2 with the rule "2:4" as a padded 4.
+  for (const auto& [n, rule] : std::vector<std::pair<int64_t, std::string>>{{3, ""}, {6, ""}, {4, ""}, {2, "2:4"}}) {
+    SCOPED_TRACE("batch " + std::to_string(n) + " " + rule);
+    std::vector<float> x(size_t(5 * n * 4)), h0(size_t(n * 6));
+    for (float& v : x) v = value(rng);
+    for (float& v : h0) v = value(rng);
+    write_file(dir_ / "x.f32", std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
+    write_file(dir_ / "h0.f32", std::string(reinterpret_cast<const char*>(h0.data()), h0.size() * sizeof(float)));
+    const Output r = sh(program.string() + " " + (dir_ / "gru.weights.bin").string() + " " + std::to_string(n) + " " +
+                        dir_.string() + " " + rule);
+    ASSERT_EQ(r.code, 0) << r.text;
+    const auto want = gru.run({{"x", kiln::Tensor::from_vector(kiln::DType::Float32, {5, n, 4}, x)},
+                               {"h0", kiln::Tensor::from_vector(kiln::DType::Float32, {1, n, 6}, h0)}});
+    expect_close(floats(read_file(dir_ / "y.f32")),
+                 std::vector<float>(want[0].data_as<float>(), want[0].data_as<float>() + want[0].numel()), "y");
+    expect_close(floats(read_file(dir_ / "yh.f32")),
+                 std::vector<float>(want[1].data_as<float>(), want[1].data_as<float>() + want[1].numel()), "yh");
+  }
+}
+
 // --kernels native: oneDNN's primitives, made again from the bundle's tables
 // when it is created, against the JIT with the same kernels. The program
 // links libdnnl and nothing of Kiln's; the header says so and has no static API.
@@ -808,6 +947,55 @@ TEST_F(BundleTest, UnsupportedNodeIsNamed) {
   b.input("x", 1, {"batch", 4}).output("y", 7, {"batch", 4});
   ModelBuilder::attr_int(b.node("Cast", {"x"}, {"y"}, "to_int64"), "to", 7);
   expect_refused(b.model().SerializeAsString(), "cast", "to_int64");
+}
+
+// Every node that stops a freeze is listed with why, one a line, the first
+// 20 of them and how many more: 25 the kernels cannot run; then two whose
+// output's shape depends on the data (and not the values after them).
+TEST_F(BundleTest, EveryNodeThatStopsAFreezeIsListed) {
+  using kiln::test::ModelBuilder;
+  ModelBuilder b;
+  b.input("x", 1, {"batch", 4});
+  for (int i = 0; i < 25; ++i) {
+    const std::string n = std::to_string(i);
+    b.output("y" + n, 7, {"batch", 4});
+    ModelBuilder::attr_int(b.node("Cast", {"x"}, {"y" + n}, "cast" + n), "to", 7);
+  }
+  write_file(dir_ / "casts.onnx", b.model().SerializeAsString());
+  kiln::Model casts = kiln::Model::load(*runtime_, (dir_ / "casts.onnx").string());
+  kiln::Model::FreezeOptions o;
+  o.output_dir = dir_.string();
+  try {
+    casts.freeze(o);
+    ADD_FAILURE() << "froze";
+  } catch (const kiln::Error& e) {
+    const std::string what = e.what();
+    for (const char* text :
+         {"the portable kernels cannot run 25 node(s) of batch 1:\n  node 'cast0' (Cast): the portable kernels ",
+          "\n  node 'cast19' (Cast): ", "\n  ... and 5 more"})
+      EXPECT_NE(what.find(text), std::string::npos) << text << " in: " << what;
+    EXPECT_EQ(what.find("'cast20'"), std::string::npos) << what;
+  }
+
+  ModelBuilder d;
+  d.input("x", 1, {"batch", 4}).output("a", 7, {}).output("b", 7, {});
+  d.node("NonZero", {"x"}, {"nz"}, "first");
+  d.node("NonZero", {"x"}, {"nz2"}, "second");
+  d.node("Size", {"nz"}, {"a"});
+  d.node("Size", {"nz2"}, {"b"});
+  write_file(dir_ / "nonzero.onnx", d.model().SerializeAsString());
+  kiln::Model nonzero = kiln::Model::load(*runtime_, (dir_ / "nonzero.onnx").string());
+  try {
+    nonzero.freeze(o);
+    ADD_FAILURE() << "froze";
+  } catch (const kiln::Error& e) {
+    const std::string what = e.what();
+    for (const char* text : {"cannot freeze: 2 node(s) make values whose shape depends on the data",
+                             "\n  node 'first' (NonZero): the shape of 'nz' depends on the data",
+                             "\n  node 'second' (NonZero): the shape of 'nz2' depends on the data"})
+      EXPECT_NE(what.find(text), std::string::npos) << text << " in: " << what;
+    EXPECT_EQ(what.find("(Size)"), std::string::npos) << what;
+  }
 }
 
 // ---- native bundles of quantized models -------------------------------------
@@ -1046,6 +1234,93 @@ TEST_F(BundleTest, MissingCpuFeaturesAreAStatusNotACrash) {
     }
     if (cpu == "x86-64-v4") EXPECT_NE(header.find("avx512f"), std::string::npos) << header;
   }
+}
+
+// One bundle with a version of the code per CPU, best first: create runs
+// the first whose features the CPU has. Under qemu, a Nehalem (SSE4.2, no
+// AVX) runs the x86-64-v2 code, qemu's default CPU (AVX2, no AVX-512) the
+// x86-64-v3 code, both with the JIT's results, through create and the
+// static API; on a CPU none fits (qemu64: no SSE4.1) create names what each
+// version lacks, as it does on a Nehalem for a bundle of x86-64-v3 code only.
+TEST_F(BundleTest, OneBundleForSeveralCpus) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "x86-64 only";
+#endif
+  if (!have("cc") || !have("qemu-x86_64")) GTEST_SKIP() << "no C compiler or qemu-x86_64";
+  const bool avx512_here = read_file("/proc/cpuinfo").find(" avx512f") != std::string::npos;
+  kiln::Model::FreezeOptions o;
+  o.cpu = "x86-64-v4,x86-64-v3,x86-64-v2";
+  o.batch_sizes = {1, 4};
+  EXPECT_EQ(freeze(o).cpu, o.cpu);
+  const std::string header = read_file(dir_ / "digits.h");
+  for (const char* text : {"code for each cpu of x86-64-v4, x86-64-v3, x86-64-v2", "- x86-64-v4: needs", "avx512f",
+                           "- x86-64-v2: needs", "const char* digits_cpu(const digits* model);"})
+    EXPECT_NE(header.find(text), std::string::npos) << "header lacks: " << text << "\n" << header;
+  auto build_driver = [&] {
+    const fs::path driver = dir_ / "driver";
+    const Output built = sh("cc -O2 -DPREFIX=digits -DUPREFIX=DIGITS -include " + (dir_ / "digits.h").string() + " " + kSource +
+                            "/tests/integration/bundle_driver.c " + (dir_ / "digits.o").string() + " -lm -o " + driver.string());
+    EXPECT_EQ(built.code, 0) << built.text;
+    return driver;
+  };
+  auto run = [&](const fs::path& driver, const std::string& runner, int64_t n, std::vector<float>* got) {
+    const auto pixels = images(n, unsigned(40 + n));
+    write_file(dir_ / "x.f32", std::string(reinterpret_cast<const char*>(pixels.data()), pixels.size() * sizeof(float)));
+    fs::remove(dir_ / "y.f32");
+    const Output r = sh(runner + " " + driver.string() + " " + (dir_ / "digits.weights.bin").string() + " " + std::to_string(n) +
+                        " " + (dir_ / "x.f32").string() + " " + (dir_ / "y.f32").string());
+    if (got) {
+      const std::string y = read_file(dir_ / "y.f32");
+      got->resize(y.size() / sizeof(float));
+      std::memcpy(got->data(), y.data(), y.size());
+      expect_close(*got, jit(pixels, n), "probabilities");
+    }
+    return r;
+  };
+  const fs::path driver = build_driver();
+  const fs::path misuse = link_misuse();
+  const std::string here = avx512_here ? "x86-64-v4" : "x86-64-v3";
+  for (const auto& [runner, cpu] : std::vector<std::pair<std::string, std::string>>{
+           {"qemu-x86_64 -cpu Nehalem", "x86-64-v2"}, {"qemu-x86_64", "x86-64-v3"}, {"", here}}) {
+    SCOPED_TRACE("runner '" + runner + "'");
+    for (int64_t n : {3, 6}) {
+      std::vector<float> got;
+      const Output r = run(driver, runner, n, &got);
+      EXPECT_EQ(r.code, 0) << r.text;
+      EXPECT_NE(r.text.find("code for cpu " + cpu + "\n"), std::string::npos) << r.text;
+    }
+    const Output static_api = sh(runner + " " + misuse.string() + " " + (dir_ / "digits.weights.bin").string());
+    EXPECT_NE(static_api.text.find("static run: 0"), std::string::npos) << static_api.text;
+  }
+  Output none = run(driver, "qemu-x86_64 -cpu qemu64", 3, nullptr);
+  EXPECT_EQ(none.code, 1) << none.text;
+  for (const char* text :
+       {"create: this CPU lacks, for each of the bundle's code versions, what it was compiled for: ", "(cpu x86-64-v4); ",
+        "(cpu x86-64-v3); ", "sse4.2", "(cpu x86-64-v2): freeze it again with an older CPU last"})
+    EXPECT_NE(none.text.find(text), std::string::npos) << text << " in: " << none.text;
+  const Output static_none = sh("qemu-x86_64 -cpu qemu64 " + misuse.string() + " " + (dir_ / "digits.weights.bin").string());
+  EXPECT_NE(static_none.text.find("static run: 6"), std::string::npos) << static_none.text;
+
+  o.cpu = "x86-64-v3";
+  freeze(o);
+  const Output refused = run(build_driver(), "qemu-x86_64 -cpu Nehalem", 3, nullptr);
+  EXPECT_EQ(refused.code, 1) << refused.text;
+  for (const char* text : {"create: this CPU lacks ", "avx2", "(cpu x86-64-v3)", "--cpu x86-64-v3,x86-64-v2,x86-64)"})
+    EXPECT_NE(refused.text.find(text), std::string::npos) << text << " in: " << refused.text;
+
+  // "host" is this CPU by its name; a Nehalem runs the version after it.
+  o.cpu = "host,x86-64-v2";
+  const std::string cpus = freeze(o).cpu;
+  EXPECT_TRUE(cpus.find("host") == std::string::npos && cpus.size() > 10 && cpus.compare(cpus.size() - 10, 10, ",x86-64-v2") == 0)
+      << cpus;
+  std::vector<float> got;
+  const Output nehalem = run(build_driver(), "qemu-x86_64 -cpu Nehalem", 5, &got);
+  EXPECT_EQ(nehalem.code, 0) << nehalem.text;
+  EXPECT_NE(nehalem.text.find("code for cpu x86-64-v2\n"), std::string::npos) << nehalem.text;
+
+  // A CPU after one it has every feature of would never run: left out.
+  o.cpu = "x86-64-v2,x86-64-v3";
+  EXPECT_EQ(freeze(o).cpu, "x86-64-v2");
 }
 
 TEST_F(BundleTest, Aarch64BundleRunsUnderQemu) {

@@ -42,13 +42,14 @@ struct kiln_bundle {
   uint8_t* image; /* the weights file read into memory, owned */
   const uint8_t* weights;
   uint8_t* arena;
-  uint8_t* staging; /* padded copies of every input and output for the largest batch */
+  uint8_t* staging;                   /* padded copies of every input and output for the largest batch */
+  const kiln_bundle_variant* variant; /* the code this CPU runs */
   kiln_pk_threads threads;
   void* native[KILN_BUNDLE_MAX_SPECS]; /* per spec: its oneDNN primitives (native bundles) */
   int32_t ready;                       /* create succeeded */
   int32_t num_rules;
   rule rules[MAX_RULES];
-  char error[512]; /* room to name every AVX-512 extension a CPU lacks */
+  char error[1024]; /* room to name what a CPU lacks for every variant */
 };
 
 static void set_error(kiln_bundle* b, const char* what, const char* detail) {
@@ -67,7 +68,8 @@ typedef struct cpu_feature {
 #if defined(__x86_64__)
 static const cpu_feature kFeatures[] = {KILN_BUNDLE_X86_FEATURES(CPU_FEATURE)};
 #define CPU_WORDS KILN_CPU_X86_WORDS
-#define OLDER_CPU "x86-64-v3, or x86-64 for any"
+#define OLDER_CPUS "x86-64-v3,x86-64-v2,x86-64"
+#define ANY_CPU "x86-64 runs on any x86-64 CPU"
 
 /* XGETBV, in a function of its own: the builtin needs the XSAVE feature,
  * which the caller checks first. */
@@ -94,7 +96,8 @@ static uint64_t read_cpu(uint64_t words[CPU_WORDS]) {
 #else
 static const cpu_feature kFeatures[] = {KILN_BUNDLE_AARCH64_FEATURES(CPU_FEATURE)};
 #define CPU_WORDS KILN_CPU_ARM_WORDS
-#define OLDER_CPU "generic"
+#define OLDER_CPUS "generic"
+#define ANY_CPU "generic runs on any AArch64 CPU"
 _Static_assert(HWCAP_ASIMD == (1ull << 1) && HWCAP_ATOMICS == (1ull << 8) && HWCAP_SVE == (1ull << 22) &&
                    HWCAP2_SVE2 == (1ull << 1) && HWCAP2_BF16 == (1ull << 14),
                "bundle_cpu_features.h spells Linux's HWCAP bits");
@@ -107,14 +110,13 @@ static uint64_t read_cpu(uint64_t words[CPU_WORDS]) {
 }
 #endif
 
-/* Names the features of `list` ("avx2,fma,...") this CPU lacks in `missing`
- * (", "-separated, cut to `size`); returns how many it lacks. A name this
- * runtime cannot check counts as lacking (the freezer records none such). */
-static int32_t missing_cpu_features(const char* list, char* missing, size_t size) {
+/* Names the features of `list` ("avx2,fma,...") the CPU read into `words`
+ * and `os_state` lacks in `missing` (", "-separated, cut to `size`); returns
+ * how many it lacks. A name this runtime cannot check counts as lacking (the
+ * freezer records none such). */
+static int32_t missing_cpu_features(const char* list, const uint64_t* words, uint64_t os_state, char* missing, size_t size) {
   missing[0] = '\0';
   if (!list || !*list) return 0;
-  uint64_t words[CPU_WORDS];
-  const uint64_t os_state = read_cpu(words);
   int32_t count = 0;
   size_t used = 0;
   for (const char* p = list; *p;) {
@@ -122,8 +124,8 @@ static int32_t missing_cpu_features(const char* list, char* missing, size_t size
     if (!end) end = p + strlen(p);
     const size_t len = (size_t)(end - p);
     const cpu_feature* f = NULL;
-    for (size_t i = 0; i < sizeof kFeatures / sizeof kFeatures[0]; ++i)
-      if (strlen(kFeatures[i].name) == len && memcmp(kFeatures[i].name, p, len) == 0) f = &kFeatures[i];
+    for (size_t i = 0; !f && i < sizeof kFeatures / sizeof kFeatures[0]; ++i)
+      if (strncmp(kFeatures[i].name, p, len) == 0 && kFeatures[i].name[len] == '\0') f = &kFeatures[i];
     if (len && (!f || (words[f->word] & f->mask) != f->mask || (os_state & f->os_state) != f->os_state)) {
       if (used < size) used += (size_t)snprintf(missing + used, size - used, "%s%.*s", count ? ", " : "", (int)len, p);
       ++count;
@@ -133,18 +135,46 @@ static int32_t missing_cpu_features(const char* list, char* missing, size_t size
   return count;
 }
 
-/* The static API's check: CPUID traps to the hypervisor in a virtual machine,
- * so it runs once per process (each bundle links its own runtime, with one
- * descriptor). 0: not yet checked, 1: the CPU has every feature, 2: not. */
-static int32_t cpu_verdict;
-static int cpu_has_features(const kiln_bundle_desc* d) {
-  int32_t v = __atomic_load_n(&cpu_verdict, __ATOMIC_RELAXED);
-  if (!v) {
-    char missing[8];
-    v = missing_cpu_features(d->cpu_features, missing, sizeof missing) ? 2 : 1;
-    __atomic_store_n(&cpu_verdict, v, __ATOMIC_RELAXED);
+/* The first variant whose features this CPU has, or -1, with what each
+ * variant lacks in `error` (cut to `size`; NULL: no message). */
+static int32_t choose_variant(const kiln_bundle_desc* d, char* error, size_t size) {
+  uint64_t words[CPU_WORDS];
+  const uint64_t os_state = read_cpu(words);
+  char missing[512];
+  size_t used = 0;
+  if (error && size) error[0] = '\0';
+  for (int32_t v = 0; v < d->num_variants; ++v) {
+    const kiln_bundle_variant* variant = &d->variants[v];
+    if (!missing_cpu_features(variant->cpu_features, words, os_state, missing, sizeof missing)) return v;
+    if (!error) continue;
+    const char* cpu = variant->cpu ? variant->cpu : "?";
+    if (d->num_variants == 1)
+      snprintf(error, size,
+               "this CPU lacks %s, which the bundle's code was compiled for (cpu %s): freeze it again for an older CPU, "
+               "or for several, best first (kiln aot-freeze --cpu " OLDER_CPUS ")",
+               missing, cpu);
+    else if (used < size)
+      used += (size_t)snprintf(
+          error + used, size - used, "%s%s (cpu %s)%s",
+          v ? "; " : "this CPU lacks, for each of the bundle's code versions, what it was compiled for: ", missing, cpu,
+          v + 1 < d->num_variants ? "" : ": freeze it again with an older CPU last (" ANY_CPU ")");
   }
-  return v == 1;
+  return -1;
+}
+
+/* The static API's choice: CPUID traps to the hypervisor in a virtual
+ * machine, so it is made once per process (each bundle links its own
+ * runtime, with one descriptor). 0: not yet chosen, -1: none fits, v + 1:
+ * variant v. */
+static int32_t static_variant;
+static const kiln_bundle_variant* variant_for_static_api(const kiln_bundle_desc* d) {
+  int32_t v = __atomic_load_n(&static_variant, __ATOMIC_RELAXED);
+  if (!v) {
+    const int32_t chosen = choose_variant(d, NULL, 0);
+    v = chosen < 0 ? -1 : chosen + 1;
+    __atomic_store_n(&static_variant, v, __ATOMIC_RELAXED);
+  }
+  return v > 0 ? &d->variants[v - 1] : NULL;
 }
 
 static uint64_t round_up(uint64_t n) { return (n + KILN_BUNDLE_ALIGNMENT - 1) / KILN_BUNDLE_ALIGNMENT * KILN_BUNDLE_ALIGNMENT; }
@@ -256,16 +286,15 @@ int32_t kiln_bundle_create(const kiln_bundle_desc* d, const char* weights_path, 
   kiln_bundle* b = (kiln_bundle*)calloc(1, sizeof *b);
   if (!b) return KILN_BUNDLE_ERROR_MEMORY;
   b->desc = d;
-  /* First, before any code compiled for the bundle's target runs. */
-  char missing[sizeof b->error];
-  if (missing_cpu_features(d->cpu_features, missing, sizeof missing)) {
-    snprintf(b->error, sizeof b->error,
-             "this CPU lacks %s, which the bundle's code was compiled for (cpu %s): freeze it again for an older CPU "
-             "(kiln aot-freeze --cpu %s)",
-             missing, d->cpu ? d->cpu : "?", OLDER_CPU);
+  /* First, before any code compiled for a target runs. */
+  const int32_t variant =
+      d->num_variants > 0 && d->num_variants <= KILN_BUNDLE_MAX_VARIANTS ? choose_variant(d, b->error, sizeof b->error) : -1;
+  if (variant < 0) {
+    if (!b->error[0]) set_error(b, "the bundle's descriptor has no code for any CPU", NULL);
     *out = b;
     return KILN_BUNDLE_ERROR_CPU;
   }
+  b->variant = &d->variants[variant];
   int32_t rc = KILN_BUNDLE_OK;
   if (d->embedded_weights || d->weights_bytes == 0) {
     b->weights = d->embedded_weights; /* a path or image given anyway is ignored, as the header says */
@@ -288,7 +317,7 @@ int32_t kiln_bundle_create(const kiln_bundle_desc* d, const char* weights_path, 
     if ((uint64_t)d->specs[s].arena_bytes > arena) arena = (uint64_t)d->specs[s].arena_bytes;
   for (int32_t i = 0; i < d->num_inputs + d->num_outputs; ++i) {
     const kiln_bundle_tensor* t = i < d->num_inputs ? &d->inputs[i] : &d->outputs[i - d->num_inputs];
-    staging += round_up((uint64_t)t->item_bytes * (uint64_t)(t->batched ? largest : 1));
+    if (t->batched) staging += round_up((uint64_t)t->item_bytes * (uint64_t)largest);
   }
   if (rc == KILN_BUNDLE_OK && (!(b->arena = aligned(arena)) || !(b->staging = aligned(staging)))) {
     set_error(b, "out of memory for the scratch arena", NULL);
@@ -327,6 +356,8 @@ void kiln_bundle_destroy(kiln_bundle* b) {
 }
 
 const char* kiln_bundle_last_error(const kiln_bundle* b) { return b ? b->error : "no bundle"; }
+
+const char* kiln_bundle_cpu(const kiln_bundle* b) { return b && b->ready ? b->variant->cpu : ""; }
 
 void kiln_bundle_set_parallel_for(kiln_bundle* b, kiln_pk_parallel_for_fn fn, void* host) {
   if (!b) return;
@@ -414,7 +445,34 @@ static int32_t next_part(const kiln_bundle_desc* d, int64_t left) {
   return 0;
 }
 
-static int32_t run_part(const kiln_bundle* b, int32_t s, int64_t first, int64_t count, const void* const* inputs,
+/* Copies `count` items of a tensor between the caller's batch (from item
+ * `first`) and a compiled batch of `batch` items, one slice per index before
+ * the batch axis; into the compiled batch, the items after `count` are zeros. */
+static void copy_items(const kiln_bundle_tensor* t, uint8_t* user, uint8_t* compiled, int64_t user_batch, int64_t first,
+                       int64_t count, int64_t batch, int into_compiled) {
+  if (t->outer <= 0) return; /* a dim of 0 before the batch axis: nothing to copy */
+  const uint64_t slice = (uint64_t)t->item_bytes / (uint64_t)t->outer;
+  for (int64_t o = 0; o < t->outer; ++o) {
+    uint8_t* u = user + ((uint64_t)o * (uint64_t)user_batch + (uint64_t)first) * slice;
+    uint8_t* c = compiled + (uint64_t)o * (uint64_t)batch * slice;
+    if (into_compiled) {
+      memcpy(c, u, (uint64_t)count * slice);
+      memset(c + (uint64_t)count * slice, 0, (uint64_t)(batch - count) * slice);
+    } else {
+      memcpy(u, c, (uint64_t)count * slice);
+    }
+  }
+}
+
+static int staged(const kiln_bundle_tensor* t, int padded, int64_t count, int64_t total) {
+  return padded || (t->outer != 1 && count != total);
+}
+
+/* Runs items [first, first + count) of a batch of `total` on spec `s`. A
+ * tensor whose batch is axis 0 is used in place when the part fills the
+ * spec; otherwise (padded, or its batch on a later axis) it goes through
+ * the staging memory. */
+static int32_t run_part(const kiln_bundle* b, int32_t s, int64_t total, int64_t first, int64_t count, const void* const* inputs,
                         void* const* outputs) {
   const kiln_bundle_desc* d = b->desc;
   const kiln_bundle_spec* spec = &d->specs[s];
@@ -427,31 +485,22 @@ static int32_t run_part(const kiln_bundle* b, int32_t s, int64_t first, int64_t 
     uint8_t* user = is_input ? (uint8_t*)(uintptr_t)inputs[i] : (uint8_t*)outputs[i - d->num_inputs];
     if (!t->batched) {
       io[i] = user;
-      continue;
+    } else if (!staged(t, padded, count, total)) {
+      io[i] = user + (uint64_t)first * (uint64_t)t->item_bytes;
+    } else {
+      if (is_input) copy_items(t, user, stage, total, first, count, spec->batch, 1);
+      io[i] = stage;
+      stage += round_up((uint64_t)t->item_bytes * (uint64_t)spec->batch);
     }
-    uint8_t* at = user + (uint64_t)first * (uint64_t)t->item_bytes;
-    if (!padded) {
-      io[i] = at;
-      continue;
-    }
-    const uint64_t used = (uint64_t)count * (uint64_t)t->item_bytes;
-    if (is_input) {
-      memcpy(stage, at, used);
-      memset(stage + used, 0, (uint64_t)(spec->batch - count) * (uint64_t)t->item_bytes);
-    }
-    io[i] = stage;
-    stage += round_up((uint64_t)t->item_bytes * (uint64_t)spec->batch);
   }
   const kiln_pk_threads* threads = b->threads.parallel_for ? &b->threads : NULL;
-  const int32_t rc = spec->entry(b->weights, io, b->arena, threads, b->native[s]);
+  const int32_t rc = b->variant->entries[s](b->weights, io, b->arena, threads, b->native[s]);
   if (rc != KILN_BUNDLE_OK) return rc;
-  if (padded)
-    for (int32_t o = 0; o < d->num_outputs; ++o) {
-      const kiln_bundle_tensor* t = &d->outputs[o];
-      if (t->batched)
-        memcpy((uint8_t*)outputs[o] + (uint64_t)first * (uint64_t)t->item_bytes, io[d->num_inputs + o],
-               (uint64_t)count * (uint64_t)t->item_bytes);
-    }
+  for (int32_t o = 0; o < d->num_outputs; ++o) {
+    const kiln_bundle_tensor* t = &d->outputs[o];
+    if (t->batched && staged(t, padded, count, total))
+      copy_items(t, (uint8_t*)outputs[o], (uint8_t*)io[d->num_inputs + o], total, first, count, spec->batch, 0);
+  }
   return KILN_BUNDLE_OK;
 }
 
@@ -480,7 +529,7 @@ int32_t kiln_bundle_run(kiln_bundle* b, int64_t batch, const void* const* inputs
     const int32_t s = r ? (part < r->num_parts ? r->parts[part] : next_part(d, batch - done)) : next_part(d, batch - done);
     int64_t count = d->specs[s].batch;
     if (count > batch - done) count = batch - done;
-    const int32_t rc = run_part(b, s, done, count, inputs, outputs);
+    const int32_t rc = run_part(b, s, batch, done, count, inputs, outputs);
     if (rc != KILN_BUNDLE_OK) {
       set_error(b, rc == KILN_BUNDLE_ERROR_INDEX ? "an index input is out of range" : "a oneDNN primitive failed", NULL);
       return rc;
@@ -495,7 +544,8 @@ int32_t kiln_bundle_run_static(const kiln_bundle_desc* d, int32_t spec, const vo
   if (!d || spec < 0 || spec >= d->num_specs || d->specs[spec].native || !outputs || (d->specs[spec].arena_bytes && !arena) ||
       ((uintptr_t)arena % KILN_BUNDLE_ALIGNMENT))
     return KILN_BUNDLE_ERROR_ARGUMENT;
-  if (!cpu_has_features(d)) return KILN_BUNDLE_ERROR_CPU;
+  const kiln_bundle_variant* variant = variant_for_static_api(d);
+  if (!variant) return KILN_BUNDLE_ERROR_CPU;
   const uint8_t* weights = d->embedded_weights;
   if (weights_image) {
     /* The header only: checksumming every run would cost a pass over the weights. */
@@ -510,5 +560,5 @@ int32_t kiln_bundle_run_static(const kiln_bundle_desc* d, int32_t spec, const vo
   for (int32_t i = 0; i < d->num_inputs; ++i) io[i] = (void*)(uintptr_t)inputs[i];
   for (int32_t o = 0; o < d->num_outputs; ++o) io[d->num_inputs + o] = outputs[o];
   kiln_pk_threads threads = {fn, host};
-  return d->specs[spec].entry(weights, io, (uint8_t*)arena, fn ? &threads : NULL, NULL);
+  return variant->entries[spec](weights, io, (uint8_t*)arena, fn ? &threads : NULL, NULL);
 }
