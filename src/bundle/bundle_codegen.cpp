@@ -276,7 +276,9 @@ std::string compile_bundle(const BundlePlan& plan, const cpu::TargetCompiler& co
     ir::fail(ir::ErrorKind::InvalidArgument,
              "a bundle has at most " + std::to_string(KILN_BUNDLE_MAX_IO) + " inputs and outputs");
   auto unit = compiler.new_module(plan.name);
-  cpu::link_kernel_bitcode(*unit.module, compiler.vector_config());
+  std::set<std::string> kernels;
+  for (const BundleSpecialization& spec : plan.specs) kernels.merge(cpu::called_kernels(*spec.program));
+  cpu::declare_portable_kernels(*unit.module, kernels);
   link_bundle_runtime(*unit.module);
   if (plan.native) link_native_runtime(*unit.module);
   try {
@@ -284,6 +286,9 @@ std::string compile_bundle(const BundlePlan& plan, const cpu::TargetCompiler& co
   } catch (const nlohmann::json::exception& e) {
     ir::fail(ir::ErrorKind::Internal, std::string("native bundle: a saved oneDNN kernel is malformed: ") + e.what());
   }
+  // Only the kernels the entries call: linking and optimising the whole
+  // library cost most of a small bundle's freeze.
+  cpu::link_kernel_bitcode(*unit.module, compiler.vector_config());
   return compiler.compile(std::move(unit), cpu::Jit::Optimise::Full);
 }
 
