@@ -55,6 +55,8 @@ const kiln_pk_threads* tbb_threads() {
 std::string describe_call_failure(const Call& call, int64_t code) {
   if (call.function == "kiln_pk_gather")
     return "index " + std::to_string(code - 1) + " (in flattened order) is out of range for the gathered axis";
+  if (call.function == "kiln_pk_nll_loss")
+    return "target " + std::to_string(code - 1) + " (in flattened order) is not a class, nor the ignored index";
   if (call.function == "kiln_pk_recurrent")
     return "sequence_lens[" + std::to_string(code - 1) + "] is outside [0, sequence length]";
   return call.function + " failed with status " + std::to_string(code);
