@@ -306,6 +306,8 @@ std::string compile_bundle(const BundlePlan& plan, const std::vector<const cpu::
     ir::fail(ir::ErrorKind::InvalidArgument,
              "a bundle has at most " + std::to_string(KILN_BUNDLE_MAX_IO) + " inputs and outputs");
   auto unit = cpus[0]->new_module(plan.name);
+  std::set<std::string> kernels;
+  for (const BundleSpecialization& spec : plan.specs) kernels.merge(cpu::called_kernels(*spec.program));
   // Each CPU's entries and kernels in a module of their own (the kernels'
   // names are the same in each), pinned to that CPU, then linked into one:
   // their internal names are made unique, the entries' are already.
@@ -313,9 +315,12 @@ std::string compile_bundle(const BundlePlan& plan, const std::vector<const cpu::
     auto code = std::make_unique<llvm::Module>(plan.name + "_v" + std::to_string(v), *unit.context);
     code->setDataLayout(unit.module->getDataLayout());
     code->setTargetTriple(unit.module->getTargetTriple());
-    cpu::link_kernel_bitcode(*code, cpus[v]->vector_config());
+    cpu::declare_portable_kernels(*code, kernels);
     for (const BundleSpecialization& spec : plan.specs)
       cpu::emit_bundle_entry(*code, *spec.program, entry_name(plan, v, spec.batch), spec.constant_offsets);
+    // Only the kernels the entries call: linking and optimising the whole
+    // library cost most of a small bundle's freeze.
+    cpu::link_kernel_bitcode(*code, cpus[v]->vector_config());
     pin_target(*code, *cpus[v]);
     if (llvm::Linker::linkModules(*unit.module, std::move(code)))
       ir::fail(ir::ErrorKind::Internal, "the code for cpu '" + cpus[v]->target().cpu + "' does not link into the bundle");

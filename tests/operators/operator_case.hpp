@@ -104,7 +104,7 @@ struct Case {
   }
   template <typename T>
   Case& input_values(const std::string& name, const Dims& dims, const std::vector<T>& values) {
-    declare_input(name, std::is_same_v<T, int64_t> ? kInt64 : kInt32, dims);
+    declare_input(name, std::is_same_v<T, int64_t> ? kInt64 : std::is_same_v<T, float> ? kFloat : kInt32, dims);
     inputs[name] = Tensor::from_vector<T>(dims, values);
     return *this;
   }

@@ -7,8 +7,11 @@
 #include <llvm/IR/Module.h>
 
 #include <cmath>
+#include <set>
+#include <string>
 
 #include "backends/cpu/jit.hpp"
+#include "backends/cpu/portable_bitcode.hpp"
 #include "runtime/ir/error.hpp"
 
 namespace {
@@ -176,4 +179,41 @@ TEST(CpuJit, ACompileAfterAFastPathOneIsStillOptimised) {
   jit.compile(std::move(straight));
   EXPECT_EQ(loop_object(), first);
   EXPECT_EQ(jit.codegen_runs(), 3);
+}
+
+// Portable kernels compile when a program first calls them (those missing
+// in one codegen run), once per Jit; a Jit given the objects from the cache
+// links them instead, skipping one that defines a kernel linked already
+// (its symbols would clash).
+TEST(CpuJit, PortableKernelsCompileWhenFirstCalledAndLinkFromTheCache) {
+  kiln::cpu::Jit jit;
+  const auto copy = jit.portable_kernel_objects({"kiln_pk_copy_rows"});
+  ASSERT_EQ(copy.size(), 1u);
+  EXPECT_EQ(copy[0].kernels, std::set<std::string>{"kiln_pk_copy_rows"});
+  EXPECT_EQ(jit.codegen_runs(), 1);
+  const auto both = jit.portable_kernel_objects({"kiln_pk_copy_rows", "kiln_pk_softmax"});
+  EXPECT_EQ(jit.codegen_runs(), 2);
+  ASSERT_EQ(both.size(), 2u);
+
+  kiln::cpu::Jit other;
+  const auto together = other.portable_kernel_objects({"kiln_pk_copy_rows", "kiln_pk_softmax"});
+  ASSERT_EQ(together.size(), 1u);
+  EXPECT_EQ(other.codegen_runs(), 1);
+
+  // A program whose `kernel_address` returns where its call of softmax goes.
+  kiln::cpu::Jit warm;
+  auto unit = warm.new_module("caller");
+  kiln::cpu::declare_portable_kernels(*unit.module, {"kiln_pk_softmax"});
+  llvm::IRBuilder<> b(*unit.context);
+  auto* fn = llvm::Function::Create(llvm::FunctionType::get(b.getPtrTy(), false), llvm::Function::ExternalLinkage,
+                                    "kernel_address", *unit.module);
+  b.SetInsertPoint(llvm::BasicBlock::Create(*unit.context, "entry", fn));
+  b.CreateRet(unit.module->getFunction("kiln_pk_softmax"));
+  const std::string object = warm.compile(std::move(unit));
+  auto library = warm.link(object, {"kiln_pk_copy_rows", "kiln_pk_softmax"}, both);
+  auto address = reinterpret_cast<void* (*)()>(warm.lookup(*library, "kernel_address"));
+  EXPECT_NE(address(), nullptr);
+  auto again = warm.link(object, {"kiln_pk_copy_rows", "kiln_pk_softmax"}, together);
+  EXPECT_EQ(reinterpret_cast<void* (*)()>(warm.lookup(*again, "kernel_address"))(), address());
+  EXPECT_EQ(warm.codegen_runs(), 1);
 }

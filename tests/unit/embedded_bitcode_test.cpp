@@ -1,6 +1,7 @@
 // Linking embedded bitcode: a target's copy is found or the error names the
 // library and the architectures there are; what a library defines ends up
-// internal unless kept external; the kernel library's two linkages.
+// internal unless kept external; the kernel library's two linkages, and
+// only the kernels a module declares are linked.
 #include <gtest/gtest.h>
 #include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/IR/Constants.h>
@@ -84,6 +85,7 @@ TEST(EmbeddedBitcode, KernelsStayExternalOnlyWhenShared) {
     llvm::LLVMContext ctx;
     llvm::Module m("m", ctx);
     m.setTargetTriple("x86_64-unknown-linux-gnu");
+    kiln::cpu::declare_portable_kernels(m, {"kiln_pk_gemm", "kiln_pk_max_pool2d"});
     kiln::cpu::link_kernel_bitcode(m, {32, 16}, linkage);
     const llvm::Function* gemm = m.getFunction("kiln_pk_gemm");
     ASSERT_NE(gemm, nullptr);
@@ -100,6 +102,38 @@ TEST(EmbeddedBitcode, KernelsStayExternalOnlyWhenShared) {
     ASSERT_NE(bytes, nullptr);
     EXPECT_TRUE(bytes->hasInternalLinkage());
     EXPECT_EQ(llvm::cast<llvm::ConstantInt>(bytes->getInitializer())->getSExtValue(), 32);
+  }
+}
+
+// A graph calling one small kernel compiled the whole library (seconds, in
+// the JIT and in every bundle) before: what is linked must stay what is called.
+TEST(EmbeddedBitcode, OnlyTheDeclaredKernelsAndWhatTheyCallAreLinked) {
+  for (const auto linkage : {kiln::cpu::KernelLinkage::Specialized, kiln::cpu::KernelLinkage::Shared}) {
+    llvm::LLVMContext ctx;
+    llvm::Module m("m", ctx);
+    m.setTargetTriple("x86_64-unknown-linux-gnu");
+    kiln::cpu::declare_portable_kernels(m, {"kiln_pk_copy_rows"});
+    kiln::cpu::link_kernel_bitcode(m, {32, 16}, linkage);
+    size_t defined = 0;
+    for (const llvm::Function& f : m) defined += !f.isDeclaration();
+    EXPECT_FALSE(m.getFunction("kiln_pk_copy_rows")->isDeclaration());
+    EXPECT_EQ(m.getFunction("kiln_pk_gemm"), nullptr);
+    EXPECT_EQ(m.getFunction("kiln_pk_conv2d"), nullptr);
+    // The library defines some 680 functions.
+    EXPECT_LT(defined, 20u);
+  }
+}
+
+TEST(EmbeddedBitcode, DeclaringAnUnknownKernelIsAnInternalErrorNamingIt) {
+  llvm::LLVMContext ctx;
+  llvm::Module m("m", ctx);
+  m.setTargetTriple("x86_64-unknown-linux-gnu");
+  try {
+    kiln::cpu::declare_portable_kernels(m, {"kiln_pk_no_such_kernel"});
+    FAIL() << "declared a kernel the library does not have";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::Internal);
+    EXPECT_NE(std::string(e.what()).find("'kiln_pk_no_such_kernel' is not a kernel"), std::string::npos) << e.what();
   }
 }
 

@@ -55,6 +55,8 @@ const kiln_pk_threads* tbb_threads() {
 std::string describe_call_failure(const Call& call, int64_t code) {
   if (call.function == "kiln_pk_gather")
     return "index " + std::to_string(code - 1) + " (in flattened order) is out of range for the gathered axis";
+  if (call.function == "kiln_pk_nll_loss")
+    return "target " + std::to_string(code - 1) + " (in flattened order) is not a class, nor the ignored index";
   if (call.function == "kiln_pk_recurrent")
     return "sequence_lens[" + std::to_string(code - 1) + "] is outside [0, sequence length]";
   return call.function + " failed with status " + std::to_string(code);
@@ -635,10 +637,9 @@ void emit_bundle_entry(llvm::Module& m, const Program& program, const std::strin
 
 ProgramObjects compile_program(const Program& program, Jit& jit, std::vector<std::string>& step_symbols) {
   auto unit = jit.new_module(kEntrySymbol);
-  bool calls = false;
-  for (const Step& s : program.steps) calls = calls || s.call;
   // The kernels themselves live in the Jit's shared library (see Jit::link).
-  if (calls) declare_portable_kernels(*unit.module);
+  if (const std::set<std::string> kernels = called_kernels(program); !kernels.empty())
+    declare_portable_kernels(*unit.module, kernels);
   Emitter emitter(*unit.module);
   emitter.entry(program, kEntrySymbol);
   step_symbols = emitter.step_names;
@@ -657,10 +658,17 @@ ProgramObjects compile_program(const Program& program, Jit& jit, std::vector<std
   return objects;
 }
 
+std::set<std::string> called_kernels(const Program& program) {
+  std::set<std::string> names;
+  for (const Step& s : program.steps)
+    if (s.call) names.insert(s.call->function);
+  return names;
+}
+
 CompiledProgram link_program(const ProgramObjects& objects, const std::vector<std::string>& step_symbols,
-                             bool program_calls_kernels, Jit& jit, std::string_view kernels_object) {
+                             const std::set<std::string>& kernels, Jit& jit, const Jit::KernelObjects& kernel_objects) {
   CompiledProgram c;
-  c.library = jit.link(objects.entry, program_calls_kernels, kernels_object, objects.loops);
+  c.library = jit.link(objects.entry, kernels, kernel_objects, objects.loops);
   c.entry = reinterpret_cast<EntryFn>(jit.lookup(*c.library, kEntrySymbol));
   for (const auto& name : step_symbols) c.steps.push_back(name.empty() ? nullptr : jit.lookup(*c.library, name));
   return c;

@@ -13,6 +13,7 @@
 // portable call's step and status code in status->step and status->code.
 // Parallel loops and portable kernels split their work through `threads`
 // (serial if it is null).
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,7 @@ struct ProgramObjects {
 ProgramObjects compile_program(const Program& program, Jit& jit, std::vector<std::string>& step_symbols);
 
 // The entry of one specialization of a frozen bundle, added to `m` (which
-// must already hold the portable kernels), a kiln_bundle_entry_fn:
+// must already declare the portable kernels it calls), a kiln_bundle_entry_fn:
 //   int32_t name(const uint8_t* weights, void* const* io, uint8_t* arena,
 //                const kiln_pk_threads* threads, void* native);
 // Constant i lives at weights + constant_offsets[i]. The k-th oneDNN step
@@ -81,11 +82,14 @@ struct CompiledProgram {
   std::vector<void*> steps;  // per step: its LoopFn or CallFn, or null (for profiling step by step)
 };
 
+// The portable kernels a program's steps call.
+std::set<std::string> called_kernels(const Program& program);
+
 // Links the objects from compile_program (or from the cache) and finds
-// their functions; `program_calls_kernels`: some step is a portable call,
-// and `kernels_object` the kernel library from the cache, if there is one.
+// their functions; `kernels`: the portable kernels the program calls, and
+// `kernel_objects` those from the cache, if there are any.
 CompiledProgram link_program(const ProgramObjects& objects, const std::vector<std::string>& step_symbols,
-                             bool program_calls_kernels, Jit& jit, std::string_view kernels_object = {});
+                             const std::set<std::string>& kernels, Jit& jit, const Jit::KernelObjects& kernel_objects = {});
 
 // What a loop step's function reads after the step's buffers in its
 // argument array (as integers in pointer slots): the shape and strides of a

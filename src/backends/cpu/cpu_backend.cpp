@@ -109,16 +109,15 @@ class CpuExecutable : public Executable {
  public:
   CpuExecutable(cpu::Program program, cpu::ProgramObjects objects, std::vector<std::string> step_symbols,
                 std::shared_ptr<cpu::Jit> jit, std::shared_ptr<ThreadBudget> budget,
-                std::shared_ptr<void> mapped_weights = nullptr, std::string_view kernels_object = {})
+                std::shared_ptr<void> mapped_weights = nullptr, const cpu::Jit::KernelObjects& kernel_objects = {})
       : mapped_weights_(std::move(mapped_weights)),
         program_(std::move(program)),
         objects_(std::move(objects)),
         step_symbols_(std::move(step_symbols)),
         jit_(std::move(jit)),
-        calls_kernels_(
-            std::any_of(program_.steps.begin(), program_.steps.end(), [](const cpu::Step& s) { return bool(s.call); })),
+        kernels_called_(cpu::called_kernels(program_)),
         threads_(program_.family == cpu::KernelFamily::Portable ? cpu::tbb_threads() : cpu::team_threads()),
-        code_(cpu::link_program(objects_, step_symbols_, calls_kernels_, *jit_, kernels_object)),
+        code_(cpu::link_program(objects_, step_symbols_, kernels_called_, *jit_, kernel_objects)),
         budget_(std::move(budget)),
         arenas_(program_.arena_bytes),
         profile_(program_.steps.size()) {
@@ -144,10 +143,9 @@ class CpuExecutable : public Executable {
   }
 
   Artifact save() const override {
-    // The kernel library goes along, so that a warm start compiles nothing.
-    cpu::SavedProgram saved = cpu::save_program(
-        program_, step_symbols_, calls_kernels_ ? std::string_view(jit_->portable_kernels_object()) : std::string_view(),
-        objects_.loops);
+    // The kernels it calls go along, so that a warm start compiles nothing.
+    cpu::SavedProgram saved =
+        cpu::save_program(program_, step_symbols_, jit_->portable_kernel_objects(kernels_called_), objects_.loops);
     Artifact a;
     a.object = objects_.entry;
     a.program = std::move(saved.bytes);
@@ -243,7 +241,7 @@ class CpuExecutable : public Executable {
   cpu::ProgramObjects objects_;  // what the cache stores
   std::vector<std::string> step_symbols_;
   std::shared_ptr<cpu::Jit> jit_;
-  bool calls_kernels_;  // of the portable kernel library
+  std::set<std::string> kernels_called_;  // of the portable kernel library
   // Where parallel loops run: beside oneDNN, on its OpenMP team (omp_team.hpp
   // says why); in a portable program, on TBB.
   const kiln_pk_threads* threads_;
@@ -304,7 +302,7 @@ class CpuBackend : public Backend {
   }
 
   std::string name() const override { return "cpu"; }
-  std::string version() const override { return "cpu-4"; }
+  std::string version() const override { return "cpu-5"; }
   bool supports(const ir::Node& node) const override { return cpu::lowers_natively(node); }
   bool takes(const ir::Node& node, const ir::Specialization& spec) const override { return cpu::lowers(node, spec); }
   std::unique_ptr<Backend> fallback() const override { return make_interpreter_backend(budget_); }
@@ -342,12 +340,12 @@ class CpuBackend : public Backend {
     // Primitives are created in the threading context that runs them.
     OmpThreads omp(budget_->threads);
     std::vector<std::string> step_symbols;
-    std::string kernels_object;
+    cpu::Jit::KernelObjects kernel_objects;
     cpu::ProgramObjects objects;
     const CpuBodies bodies(*this, *interpreter_, options);
     cpu::Program program = cpu::load_program(
         artifact.program, WeightsReader(artifact.weights, artifact.weights_bytes), artifact.keep_alive, *graph, step_symbols,
-        &kernels_object,
+        &kernel_objects,
         [&](cpu::DeferredWork& loads) {
           if (artifact.check) loads.insert(loads.begin(), [&] { artifact.check->run(); });
           run_beside(loads, [] {});
@@ -355,7 +353,7 @@ class CpuBackend : public Backend {
         &objects.loops, &bodies);
     objects.entry = std::string(artifact.object);
     return std::make_unique<CpuExecutable>(std::move(program), std::move(objects), std::move(step_symbols), jit_shared(), budget_,
-                                           artifact.keep_alive, kernels_object);
+                                           artifact.keep_alive, kernel_objects);
   }
 
   std::string identity(const CompileOptions& options) const override {

@@ -49,8 +49,9 @@ std::unique_ptr<llvm::Module> parse_bitcode(const llvm::Module& m, std::string_v
 }
 
 std::vector<llvm::Function*> link_bitcode(llvm::Module& m, std::string_view bitcode, std::string_view library,
-                                          llvm::function_ref<bool(llvm::StringRef)> keep_external) {
-  std::unique_ptr<llvm::Module> lib = parse_bitcode(m, bitcode, library, false);
+                                          llvm::function_ref<bool(llvm::StringRef)> keep_external, bool only_needed) {
+  // Linking only what is needed reads only those bodies.
+  std::unique_ptr<llvm::Module> lib = parse_bitcode(m, bitcode, library, only_needed);
   lib->setTargetTriple(m.getTargetTriple());
   lib->setDataLayout(m.getDataLayout());
   std::set<std::string> functions, globals;
@@ -59,7 +60,7 @@ std::vector<llvm::Function*> link_bitcode(llvm::Module& m, std::string_view bitc
   for (const llvm::GlobalVariable& g : lib->globals())
     if (!g.isDeclaration()) globals.insert(g.getName().str());
 
-  if (llvm::Linker::linkModules(m, std::move(lib)))
+  if (llvm::Linker::linkModules(m, std::move(lib), only_needed ? llvm::Linker::LinkOnlyNeeded : llvm::Linker::None))
     ir::fail(ir::ErrorKind::Internal,
              "embedded bitcode of the " + std::string(library) + " does not link into module '" + m.getName().str() + "'");
   std::vector<llvm::Function*> defined;

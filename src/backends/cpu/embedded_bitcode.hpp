@@ -39,9 +39,11 @@ std::unique_ptr<llvm::Module> parse_bitcode(const llvm::Module& m, std::string_v
 // Links `bitcode` (of `library`, for messages) into `m`, retargeted to the
 // module's triple and data layout. What it defines becomes internal, so that
 // what nothing calls is dropped, except the functions `keep_external` accepts.
-// Returns the functions it defined, as they are in `m`. Throws
+// `only_needed`: only what `m` declares, and what that calls, is read and
+// linked. Returns the functions it defined, as they are in `m`. Throws
 // ir::Error(Internal) if it does not load or link.
 std::vector<llvm::Function*> link_bitcode(llvm::Module& m, std::string_view bitcode, std::string_view library,
-                                          llvm::function_ref<bool(llvm::StringRef)> keep_external = nullptr);
+                                          llvm::function_ref<bool(llvm::StringRef)> keep_external = nullptr,
+                                          bool only_needed = false);
 
 }  // namespace kiln::cpu

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -159,9 +160,10 @@ struct Jit::Impl {
   llvm::orc::SymbolMap host_symbols;
   std::atomic<int64_t> codegen_runs{0};
   std::atomic<int64_t> libraries{0};
-  std::once_flag kernels_once;
-  llvm::orc::JITDylib* kernels = nullptr;  // the portable kernel library, once linked
-  std::string kernels_object;              // its object
+  std::mutex kernels_mutex;                        // guards the three below
+  llvm::orc::JITDylib* kernels = nullptr;          // the portable kernels linked so far, once one is
+  KernelObjects kernel_objects;                    // their objects
+  std::map<std::string, size_t> kernel_object_of;  // kernel -> its object's index
 };
 
 class Jit::Library {
@@ -354,41 +356,64 @@ std::vector<std::string> TargetCompiler::features() const {
   return names;
 }
 
-void Jit::link_portable_kernels(std::string_view cached_object) {
-  // A throw leaves the flag unset: a bad cached object is followed by a compile.
-  std::call_once(impl_->kernels_once, [&] {
-    std::string code(cached_object);
-    if (code.empty()) {
-      auto unit = new_module("kiln_portable_kernels");
-      MachinePool::Borrowed machine(*impl_->machines);
-      link_kernel_bitcode(*unit.module, vectors_of(*machine), KernelLinkage::Shared);
-      code = optimise_and_emit(*unit.module, *machine, Optimise::Full);
-      impl_->codegen_runs++;
-    }
-    auto dylib = impl_->jit->createJITDylib("kiln_portable_kernels_" + std::to_string(impl_->libraries++));
+void Jit::link_portable_kernels(const std::set<std::string>& names, const KernelObjects& cached) {
+  if (names.empty()) return;
+  std::lock_guard<std::mutex> lock(impl_->kernels_mutex);
+  if (!impl_->kernels) {
+    auto dylib = impl_->jit->createJITDylib("kiln_portable_kernels");
     if (!dylib) fail_llvm("cannot create a JITDylib", dylib.takeError());
     if (auto err = dylib->define(llvm::orc::absoluteSymbols(impl_->host_symbols)))
       fail_llvm("cannot define host symbols", std::move(err));
-    if (auto err = impl_->jit->addObjectFile(*dylib, llvm::MemoryBuffer::getMemBufferCopy(code, "kiln-portable-kernels")))
-      fail_llvm("cannot link the portable kernels", std::move(err));
-    // Materialise now: a bad object fails here, not in a later lookup.
-    if (auto sym = impl_->jit->lookup(*dylib, "kiln_pk_gemm"); !sym) {
-      llvm::consumeError(impl_->jit->getExecutionSession().removeJITDylib(*dylib));
-      fail_llvm("cannot link the portable kernels", sym.takeError());
-    }
-    impl_->kernels_object = std::move(code);
     impl_->kernels = &*dylib;
-  });
+  }
+  auto& linked = impl_->kernel_object_of;
+  const auto add = [&](KernelObject k) {
+    auto tracker = impl_->kernels->createResourceTracker();
+    const std::string what = "portable kernel '" + *k.kernels.begin() + "'";
+    if (auto err = impl_->jit->addObjectFile(tracker, llvm::MemoryBuffer::getMemBufferCopy(k.object, what)))
+      fail_llvm("cannot link " + what, std::move(err));
+    // Materialise now: a bad object fails here, not in a later lookup, and
+    // goes again (a bad cached object is followed by a compile).
+    if (auto sym = impl_->jit->lookup(*impl_->kernels, *k.kernels.begin()); !sym) {
+      llvm::consumeError(tracker->remove());
+      fail_llvm("cannot link " + what, sym.takeError());
+    }
+    for (const std::string& name : k.kernels) linked[name] = impl_->kernel_objects.size();
+    impl_->kernel_objects.push_back(std::move(k));
+  };
+  // A cached object defining a kernel linked already would clash with it.
+  for (const KernelObject& k : cached)
+    if (std::none_of(k.kernels.begin(), k.kernels.end(), [&](const std::string& name) { return linked.count(name); })) add(k);
+  std::set<std::string> missing;
+  for (const std::string& name : names)
+    if (!linked.count(name)) missing.insert(name);
+  if (missing.empty()) return;
+  // Only these kernels, in one module, so that what they share (GEMM's code
+  // in convolution's) compiles once: the whole library took seconds to
+  // compile, whatever a specialization called.
+  auto unit = new_module("kiln_portable_kernels");
+  MachinePool::Borrowed machine(*impl_->machines);
+  declare_portable_kernels(*unit.module, missing);
+  link_kernel_bitcode(*unit.module, vectors_of(*machine), KernelLinkage::Shared);
+  std::string code = optimise_and_emit(*unit.module, *machine, Optimise::Full);
+  impl_->codegen_runs++;
+  add({std::move(missing), std::move(code)});
 }
 
-const std::string& Jit::portable_kernels_object() {
-  link_portable_kernels({});
-  return impl_->kernels_object;
+Jit::KernelObjects Jit::portable_kernel_objects(const std::set<std::string>& names) {
+  link_portable_kernels(names, {});
+  std::lock_guard<std::mutex> lock(impl_->kernels_mutex);
+  std::set<size_t> which;
+  for (const std::string& name : names) which.insert(impl_->kernel_object_of.at(name));
+  KernelObjects objects;
+  for (size_t i : which) objects.push_back(impl_->kernel_objects[i]);
+  return objects;
 }
 
-std::shared_ptr<Jit::Library> Jit::link(const std::string& object, bool portable_kernels, std::string_view kernels_object,
-                                        std::string_view more) {
-  if (portable_kernels) link_portable_kernels(kernels_object);
+std::shared_ptr<Jit::Library> Jit::link(const std::string& object, const std::set<std::string>& kernels,
+                                        const KernelObjects& kernel_objects, std::string_view more) {
+  const bool portable_kernels = !kernels.empty();
+  if (portable_kernels) link_portable_kernels(kernels, kernel_objects);
   auto created = impl_->jit->createJITDylib("kiln_" + std::to_string(impl_->libraries++));
   if (!created) fail_llvm("cannot create a JITDylib", created.takeError());
   llvm::orc::JITDylib& dylib = *created;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,18 +73,25 @@ class Jit {
   // An object linked into a JITDylib of its own, so that specializations
   // never clash on symbol names; unlinked when the last handle goes.
   class Library;
+  // Compiled portable kernels: an object and the kernels it defines.
+  struct KernelObject {
+    std::set<std::string> kernels;
+    std::string object;
+  };
+  using KernelObjects = std::vector<KernelObject>;
   // Links `object` (from compile(), or from the cache: no codegen at all).
-  // `portable_kernels`: it calls the portable kernel library, which this Jit
-  // links once into a library of its own that every such object links
-  // against: `kernels_object` if given (the library compiled for this CPU by
-  // an earlier process, from the cache), else compiled here (a few seconds,
-  // one codegen run). Throws ir::Error(Internal) if an object does not link.
-  // `more`: another object of the same program, linked into the same library.
-  std::shared_ptr<Library> link(const std::string& object, bool portable_kernels = false, std::string_view kernels_object = {},
-                                std::string_view more = {});
-  // The portable kernel library's object, as linked (compiled first if it
-  // was not yet), for the cache to keep.
-  const std::string& portable_kernels_object();
+  // `kernels`: the portable kernels it calls, which this Jit links once each
+  // into a library of its own that every such object links against: from
+  // `kernel_objects` (compiled for this CPU by an earlier process, from the
+  // cache) where those define no kernel linked already, the others compiled
+  // here (one codegen run for them all). Throws
+  // ir::Error(Internal) if an object does not link. `more`: another object
+  // of the same program, linked into the same library.
+  std::shared_ptr<Library> link(const std::string& object, const std::set<std::string>& kernels = {},
+                                const KernelObjects& kernel_objects = {}, std::string_view more = {});
+  // The objects defining the named kernels, as linked (compiled first if
+  // they were not yet), for the cache to keep.
+  KernelObjects portable_kernel_objects(const std::set<std::string>& names);
   void* lookup(const Library& library, const std::string& symbol) const;
 
   const HostInfo& host() const;
@@ -93,7 +101,7 @@ class Jit {
   int64_t codegen_runs() const;
 
  private:
-  void link_portable_kernels(std::string_view cached_object);
+  void link_portable_kernels(const std::set<std::string>& names, const KernelObjects& cached);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

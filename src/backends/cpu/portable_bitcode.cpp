@@ -5,9 +5,12 @@
 #include <llvm/IR/Module.h>
 
 #include <cstdint>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/embedded_bitcode.hpp"
+#include "runtime/ir/error.hpp"
 
 // Defined by the assembly file CMake generates (.incbin of each target's .bc).
 extern "C" {
@@ -39,14 +42,21 @@ bool shared_always(llvm::StringRef name) { return name == "kiln_pk_gemm" || name
 
 }  // namespace
 
-void declare_portable_kernels(llvm::Module& m) {
+void declare_portable_kernels(llvm::Module& m, const std::set<std::string>& names) {
   std::unique_ptr<llvm::Module> kernels = parse_bitcode(m, kernel_bitcode(m), kLibrary, true);
-  for (const llvm::Function& f : *kernels)
-    if (is_kernel(f.getName()) && !f.isDeclaration()) m.getOrInsertFunction(f.getName(), f.getFunctionType(), f.getAttributes());
+  for (const std::string& name : names) {
+    const llvm::Function* f = kernels->getFunction(name);
+    if (!f || f->isDeclaration() || !is_kernel(name))
+      ir::fail(ir::ErrorKind::Internal, "'" + name + "' is not a kernel of the " + std::string(kLibrary));
+    m.getOrInsertFunction(name, f->getFunctionType(), f->getAttributes());
+  }
 }
 
 void link_kernel_bitcode(llvm::Module& m, VectorConfig vectors, KernelLinkage linkage) {
   const std::string_view bitcode = kernel_bitcode(m);
+  std::set<std::string> declared;
+  for (const llvm::Function& f : m)
+    if (f.isDeclaration() && is_kernel(f.getName())) declared.insert(f.getName().str());
   // The micro-kernel shape follows the target's vector registers; as
   // constants, the variants not taken fold away. Defined before linking, for
   // the kernels' references to resolve to them, internal after.
@@ -57,9 +67,11 @@ void link_kernel_bitcode(llvm::Module& m, VectorConfig vectors, KernelLinkage li
                                              llvm::ConstantInt::get(i32, uint64_t(value)), name));
 
   const bool shared = linkage == KernelLinkage::Shared;
-  // Shared: the kernels stay external, for every specialization to call.
-  const auto keep_external = [&](llvm::StringRef name) { return shared && is_kernel(name); };
-  for (llvm::Function* f : link_bitcode(m, bitcode, kLibrary, keep_external)) {
+  // Shared: the kernels asked for stay external, for every specialization to
+  // call; a kernel one of them calls is a private copy (its own object may
+  // be linked beside).
+  const auto keep_external = [&](llvm::StringRef name) { return shared && declared.count(name.str()) > 0; };
+  for (llvm::Function* f : link_bitcode(m, bitcode, kLibrary, keep_external, true)) {
     if (shared || !is_kernel(f->getName())) continue;
     f->removeFnAttr(llvm::Attribute::OptimizeNone);
     if (shared_always(f->getName())) {

@@ -2,6 +2,8 @@
 // The portable kernel library (src/backends/cpu/portable) as bitcode, one
 // copy per target architecture, embedded in libkiln (see embedded_bitcode.hpp).
 #include <cstdint>
+#include <set>
+#include <string>
 
 namespace llvm {
 class Module;
@@ -17,23 +19,25 @@ struct VectorConfig {
 };
 
 enum class KernelLinkage {
-  // Bundles: every function internal (what no step calls is dropped); the
-  // kernels always-inline, so that each call is specialised for its constant
-  // shapes, except GEMM and convolution, whose large code stays one copy.
+  // Bundles: every function internal; the kernels always-inline, so that
+  // each call is specialised for its constant shapes, except GEMM and
+  // convolution, whose large code stays one copy.
   Specialized,
-  // The JIT's kernel library, compiled once per process: the kiln_pk_*
-  // functions stay external for every specialization to call.
+  // The JIT's kernels, each compiled once per process: the kernels `m`
+  // declares stay external, for every specialization to call.
   Shared,
 };
 
-// Links the whole kernel library into `m`, for the module's target triple.
-// Throws ir::Error(Unsupported) if there is no bitcode for the triple's
-// architecture, Internal if it does not link.
+// Links the kernels `m` declares (declare_portable_kernels) and what they
+// call from the kernel library for the module's target triple; nothing else
+// of the library is read, linked or optimised. Throws ir::Error(Unsupported)
+// if there is no bitcode for the triple's architecture, Internal if it does
+// not link.
 void link_kernel_bitcode(llvm::Module& m, VectorConfig vectors = {}, KernelLinkage linkage = KernelLinkage::Specialized);
 
-// Declares every kiln_pk_* kernel in `m` (types from the embedded bitcode,
-// bodies not read): what a specialization calling the JIT's shared kernel
-// library needs.
-void declare_portable_kernels(llvm::Module& m);
+// Declares the named kiln_pk_* kernels in `m` (types from the embedded
+// bitcode, bodies not read): what calls to them need. Throws
+// ir::Error(Internal) naming one the library does not define.
+void declare_portable_kernels(llvm::Module& m, const std::set<std::string>& names);
 
 }  // namespace kiln::cpu

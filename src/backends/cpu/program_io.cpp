@@ -17,7 +17,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kFormat = 3;
+constexpr int kFormat = 4;
 
 json loop_to_json(const Loop& loop) {
   json operands = json::array(), code = json::array();
@@ -86,8 +86,8 @@ std::unique_ptr<Kernel> load_kernel(const json& j, const WeightsReader& weights,
 
 }  // namespace
 
-SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols, std::string_view kernels_object,
-                          std::string_view loops_object) {
+SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols,
+                          const Jit::KernelObjects& kernel_objects, std::string_view loops_object) {
   SavedProgram saved;
   BlockWriter blocks;
   json buffers = json::array(), steps = json::array(), constants = json::array(), summary_steps = json::array();
@@ -131,7 +131,11 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
             {"graph_nodes", program.graph_nodes},
             {"compiled_nodes", program.compiled_nodes},
             {"fallback_nodes", program.fallback_nodes}};
-  if (!kernels_object.empty()) j["kernels_object"] = blocks.add(kernels_object.data(), kernels_object.size());
+  if (!kernel_objects.empty()) {
+    json kernels = json::array();
+    for (const auto& k : kernel_objects) kernels.push_back({k.kernels, blocks.add(k.object.data(), k.object.size())});
+    j["kernel_objects"] = std::move(kernels);
+  }
   if (!loops_object.empty()) j["loops_object"] = blocks.add(loops_object.data(), loops_object.size());
   saved.bytes = blocks.finish(j);
   saved.summary = json({{"entry", kEntrySymbol},
@@ -145,7 +149,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
 }
 
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
-                     const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object,
+                     const ir::Graph& graph, std::vector<std::string>& step_symbols, Jit::KernelObjects* kernel_objects,
                      const RunAll& run_all, std::string* loops_object, const BodyCompiler* bodies) {
   const std::string what = "cached program";
   const BlockReader blocks(bytes, what);
@@ -230,9 +234,15 @@ Program load_program(std::string_view bytes, const WeightsReader& weights, std::
     p.graph_nodes = json_field<int>(j, "graph_nodes", what);
     p.compiled_nodes = json_field<int>(j, "compiled_nodes", what);
     p.fallback_nodes = json_field<int>(j, "fallback_nodes", what);
-    if (kernels_object) {
-      kernels_object->clear();
-      if (j.contains("kernels_object")) *kernels_object = blocks.block(j["kernels_object"], what + ": the kernel library");
+    if (kernel_objects) {
+      kernel_objects->clear();
+      if (j.contains("kernel_objects"))
+        for (const json& k : j["kernel_objects"]) {
+          if (!k.is_array() || k.size() != 2 || !k[0].is_array() || k[0].empty())
+            ir::fail(ir::ErrorKind::InvalidModel, what + ": a kernel object must be [[kernel, ...], block]");
+          kernel_objects->push_back(
+              {k[0].get<std::set<std::string>>(), std::string(blocks.block(k[1], what + ": portable kernels"))});
+        }
     }
     if (loops_object) {
       loops_object->clear();

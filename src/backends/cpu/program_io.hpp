@@ -11,6 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "backends/cpu/jit.hpp"
 #include "backends/cpu/program.hpp"
 #include "runtime/ir/graph.hpp"
 
@@ -22,16 +23,16 @@ struct SavedProgram {
   std::string summary;  // JSON for the cache manifest: the memory plan and the steps, readable
 };
 
-// `kernels_object`: the portable kernel library the program's calls link
-// against, kept with it ("" if it makes none); `loops_object`: its loops'
-// object (ProgramObjects::loops), kept with it. Throws ir::Error(Unsupported)
-// if a step cannot be saved, saying which and why.
+// `kernel_objects`: the portable kernels the program's calls link against,
+// kept with it; `loops_object`: its loops' object (ProgramObjects::loops),
+// kept with it. Throws ir::Error(Unsupported) if a step cannot be saved,
+// saying which and why.
 SavedProgram save_program(const Program& program, const std::vector<std::string>& step_symbols,
-                          std::string_view kernels_object = {}, std::string_view loops_object = {});
+                          const Jit::KernelObjects& kernel_objects = {}, std::string_view loops_object = {});
 
 // `graph`: the model's graph, for the initializers behind inputs with
 // defaults. `keep_alive` owns the weights' memory (constants view it).
-// `kernels_object` receives the saved kernel library ("" if none), and
+// `kernel_objects` receives the saved portable kernels (none if none), and
 // `loops_object` the loops' object ("" if none).
 // Throws ir::Error(InvalidModel) naming what is inconsistent. Remaking the
 // kernels (oneDNN creating its primitives: most of a load) is independent
@@ -42,7 +43,7 @@ SavedProgram save_program(const Program& program, const std::vector<std::string>
 using RunAll = std::function<void(DeferredWork&)>;
 class BodyCompiler;
 Program load_program(std::string_view bytes, const WeightsReader& weights, std::shared_ptr<void> keep_alive,
-                     const ir::Graph& graph, std::vector<std::string>& step_symbols, std::string* kernels_object = nullptr,
+                     const ir::Graph& graph, std::vector<std::string>& step_symbols, Jit::KernelObjects* kernel_objects = nullptr,
                      const RunAll& run_all = nullptr, std::string* loops_object = nullptr, const BodyCompiler* bodies = nullptr);
 
 }  // namespace kiln::cpu

@@ -81,6 +81,19 @@ bool portable_cast(Context& cx, const ir::Node& n);
 bool portable_qlinear_add(Context& cx, const ir::Node& n);
 bool portable_quantize(Context& cx, const ir::Node& n);
 
+// arg_extreme.cpp: ArgMax, ArgMin and Hardmax, a portable kernel call for
+// both kernel families.
+bool lower_arg_extreme(Context& cx, const ir::Node& n);
+bool lower_hardmax(Context& cx, const ir::Node& n);
+
+// trilu.cpp: Trilu of any element type, a portable kernel call for both
+// kernel families.
+bool lower_trilu(Context& cx, const ir::Node& n);
+
+// loss.cpp: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss, a
+// portable kernel call for both kernel families.
+bool lower_loss(Context& cx, const ir::Node& n);
+
 // elementwise.cpp: a loop, or a oneDNN binary between blocked operands.
 bool lower_elementwise(Context& cx, const ir::Node& n);
 // A loop only (what the portable kernels take).

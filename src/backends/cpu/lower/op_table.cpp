@@ -71,6 +71,15 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
         {"ReduceSumSquare", primitive(&lower_reduce, &portable_reduce)},
         {"ReduceLogSum", primitive(&lower_reduce, &portable_reduce)},
         {"ReduceLogSumExp", primitive(&lower_reduce, &portable_reduce)},
+        // arg_extreme.cpp
+        {"ArgMax", primitive(&lower_arg_extreme, &lower_arg_extreme)},
+        {"ArgMin", primitive(&lower_arg_extreme, &lower_arg_extreme)},
+        {"Hardmax", primitive(&lower_hardmax, &lower_hardmax)},
+        // trilu.cpp
+        {"Trilu", primitive(&lower_trilu, &lower_trilu)},
+        // loss.cpp
+        {"NegativeLogLikelihoodLoss", primitive(&lower_loss, &lower_loss)},
+        {"SoftmaxCrossEntropyLoss", primitive(&lower_loss, &lower_loss)},
         // recurrent.cpp
         {"RNN", primitive(&lower_recurrent, &portable_recurrent)},
         {"GRU", primitive(&lower_recurrent, &portable_recurrent)},

@@ -167,6 +167,36 @@ void kiln_pk_reduce(const kiln_pk_threads* threads, int64_t outer, int64_t len, 
 void kiln_pk_softmax(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, int32_t is_log, const float* x,
                      float* y);
 
+/* Trilu of `matrices` matrices of rows x cols elements of elem_bytes each:
+ * the upper triangle (upper: columns j >= i + k) or the lower one
+ * (j <= i + k) of x, zeros elsewhere; k is *k, or 0 when k is NULL. */
+void kiln_pk_trilu(const kiln_pk_threads* threads, int64_t matrices, int64_t rows, int64_t cols, int64_t elem_bytes,
+                   int32_t upper, const int64_t* k, const void* x, void* y);
+
+/* ArgMax (is_max) or ArgMin of x viewed as [outer, len, inner] along the
+ * middle axis, into y: [outer, inner] int64 indices. Ties go to the first
+ * index, or the last when select_last; a NaN wins over any number (the
+ * first NaN), as numpy's. */
+void kiln_pk_arg_extreme(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, int32_t is_max,
+                         int32_t select_last, const float* x, int64_t* y);
+
+/* Hardmax of x viewed as [outer, len, inner] along the middle axis: 1 at
+ * the first largest value of each [outer, inner] position, 0 elsewhere. */
+void kiln_pk_hardmax(const kiln_pk_threads* threads, int64_t outer, int64_t len, int64_t inner, const float* x, float* y);
+
+/* NegativeLogLikelihoodLoss of log-probabilities logp [n, c, d] against
+ * integer targets [n, d] (int32, or int64 when target_is_64), each class
+ * weighted by weight[class] (1 when weight is NULL); a target equal to
+ * ignore_index (if has_ignore) counts neither loss nor weight. With scores
+ * (SoftmaxCrossEntropyLoss), logp is first written as their LogSoftmax over
+ * c. out: the loss per [n, d] (KILN_PK_LOSS_NONE), its sum, or the sum over
+ * the weights' sum (KILN_PK_LOSS_MEAN), summed in double. Returns 0, or 1 +
+ * the position of the first target out of [0, c) (out is then unspecified). */
+enum { KILN_PK_LOSS_NONE = 0, KILN_PK_LOSS_SUM = 1, KILN_PK_LOSS_MEAN = 2 };
+int64_t kiln_pk_nll_loss(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t d, const float* scores, float* logp,
+                         int32_t target_is_64, const void* target, const float* weight, int32_t has_ignore, int64_t ignore_index,
+                         int32_t reduction, float* out);
+
 /* Layer normalisation of each of `rows` rows of `cols` values:
  * y = (x - mean) / sqrt(var + epsilon) * scale + bias; scale and bias have
  * `cols` values, either may be NULL (1 and 0). */

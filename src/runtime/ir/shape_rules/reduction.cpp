@@ -1,4 +1,4 @@
-// Reductions over axes, ArgMax/ArgMin and TopK.
+// Reductions over axes, ArgMax/ArgMin, TopK and the losses.
 #include <set>
 
 #include "runtime/ir/shape_rules/shape_rule.hpp"
@@ -52,6 +52,20 @@ std::vector<ValueInfo> top_k(const NodeView& n) {
   return {with_shape(dt, s), with_shape(DType::Int64, s)};
 }
 
+// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: the loss per item
+// (input (N, C, d1..dk) less its class axis) or a scalar; SCE's
+// log-probabilities are the input's shape.
+std::vector<ValueInfo> loss(const NodeView& n) {
+  const ValueInfo* x = n.input(0);
+  const DType dt = n.dtype(0);
+  if (!n.rank_known(0) || x->shape.rank() < 2) return {unknown_like(dt), unknown_like(dt)};
+  const Attribute* r = n.node.attr("reduction");
+  Shape per_item = x->shape;
+  per_item.dims.erase(per_item.dims.begin() + 1);
+  const bool none = r && r->kind == Attribute::Kind::String && r->s == "none";
+  return {with_shape(dt, none ? per_item : Shape{}), *x};
+}
+
 }  // namespace
 
 void register_reduction_rules(ShapeRuleTable& t) {
@@ -61,6 +75,8 @@ void register_reduction_rules(ShapeRuleTable& t) {
   t.add("ArgMax", &reduce_to_index);
   t.add("ArgMin", &reduce_to_index);
   t.add("TopK", &top_k);
+  t.add("NegativeLogLikelihoodLoss", &loss);
+  t.add("SoftmaxCrossEntropyLoss", &loss);
 }
 
 }  // namespace kiln::ir::shape_rules
