@@ -431,8 +431,10 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
     PartitionedExecutable::Step step;
     step.backend = part.backend->name();
     for (const auto& in : part.graph->inputs)
-      step.inputs.push_back(
-          {in.name, in.dtype, in.shape.is_concrete() ? std::optional<ir::Dims>(in.shape.concrete()) : std::nullopt});
+      step.inputs.push_back({in.name, in.dtype,
+                             in.kind == ir::ValueKind::Tensor && in.shape.is_concrete()
+                                 ? std::optional<ir::Dims>(in.shape.concrete())
+                                 : std::nullopt});
     for (const auto& v : part.graph->outputs) step.outputs.push_back(v.name);
     try {
       step.executable = part.backend->compile(std::move(part.graph), spec, options);
