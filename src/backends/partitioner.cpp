@@ -215,9 +215,11 @@ class PartitionedExecutable : public Executable {
         // earlier part made otherwise (a shape inference mistake) stops here.
         const ir::Tensor& t = it->second.tensor;
         if (in.dims && (!it->second.is_tensor() || t.dims() != *in.dims || t.dtype() != in.dtype))
-          ir::fail(ir::ErrorKind::Internal, "value '" + in.name + "' is " + it->second.describe() +
-                                                ", the next part was compiled for " + ir::dtype_name(in.dtype) + " " +
-                                                ir::dims_to_string(*in.dims));
+          ir::fail(ir::ErrorKind::Internal,
+                   "value '" + in.name + "' is " +
+                       (it->second.is_tensor() ? std::string(ir::dtype_name(t.dtype())) + " " + ir::dims_to_string(t.dims())
+                                               : it->second.describe()) +
+                       ", the next part was compiled for " + ir::dtype_name(in.dtype) + " " + ir::dims_to_string(*in.dims));
         given.emplace(in.name, it->second);
       }
       std::vector<ir::Value> produced = step.executable->run_values(given);

@@ -38,10 +38,14 @@ class InterpreterExecutable : public Executable {
     const ref::NodeTimer timer = [&](size_t node, double ms) { profile_.add(node, ms); };
     return ref::run_graph(*graph_, inputs, &cpu::interpreter_kernels(), &timer);
   }
-  // Sequences and optionals (never profiled).
+  // Sequences and optionals too (a partitioned run hands every part its values so).
   std::vector<ir::Value> run_values(const std::map<std::string, ir::Value>& inputs) const override {
     cpu::BudgetScope scope(budget_.get());
-    return ref::run_graph_values(*graph_, inputs, &cpu::interpreter_kernels());
+    if (!profile_.enabled()) return ref::run_graph_values(*graph_, inputs, &cpu::interpreter_kernels());
+    std::lock_guard<std::mutex> serialised(profile_mutex_);
+    profile_.begin_run();
+    const ref::NodeTimer timer = [&](size_t node, double ms) { profile_.add(node, ms); };
+    return ref::run_graph_values(*graph_, inputs, &cpu::interpreter_kernels(), &timer);
   }
 
   Artifact save() const override {
