@@ -133,7 +133,11 @@ kiln_status kiln_model_output_info(const kiln_model* model, size_t index, kiln_t
 /* Runs the model. input_names[i] names inputs[i]; inputs with defaults may be
  * left out. On success outputs[0..output_count) receive new tensors in the
  * model's output order (output_count must equal kiln_model_output_count);
- * the caller destroys them. Safe to call from several threads at once. */
+ * the caller destroys them. Safe to call from several threads at once.
+ * The C API passes tensors of numbers only: a model with an input or output
+ * that is a sequence, an optional or a string tensor loads (its info says
+ * dtype 8 for strings) but does not run here (KILN_ERROR_INVALID_ARGUMENT
+ * naming the value); the C++ API's Model::run_values runs it. */
 kiln_status kiln_model_run(const kiln_model* model, const char* const* input_names, const kiln_tensor* const* inputs,
                            size_t input_count, kiln_tensor** outputs, size_t output_count);
 

@@ -25,7 +25,10 @@
 
 namespace kiln {
 
-// Element types; the values equal ONNX's TensorProto.DataType.
+// Element types; the values equal ONNX's TensorProto.DataType. A String
+// tensor's elements are std::string objects (data_as<std::string>()); only
+// the operators on strings (StringNormalizer, Cast, CastLike, Identity...)
+// take them, on the reference kernels.
 enum class DType : int32_t {
   Float32 = 1,
   UInt8 = 2,
@@ -34,6 +37,7 @@ enum class DType : int32_t {
   Int16 = 5,
   Int32 = 6,
   Int64 = 7,
+  String = 8,
   Bool = 9,
   Float16 = 10,
   Float64 = 11,
@@ -42,7 +46,7 @@ enum class DType : int32_t {
   BFloat16 = 16,
 };
 const char* dtype_name(DType t);  // "float32"
-size_t dtype_size(DType t);       // bytes per element
+size_t dtype_size(DType t);       // bytes per element (String: sizeof(std::string))
 
 enum class ErrorCode : int32_t {
   InvalidArgument = 1,  // wrong input from the caller: name, dtype, shape
@@ -104,6 +108,37 @@ class Tensor {
   void* data_ = nullptr;
 };
 
+// What a model's input or output is: a tensor (nearly always), a sequence of
+// tensors, or an optional holding a tensor or a sequence, or nothing.
+enum class ValueKind : int32_t { Tensor = 0, Sequence = 1, Optional = 2 };
+const char* value_kind_name(ValueKind k);  // "tensor", "sequence", "optional"
+
+// A value for Model::run_values: a tensor, a sequence of tensors, or an
+// optional. Copies share the tensors' data, as Tensor's do.
+class Value {
+ public:
+  Value() = default;                                    // an undefined tensor
+  Value(Tensor tensor) : tensor_(std::move(tensor)) {}  // NOLINT: a tensor is a value
+  static Value sequence(std::vector<Tensor> tensors);
+  static Value optional(Value element);  // holding a tensor or a sequence
+  static Value empty_optional(ValueKind element_kind = ValueKind::Tensor);
+
+  ValueKind kind() const { return kind_; }
+  // Each of these throws InvalidArgument unless the value is of that kind.
+  const Tensor& tensor() const;
+  const std::vector<Tensor>& tensors() const;  // a sequence's
+  bool has_element() const;                    // an optional's
+  const Value& element() const;                // a non-empty optional's
+  ValueKind element_kind() const;              // an optional's: Tensor or Sequence
+
+ private:
+  ValueKind kind_ = ValueKind::Tensor;
+  Tensor tensor_;
+  std::vector<Tensor> tensors_;
+  std::shared_ptr<const Value> element_;
+  ValueKind element_kind_ = ValueKind::Tensor;
+};
+
 // One dimension of a declared shape: a size, a symbol ("batch") or unknown.
 struct Dim {
   int64_t value = -1;  // -1 when not a fixed size
@@ -118,6 +153,10 @@ struct TensorInfo {
   bool rank_known = true;
   bool has_default = false;          // an initializer backs it: the input may be omitted
   std::string shape_string() const;  // "[batch,3,224,224]"
+  // A sequence's or an optional's dtype and shape are those of its tensors.
+  // Models with values that are not tensors run through Model::run_values.
+  ValueKind kind = ValueKind::Tensor;
+  ValueKind element_kind = ValueKind::Tensor;  // an optional's: Tensor or Sequence
 };
 
 enum class LogLevel { Debug = 0, Info = 1, Warning = 2, Error = 3, Off = 4 };
@@ -324,7 +363,16 @@ class Model {
   // more busy threads than the budget. A run takes its specialization's
   // scratch arena when its turn comes, so runs waiting for their turn hold
   // no memory. Compiles run on the calling threads, several at a time.
+  //
+  // A model whose inputs or outputs are sequences or optionals runs through
+  // run_values only: run() refuses it with InvalidArgument.
   std::vector<Tensor> run(const std::vector<std::pair<std::string, Tensor>>& inputs) const;
+  // Runs any model, with values of the kinds that inputs() and outputs()
+  // declare: tensors, sequences of tensors, optionals (empty ones too). A
+  // value of another kind is an InvalidArgument error naming the input. The
+  // specialization is chosen by the tensor inputs' shapes; the nodes that
+  // touch sequences, optionals or strings run on the reference kernels.
+  std::vector<Value> run_values(const std::vector<std::pair<std::string, Value>>& inputs) const;
   // The same, writing into the caller's buffers (one per output, in the
   // order of outputs(), each of the dtype and shape this run produces): a
   // compiled specialization then allocates nothing at all. A buffer of the

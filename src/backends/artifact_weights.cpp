@@ -43,6 +43,7 @@ void put_weights(const WeightsWriter& weights, Artifact& artifact) {
 }
 
 nlohmann::json save_constant(const ir::Tensor& t, WeightsWriter& weights) {
+  if (t.dtype() == ir::DType::String) ir::fail(ir::ErrorKind::Unsupported, "a string constant cannot be saved");
   return {{"dtype", int(t.dtype())}, {"dims", t.dims()}, {"offset", weights.add(t.raw(), t.nbytes())}};
 }
 

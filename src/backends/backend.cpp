@@ -58,6 +58,17 @@ LoadedArtifact copy_to_memory(const Artifact& artifact) {
   return loaded;
 }
 
+std::vector<ir::Value> Executable::run_values(const std::map<std::string, ir::Value>& inputs) const {
+  std::map<std::string, ir::Tensor> tensors;
+  for (const auto& [name, v] : inputs) {
+    if (!v.is_tensor())
+      ir::fail(ir::ErrorKind::Internal, "input '" + name + "' is " + v.describe() + ", and this backend runs tensors only");
+    tensors.emplace(name, v.tensor);
+  }
+  std::vector<ir::Tensor> produced = run(tensors);
+  return {produced.begin(), produced.end()};
+}
+
 std::unique_ptr<Backend> Backend::fallback() const { return make_reference_backend(); }
 
 std::vector<int64_t> Backend::claim(const ir::Graph& graph, const ir::Specialization& spec) const {

@@ -83,6 +83,10 @@ class Executable {
   // The same into the caller's tensors, which must have the dtype and shape
   // of each output (else InvalidArgument naming it). By default: run, then copy.
   virtual void run_into(const std::map<std::string, ir::Tensor>& inputs, std::vector<ir::Tensor>& outputs) const;
+  // The same with values of any kind (sequences and optionals too). By
+  // default the tensors go to run(), and any other value is an error: only
+  // backends that run_any_value() are given graphs with such values.
+  virtual std::vector<ir::Value> run_values(const std::map<std::string, ir::Value>& inputs) const;
   // What Backend::load needs to make this executable again in another
   // process. The artifact may point into the executable, which must outlive
   // it. Throws ir::Error(Unsupported) saying why it cannot be saved.
@@ -139,6 +143,10 @@ class Backend {
   // where the graph allows: per node, a group number, or -1 for a node it
   // leaves. By default every node it takes(), in group 0.
   virtual std::vector<int64_t> claim(const ir::Graph& graph, const ir::Specialization& spec) const;
+  // Whether it runs nodes whose values are not plain tensors of numbers
+  // (sequences, optionals, strings). The partitioner gives such nodes only
+  // to backends that do: the reference kernels' (reference, interpreter).
+  virtual bool runs_any_value() const { return false; }
   // Whether a part it fails to compile may go to the backends after it
   // instead of failing the compile (a plugin's may; the built-ins' errors
   // are the model's).

@@ -27,6 +27,41 @@ using nlohmann::json;
 // part per level.
 using Groups = std::map<std::tuple<int, size_t, int64_t>, std::vector<size_t>>;
 
+// Whether `node` reads or makes a value that is not a plain tensor of
+// numbers (a sequence, an optional, a string tensor), itself or in its
+// subgraphs: only backends that run_any_value() may take it.
+bool touches_other_values(const ir::Node& node, const ir::Specialization& spec) {
+  auto plain = [&](const std::string& name) {
+    auto it = spec.result.values.find(name);
+    return it == spec.result.values.end() || it->second.is_plain_tensor();
+  };
+  for (const auto& name : ir::values_read(node))
+    if (!plain(name)) return true;
+  for (const auto& name : node.outputs)
+    if (!name.empty() && !plain(name)) return true;
+  bool other = false;
+  auto check_graph = [&](const ir::Graph& g) {
+    for (const auto* list : {&g.inputs, &g.outputs})
+      for (const auto& v : *list) other |= !v.is_plain_tensor();
+    for (const auto& [name, t] : g.initializers) other |= t.dtype() == ir::DType::String;
+  };
+  for (const auto& [key, a] : node.attributes) {
+    if (a.kind == ir::Attribute::Kind::Graph && a.g) {
+      check_graph(*a.g);
+      ir::visit_nodes(*a.g, [&](const ir::Node& n) {
+        static const std::set<std::string> makers = {
+            "SequenceEmpty",      "SequenceConstruct",  "SequenceInsert",     "SequenceAt",  "SequenceErase",
+            "SequenceLength",     "SplitToSequence",    "ConcatFromSequence", "SequenceMap", "Optional",
+            "OptionalHasElement", "OptionalGetElement", "StringNormalizer"};
+        other |= n.domain.empty() && makers.count(n.op_type);
+        for (const auto& [k, sub] : n.attributes)
+          if (sub.kind == ir::Attribute::Kind::Graph && sub.g) check_graph(*sub.g);
+      });
+    }
+  }
+  return other;
+}
+
 Groups group_nodes(const ir::Graph& graph, const ir::Specialization& spec, const std::vector<const Backend*>& backends) {
   std::vector<std::vector<int64_t>> claims;
   for (const auto* backend : backends) {
@@ -41,8 +76,9 @@ Groups group_nodes(const ir::Graph& graph, const ir::Specialization& spec, const
   Groups groups;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const ir::Node& node = graph.nodes[i];
+    const bool other_values = touches_other_values(node, spec);
     size_t b = 0;
-    while (b < backends.size() && claims[b][i] < 0) ++b;
+    while (b < backends.size() && (claims[b][i] < 0 || (other_values && !backends[b]->runs_any_value()))) ++b;
     if (b == backends.size()) {
       std::string tried;
       for (const auto* backend : backends) tried += (tried.empty() ? "'" : ", '") + backend->name() + "'";
@@ -155,9 +191,21 @@ class PartitionedExecutable : public Executable {
   }
 
   std::vector<ir::Tensor> run(const std::map<std::string, ir::Tensor>& inputs) const override {
-    std::map<std::string, ir::Tensor> values = inputs;
+    std::vector<ir::Value> values = run_values({inputs.begin(), inputs.end()});
+    std::vector<ir::Tensor> out;
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!values[i].is_tensor())
+        ir::fail(ir::ErrorKind::InvalidArgument,
+                 "output '" + outputs_[i].name + "' is " + values[i].describe() + ", which a run of tensors cannot return");
+      out.push_back(std::move(values[i].tensor));
+    }
+    return out;
+  }
+
+  std::vector<ir::Value> run_values(const std::map<std::string, ir::Value>& inputs) const override {
+    std::map<std::string, ir::Value> values = inputs;
     for (const auto& step : steps_) {
-      std::map<std::string, ir::Tensor> given;
+      std::map<std::string, ir::Value> given;
       // An input missing here is an overridable weight the caller left
       // alone: the part holds its default.
       for (const auto& in : step.inputs) {
@@ -165,22 +213,25 @@ class PartitionedExecutable : public Executable {
         if (it == values.end()) continue;
         // A compiled part trusts the shapes it was compiled for: a value an
         // earlier part made otherwise (a shape inference mistake) stops here.
-        if (in.dims && (it->second.dims() != *in.dims || it->second.dtype() != in.dtype))
-          ir::fail(ir::ErrorKind::Internal, "value '" + in.name + "' is " + ir::dtype_name(it->second.dtype()) + " " +
-                                                ir::dims_to_string(it->second.dims()) + ", the next part was compiled for " +
-                                                ir::dtype_name(in.dtype) + " " + ir::dims_to_string(*in.dims));
+        const ir::Tensor& t = it->second.tensor;
+        if (in.dims && (!it->second.is_tensor() || t.dims() != *in.dims || t.dtype() != in.dtype))
+          ir::fail(ir::ErrorKind::Internal,
+                   "value '" + in.name + "' is " +
+                       (it->second.is_tensor() ? std::string(ir::dtype_name(t.dtype())) + " " + ir::dims_to_string(t.dims())
+                                               : it->second.describe()) +
+                       ", the next part was compiled for " + ir::dtype_name(in.dtype) + " " + ir::dims_to_string(*in.dims));
         given.emplace(in.name, it->second);
       }
-      std::vector<ir::Tensor> produced = step.executable->run(given);
+      std::vector<ir::Value> produced = step.executable->run_values(given);
       if (produced.size() != step.outputs.size())
         ir::fail(ir::ErrorKind::Internal, "a part on " + step.backend + " made " + std::to_string(produced.size()) +
                                               " values, not " + std::to_string(step.outputs.size()));
       for (size_t i = 0; i < produced.size(); ++i) values[step.outputs[i]] = std::move(produced[i]);
     }
-    std::vector<ir::Tensor> out;
+    std::vector<ir::Value> out;
     for (const auto& o : outputs_) {
       auto it = values.find(o.name);
-      out.push_back(it != values.end() ? it->second : o.constant);
+      out.push_back(it != values.end() ? it->second : ir::Value(o.constant));
     }
     return out;
   }
@@ -382,8 +433,10 @@ PartitionedCompile compile_partitioned(std::shared_ptr<const ir::Graph> graph, c
     PartitionedExecutable::Step step;
     step.backend = part.backend->name();
     for (const auto& in : part.graph->inputs)
-      step.inputs.push_back(
-          {in.name, in.dtype, in.shape.is_concrete() ? std::optional<ir::Dims>(in.shape.concrete()) : std::nullopt});
+      step.inputs.push_back({in.name, in.dtype,
+                             in.kind == ir::ValueKind::Tensor && in.shape.is_concrete()
+                                 ? std::optional<ir::Dims>(in.shape.concrete())
+                                 : std::nullopt});
     for (const auto& v : part.graph->outputs) step.outputs.push_back(v.name);
     try {
       step.executable = part.backend->compile(std::move(part.graph), spec, options);

@@ -11,6 +11,13 @@ InputShapes shapes_of(const std::map<std::string, ir::Tensor>& inputs) {
   return shapes;
 }
 
+InputShapes shapes_of(const std::map<std::string, ir::Value>& inputs) {
+  InputShapes shapes;
+  for (const auto& [name, v] : inputs)
+    if (v.is_tensor()) shapes[name] = {v.tensor.dtype(), v.tensor.dims()};
+  return shapes;
+}
+
 Specialized specialize_and_optimize(const ir::Graph& graph, const InputShapes& shapes) {
   Specialized s;
   s.spec = ir::specialize(graph, shapes, ref::constant_evaluator());

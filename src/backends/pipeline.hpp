@@ -19,6 +19,8 @@ namespace kiln::backends {
 using InputShapes = std::map<std::string, std::pair<ir::DType, ir::Dims>>;
 
 InputShapes shapes_of(const std::map<std::string, ir::Tensor>& inputs);
+// The tensors' shapes: sequences and optionals keep their declaration.
+InputShapes shapes_of(const std::map<std::string, ir::Value>& inputs);
 
 struct Specialized {
   std::shared_ptr<ir::Graph> graph;  // shares the model's weights; passes only add tensors

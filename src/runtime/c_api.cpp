@@ -6,6 +6,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/kiln.hpp"
+#include "runtime/ir/value.hpp"
 
 struct kiln_runtime {
   kiln::Runtime runtime;
@@ -75,7 +76,22 @@ void fill_info(const kiln::TensorInfo& t, const kiln_model::InfoStorage& s, kiln
   out->has_default = t.has_default ? 1 : 0;
 }
 
-bool valid_dtype(kiln_dtype d) { return kiln::dtype_size(kiln::DType(int(d))) != 0; }
+// Strings (std::string elements) do not cross the C API.
+bool valid_dtype(kiln_dtype d) { return int(d) != int(kiln::DType::String) && kiln::dtype_size(kiln::DType(int(d))) != 0; }
+
+// Why the C API cannot run `model` ("" if it can): it passes tensors of numbers only.
+std::string c_api_refusal(const kiln::Model& model) {
+  for (const auto* list : {&model.inputs(), &model.outputs()})
+    for (const auto& info : *list) {
+      const char* what = list == &model.inputs() ? "input '" : "output '";
+      if (info.kind != kiln::ValueKind::Tensor)
+        return std::string(what) + info.name + "' is " + kiln::ir::value_kind_phrase(kiln::ir::ValueKind(int(info.kind))) +
+               ": the C API runs tensors only (use the C++ API's Model::run_values)";
+      if (info.dtype == kiln::DType::String)
+        return std::string(what) + info.name + "' is a string tensor: the C API runs tensors of numbers only";
+    }
+  return {};
+}
 
 }  // namespace
 
@@ -196,6 +212,8 @@ kiln_status kiln_model_run(const kiln_model* model, const char* const* input_nam
                                                                   ", the model has " +
                                                                   std::to_string(model->model.outputs().size()) + " outputs");
   for (size_t i = 0; i < output_count; ++i) outputs[i] = nullptr;
+  const std::string refusal = c_api_refusal(model->model);
+  KILN_REQUIRE(refusal.empty(), "model '" + model->model.source() + "': " + refusal);
   std::vector<std::pair<std::string, kiln::Tensor>> ins;
   for (size_t i = 0; i < input_count; ++i) {
     KILN_REQUIRE(input_names[i] && inputs[i], "input " + std::to_string(i) + " has a null name or tensor");

@@ -150,24 +150,64 @@ Model::FreezeResult Model::freeze(const FreezeOptions& options) const {
   });
 }
 
+namespace {
+
+// Callers own what run returns: storage anything else still holds (an
+// input, a weight, a constant of the specialization, another output) is copied.
+Tensor to_public(ir::Tensor& o) {
+  if (!o.owner() || o.owner().use_count() > 1) o = o.clone();
+  return Tensor::view(DType(int32_t(o.dtype())), o.dims(), o.raw(), o.owner());
+}
+
+std::vector<Tensor> to_public(std::vector<ir::Tensor>& tensors) {
+  std::vector<Tensor> out;
+  for (auto& t : tensors) out.push_back(to_public(t));
+  return out;
+}
+
+Value to_public(ir::Value& v) {
+  switch (v.kind) {
+    case ir::ValueKind::Tensor: return to_public(v.tensor);
+    case ir::ValueKind::Sequence: return Value::sequence(to_public(v.sequence));
+    case ir::ValueKind::Optional: break;
+  }
+  return v.element ? Value::optional(to_public(*v.element)) : Value::empty_optional(ValueKind(int32_t(v.element_kind)));
+}
+
+}  // namespace
+
+std::vector<Value> Model::run_values(const std::vector<std::pair<std::string, Value>>& inputs) const {
+  return translate_errors([&] {
+    std::map<std::string, ir::Value> values = impl_->validate_values(inputs);
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const auto& [name, v] : inputs)
+      if (v.kind() == ValueKind::Tensor) tensors.emplace_back(name, v.tensor());
+    auto ins = impl_->validate(tensors, values);
+    auto executable = impl_->specialization_for(ins);
+    values.insert(ins.begin(), ins.end());
+    std::vector<ir::Value> outs = executable->run_values(values);
+    std::vector<Value> result;
+    for (auto& o : outs) result.push_back(to_public(o));
+    return result;
+  });
+}
+
 std::vector<Tensor> Model::run(const std::vector<std::pair<std::string, Tensor>>& inputs) const {
   return translate_errors([&] {
+    if (!impl_->tensors_only_refusal.empty()) throw Error(ErrorCode::InvalidArgument, impl_->tensors_only_refusal);
     auto ins = impl_->validate(inputs);
     std::vector<ir::Tensor> outs = impl_->specialization_for(ins)->run(ins);
-    std::vector<Tensor> result;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      ir::Tensor& o = outs[i];
-      // Callers own what run returns: storage anything else still holds (an
-      // input, a weight, a constant of the specialization, another output) is copied.
-      if (!o.owner() || o.owner().use_count() > 1) o = o.clone();
-      result.push_back(Tensor::view(DType(int32_t(o.dtype())), o.dims(), o.raw(), o.owner()));
-    }
-    return result;
+    return to_public(outs);
   });
 }
 
 void Model::run(const std::vector<std::pair<std::string, Tensor>>& inputs, std::vector<Tensor>& outputs) const {
   translate_errors([&] {
+    if (!impl_->tensors_only_refusal.empty()) throw Error(ErrorCode::InvalidArgument, impl_->tensors_only_refusal);
+    for (const auto& out : impl_->outputs)
+      if (out.dtype == DType::String)
+        throw Error(ErrorCode::InvalidArgument, model_label(impl_->model) + ": output '" + out.name +
+                                                    "' is a string tensor, which run() returns but cannot write into a buffer");
     auto ins = impl_->validate(inputs);
     if (outputs.size() != impl_->outputs.size())
       throw Error(ErrorCode::InvalidArgument, model_label(impl_->model) + ": " + std::to_string(outputs.size()) +

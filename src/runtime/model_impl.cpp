@@ -12,10 +12,14 @@ namespace kiln {
 
 namespace {
 
+const char* kind_phrase(ValueKind k) { return ir::value_kind_phrase(ir::ValueKind(int32_t(k))); }
+
 TensorInfo to_info(const ir::ValueInfo& v, bool has_default) {
   TensorInfo info;
   info.name = v.name;
-  info.dtype = ir::dtype_supported(v.dtype) ? DType(int32_t(v.dtype)) : DType::Float32;
+  info.dtype = ir::dtype_supported(v.dtype) || v.dtype == ir::DType::String ? DType(int32_t(v.dtype)) : DType::Float32;
+  info.kind = ValueKind(int32_t(v.kind));
+  info.element_kind = ValueKind(int32_t(v.element_kind));
   info.rank_known = v.shape.rank_known;
   info.has_default = has_default;
   for (const auto& d : v.shape.dims) info.shape.push_back(Dim{d.value.value_or(-1), d.symbol});
@@ -62,6 +66,11 @@ Model::Impl::Impl(const Runtime& rt, ir::Model m, const std::string& not_cached)
     auto it = inferred.find(v.name);
     outputs.push_back(to_info(declared_full(v) || it == inferred.end() ? v : it->second, false));
   }
+  for (const auto* list : {&inputs, &outputs})
+    for (const auto& info : *list)
+      if (info.kind != ValueKind::Tensor && tensors_only_refusal.empty())
+        tensors_only_refusal = model_label(model) + ": " + std::string(list == &inputs ? "input '" : "output '") + info.name +
+                               "' is " + kind_phrase(info.kind) + ": run this model with Model::run_values";
   auto unsupported = ref::unsupported_ops(g);
   if (!unsupported.empty()) {
     std::string list;
@@ -83,7 +92,8 @@ std::vector<std::pair<std::string, Tensor>> Model::Impl::placeholders(
   return given;
 }
 
-std::map<std::string, ir::Tensor> Model::Impl::validate(const std::vector<std::pair<std::string, Tensor>>& given) const {
+std::map<std::string, ir::Tensor> Model::Impl::validate(const std::vector<std::pair<std::string, Tensor>>& given,
+                                                        const std::map<std::string, ir::Value>& given_elsewhere) const {
   const std::string where = "model '" + model.source_path + "'";
   std::map<std::string, ir::Tensor> out;
   std::map<std::string, std::pair<int64_t, std::string>> symbols;  // symbol -> (value, input that set it)
@@ -96,7 +106,12 @@ std::map<std::string, ir::Tensor> Model::Impl::validate(const std::vector<std::p
       for (const auto& i : inputs) names += (names.empty() ? "'" : ", '") + i.name + "'";
       throw Error(ErrorCode::InvalidArgument, where + ": unknown input '" + name + "'; the model's inputs are " + names);
     }
-    if (out.count(name)) throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' is given twice");
+    if (out.count(name) || given_elsewhere.count(name))
+      throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' is given twice");
+    if (info->kind != ValueKind::Tensor)
+      throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' is " + kind_phrase(info->kind) +
+                                                  ", was given a tensor" +
+                                                  (given_elsewhere.empty() ? " (run this model with Model::run_values)" : ""));
     if (!t.defined()) throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' is an empty Tensor (no data)");
     if (t.dtype() != info->dtype)
       throw Error(ErrorCode::InvalidArgument,
@@ -124,9 +139,63 @@ std::map<std::string, ir::Tensor> Model::Impl::validate(const std::vector<std::p
     out[name] = ir::Tensor::view(ir::DType(int32_t(t.dtype())), t.shape(), const_cast<void*>(t.data()), t.owner());
   }
   for (const auto& i : inputs)
-    if (!i.has_default && !out.count(i.name))
-      throw Error(ErrorCode::InvalidArgument, where + ": input '" + i.name + "' (" + dtype_name(i.dtype) + " " +
-                                                  i.shape_string() + ") is required but was not given");
+    if (!i.has_default && !out.count(i.name) && !given_elsewhere.count(i.name))
+      throw Error(ErrorCode::InvalidArgument, where + ": input '" + i.name + "' (" +
+                                                  (i.kind == ValueKind::Tensor ? "" : kind_phrase(i.kind) + std::string(" of ")) +
+                                                  dtype_name(i.dtype) + " " + i.shape_string() +
+                                                  ") is required but was not given");
+  return out;
+}
+
+namespace {
+
+ir::Tensor to_ir(const Tensor& t) {
+  return ir::Tensor::view(ir::DType(int32_t(t.dtype())), t.shape(), const_cast<void*>(t.data()), t.owner());
+}
+
+}  // namespace
+
+std::map<std::string, ir::Value> Model::Impl::validate_values(const std::vector<std::pair<std::string, Value>>& given) const {
+  const std::string where = "model '" + model.source_path + "'";
+  std::map<std::string, ir::Value> out;
+  for (const auto& [name, v] : given) {
+    if (v.kind() == ValueKind::Tensor) continue;  // validate() checks those
+    const TensorInfo* info = nullptr;
+    for (const auto& i : inputs)
+      if (i.name == name) info = &i;
+    if (!info) throw Error(ErrorCode::InvalidArgument, where + ": unknown input '" + name + "'");
+    if (out.count(name)) throw Error(ErrorCode::InvalidArgument, where + ": input '" + name + "' is given twice");
+    const std::string what = where + ": input '" + name + "'";
+    if (v.kind() != info->kind)
+      throw Error(ErrorCode::InvalidArgument, what + " is " + kind_phrase(info->kind) + ", was given " + kind_phrase(v.kind()));
+    // The tensors of a sequence (held by an optional or not): defined, of the declared dtype.
+    auto tensors = [&](const std::vector<Tensor>& seq) {
+      std::vector<ir::Tensor> ts;
+      for (size_t k = 0; k < seq.size(); ++k) {
+        const Tensor& t = seq[k];
+        if (!t.defined()) throw Error(ErrorCode::InvalidArgument, what + ": tensor " + std::to_string(k) + " is empty (no data)");
+        if (t.dtype() != info->dtype)
+          throw Error(ErrorCode::InvalidArgument, what + ": tensor " + std::to_string(k) + " is " + dtype_name(t.dtype()) +
+                                                      ", expected " + dtype_name(info->dtype));
+        ts.push_back(to_ir(t));
+      }
+      return ts;
+    };
+    if (v.kind() == ValueKind::Sequence) {
+      out[name] = ir::Value::of_sequence(tensors(v.tensors()));
+      continue;
+    }
+    if (v.element_kind() != info->element_kind)
+      throw Error(ErrorCode::InvalidArgument, what + " is an optional of " + kind_phrase(info->element_kind) +
+                                                  ", was given one of " + kind_phrase(v.element_kind()));
+    if (!v.has_element()) {
+      out[name] = ir::Value::empty_optional(ir::ValueKind(int32_t(info->element_kind)));
+    } else if (info->element_kind == ValueKind::Sequence) {
+      out[name] = ir::Value::optional(ir::Value::of_sequence(tensors(v.element().tensors())));
+    } else {
+      out[name] = ir::Value::optional(tensors({v.element().tensor()})[0]);
+    }
+  }
   return out;
 }
 

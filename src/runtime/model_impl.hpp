@@ -87,7 +87,13 @@ struct __attribute__((visibility("hidden"))) Model::Impl {  // hidden: see Runti
 
   // The caller's inputs checked against the model's (names, dtypes, shapes,
   // symbols bound consistently), as IR tensors viewing the caller's data.
-  std::map<std::string, ir::Tensor> validate(const std::vector<std::pair<std::string, Tensor>>& given) const;
+  // Inputs in `given_elsewhere` (sequences and optionals) may be left out.
+  std::map<std::string, ir::Tensor> validate(const std::vector<std::pair<std::string, Tensor>>& given,
+                                             const std::map<std::string, ir::Value>& given_elsewhere = {}) const;
+  // Sequences and optionals checked against the model's inputs, as IR values.
+  std::map<std::string, ir::Value> validate_values(const std::vector<std::pair<std::string, Value>>& given) const;
+  // Why run() cannot run this model ("" if it can): an input or output that is not a tensor.
+  std::string tensors_only_refusal;
 };
 
 inline std::string model_label(const ir::Model& m) { return "model '" + m.source_path + "'"; }

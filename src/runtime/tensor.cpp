@@ -24,7 +24,7 @@ void check_shape(const char* where, const Shape& shape) {
 }  // namespace
 
 const char* dtype_name(DType t) { return ir::dtype_name(ir::DType(int32_t(t))); }
-size_t dtype_size(DType t) { return ir::dtype_size(ir::DType(int32_t(t))); }
+size_t dtype_size(DType t) { return t == DType::String ? sizeof(std::string) : ir::dtype_size(ir::DType(int32_t(t))); }
 
 std::string shape_to_string(const Shape& s) { return ir::dims_to_string(s); }
 

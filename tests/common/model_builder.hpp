@@ -55,6 +55,34 @@ class ModelBuilder {
     set_type(graph().add_output(), name, elem, dims);
     return *this;
   }
+  // Sequences of tensors and optionals (of a tensor, or of a sequence when `of_sequence`), of rank unknown.
+  static onnx::TypeProto tensor_type(int elem) {
+    onnx::TypeProto t;
+    t.mutable_tensor_type()->set_elem_type(elem);
+    return t;
+  }
+  static onnx::TypeProto sequence_type(int elem) {
+    onnx::TypeProto t;
+    *t.mutable_sequence_type()->mutable_elem_type() = tensor_type(elem);
+    return t;
+  }
+  static onnx::TypeProto optional_type(int elem, bool of_sequence = false) {
+    onnx::TypeProto t;
+    *t.mutable_optional_type()->mutable_elem_type() = of_sequence ? sequence_type(elem) : tensor_type(elem);
+    return t;
+  }
+  ModelBuilder& typed_input(const std::string& name, const onnx::TypeProto& type) {
+    auto* v = graph().add_input();
+    v->set_name(name);
+    *v->mutable_type() = type;
+    return *this;
+  }
+  ModelBuilder& typed_output(const std::string& name, const onnx::TypeProto& type) {
+    auto* v = graph().add_output();
+    v->set_name(name);
+    *v->mutable_type() = type;
+    return *this;
+  }
   ModelBuilder& output_untyped(const std::string& name) {
     graph().add_output()->set_name(name);
     return *this;
@@ -114,6 +142,12 @@ class ModelBuilder {
     a->set_name(name);
     a->set_type(onnx::AttributeProto::STRING);
     a->set_s(v);
+  }
+  static void attr_strings(onnx::NodeProto& n, const std::string& name, std::vector<std::string> v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRINGS);
+    for (auto& x : v) a->add_strings(x);
   }
   static void attr_graph(onnx::NodeProto& n, const std::string& name, const onnx::GraphProto& g) {
     auto* a = n.add_attribute();

@@ -27,6 +27,7 @@
 namespace fs = std::filesystem;
 using kiln::ir::DType;
 using kiln::ir::Tensor;
+using kiln::ir::Value;
 
 namespace {
 
@@ -44,6 +45,12 @@ std::string compare(const Tensor& got, const Tensor& want, double rtol, double a
     return std::string("dtype ") + kiln::ir::dtype_name(got.dtype()) + ", expected " + kiln::ir::dtype_name(want.dtype());
   if (got.dims() != want.dims())
     return "shape " + kiln::ir::dims_to_string(got.dims()) + ", expected " + kiln::ir::dims_to_string(want.dims());
+  if (want.dtype() == DType::String) {
+    const auto *g = got.data<std::string>(), *w = want.data<std::string>();
+    for (int64_t i = 0; i < want.numel(); ++i)
+      if (g[i] != w[i]) return "element " + std::to_string(i) + " is '" + g[i] + "', expected '" + w[i] + "'";
+    return {};
+  }
   const bool is_float = kiln::ir::dtype_is_float(want.dtype());
   int64_t bad = 0, first_bad = -1;
   for (int64_t i = 0; i < want.numel(); ++i) {
@@ -68,6 +75,25 @@ std::string compare(const Tensor& got, const Tensor& want, double rtol, double a
   return s.str();
 }
 
+// Sequences element by element, optionals by what they hold.
+std::string compare(const Value& got, const Value& want, double rtol, double atol) {
+  if (got.kind != want.kind) return "got " + got.describe() + ", expected " + want.describe();
+  switch (want.kind) {
+    case kiln::ir::ValueKind::Tensor: return compare(got.tensor, want.tensor, rtol, atol);
+    case kiln::ir::ValueKind::Sequence:
+      if (got.sequence.size() != want.sequence.size()) return "got " + got.describe() + ", expected " + want.describe();
+      for (size_t k = 0; k < want.sequence.size(); ++k) {
+        std::string diff = compare(got.sequence[k], want.sequence[k], rtol, atol);
+        if (!diff.empty()) return "sequence element " + std::to_string(k) + ": " + diff;
+      }
+      return {};
+    case kiln::ir::ValueKind::Optional:
+      if (!got.element != !want.element) return "got " + got.describe() + ", expected " + want.describe();
+      return want.element ? compare(*got.element, *want.element, rtol, atol) : std::string();
+  }
+  return {};
+}
+
 std::vector<fs::path> sorted_entries(const fs::path& dir, const std::string& prefix) {
   std::vector<fs::path> out;
   for (const auto& e : fs::directory_iterator(dir))
@@ -84,19 +110,10 @@ std::vector<fs::path> sorted_entries(const fs::path& dir, const std::string& pre
 }
 
 bool is_scope_limit(const kiln::ir::Error& e) {
-  // Sequences, optionals, maps, strings and non-ai.onnx domains are outside
-  // what Kiln supports at all: such tests are skipped with the reason.
-  static const char* const kOutOfScope[] = {"is a sequence",
-                                            "is an optional",
-                                            "is a map",
-                                            "is a sparse",
-                                            "sparse initializers",
-                                            "string",
-                                            "operator domain",
-                                            "operator sequence",
-                                            "operator splittosequence",
-                                            "operator concatfromsequence",
-                                            "operator optional"};
+  // Maps, sparse tensors, nested sequences and non-ai.onnx domains are
+  // outside what Kiln supports at all: such tests are skipped with the reason.
+  static const char* const kOutOfScope[] = {
+      "is a map", "is a sparse", "sparse initializers", "a sequence of sequences", "an optional inside", "operator domain"};
   if (e.kind() != kiln::ir::ErrorKind::Unsupported) return false;
   std::string m = e.what();
   std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return char(std::tolower(c)); });
@@ -107,10 +124,9 @@ bool is_scope_limit(const kiln::ir::Error& e) {
 
 // Specializes the graph to the test's input shapes, holds the inferred output
 // shapes against the ones the run produced, and checks the memory plan.
-std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::string, Tensor>& inputs,
-                                  const std::vector<Tensor>& got) {
-  std::map<std::string, std::pair<DType, kiln::ir::Dims>> shapes;
-  for (const auto& [name, t] : inputs) shapes[name] = {t.dtype(), t.dims()};
+std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::string, Value>& inputs,
+                                  const std::vector<Value>& got_values) {
+  const auto shapes = kiln::backends::shapes_of(inputs);
   kiln::ir::Specialization spec;
   try {
     spec = kiln::ir::specialize(g, shapes, kiln::ref::constant_evaluator());
@@ -120,14 +136,19 @@ std::string check_inferred_shapes(const kiln::ir::Graph& g, const std::map<std::
   // The memory plan of the same specialization must be sound.
   std::string plan_problem = kiln::passes::check_memory_plan(kiln::passes::plan_memory(g, spec));
   if (!plan_problem.empty()) return "memory plan: " + plan_problem;
-  for (size_t i = 0; i < got.size(); ++i) {
+  for (size_t i = 0; i < got_values.size(); ++i) {
     const auto& v = spec.result.values[g.outputs[i].name];
-    if (v.shape.is_concrete() && v.shape.concrete() != got[i].dims())
+    if (v.kind != got_values[i].kind)
+      return std::string("shape inference gives ") + kiln::ir::value_kind_phrase(v.kind) + " for output '" + g.outputs[i].name +
+             "', the run gave " + got_values[i].describe();
+    if (!got_values[i].is_tensor()) continue;  // a sequence's tensors may differ in shape
+    const Tensor& got = got_values[i].tensor;
+    if (v.shape.is_concrete() && v.shape.concrete() != got.dims())
       return "shape inference gives " + v.shape.to_string() + " for output '" + g.outputs[i].name + "', the run gave " +
-             kiln::ir::dims_to_string(got[i].dims());
-    if (v.dtype != DType::Undefined && v.dtype != got[i].dtype())
+             kiln::ir::dims_to_string(got.dims());
+    if (v.dtype != DType::Undefined && v.dtype != got.dtype())
       return std::string("shape inference gives dtype ") + kiln::ir::dtype_name(v.dtype) + " for output '" + g.outputs[i].name +
-             "', the run gave " + kiln::ir::dtype_name(got[i].dtype());
+             "', the run gave " + kiln::ir::dtype_name(got.dtype());
   }
   return {};
 }
@@ -158,31 +179,35 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
     return r;
   }
   for (const auto& set : sets) {
-    std::map<std::string, Tensor> inputs;
-    std::vector<Tensor> expected;
+    std::map<std::string, Value> inputs;
+    std::vector<Value> expected;
     try {
       auto in_files = sorted_entries(set, "input_");
       auto required = g.required_inputs();
       for (size_t i = 0; i < in_files.size(); ++i) {
-        Tensor t = kiln::onnx_import::import_tensor_file(in_files[i].string());
         // Files map positionally onto the inputs without defaults, or onto all
         // inputs when the test feeds every one of them.
-        std::string name;
+        const kiln::ir::ValueInfo* info;
         if (in_files.size() == g.inputs.size())
-          name = g.inputs[i].name;
+          info = &g.inputs[i];
         else if (i < required.size())
-          name = required[i]->name;
+          info = required[i];
         else
           throw kiln::ir::Error(kiln::ir::ErrorKind::InvalidModel, "more input files than model inputs");
-        inputs[name] = t;
+        // Each file is a TensorProto, SequenceProto or OptionalProto, as the input is declared.
+        inputs[info->name] = kiln::onnx_import::import_value_file(in_files[i].string(), *info);
       }
-      for (const auto& f : sorted_entries(set, "output_")) expected.push_back(kiln::onnx_import::import_tensor_file(f.string()));
+      auto out_files = sorted_entries(set, "output_");
+      if (out_files.size() > g.outputs.size())
+        throw kiln::ir::Error(kiln::ir::ErrorKind::InvalidModel, "more output files than model outputs");
+      for (size_t i = 0; i < out_files.size(); ++i)
+        expected.push_back(kiln::onnx_import::import_value_file(out_files[i].string(), g.outputs[i]));
     } catch (const kiln::ir::Error& e) {
       r.outcome = Outcome::Skip;
       r.detail = std::string("test data: ") + e.what();
       return r;
     }
-    std::vector<Tensor> got;
+    std::vector<Value> got;
     try {
       if (passes || g_backend) {
         // The specialization pipeline (as Model::run applies it) must not change any result.
@@ -200,11 +225,11 @@ Result run_test(const fs::path& dir, const std::string& id, double rtol, double 
           }
           r.compiled_nodes += exe->stats().compiled_nodes;
           r.fallback_nodes += exe->stats().fallback_nodes;
-          got = exe->run(inputs);
+          got = exe->run_values(inputs);
         } else
-          got = kiln::ref::run_graph(*optimized, inputs);
+          got = kiln::ref::run_graph_values(*optimized, inputs);
       } else {
-        got = kiln::ref::run_graph(g, inputs);
+        got = kiln::ref::run_graph_values(g, inputs);
       }
     } catch (const kiln::ir::Error& e) {
       r.outcome = is_scope_limit(e) ? Outcome::Skip : Outcome::Fail;

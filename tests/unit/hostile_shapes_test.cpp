@@ -473,9 +473,15 @@ TEST_P(HostileShapes, EveryOperatorRunsOrRefusesCleanly) {
   }
   std::vector<std::string> skipped;
   // ONNX Runtime's contrib QLinearAdd and QGemm have no schema in ONNX's
-  // registry (reference_ops_test.cpp checks their refusals).
+  // registry (reference_ops_test.cpp checks their refusals). The sweep makes
+  // tensors of numbers: the operators on sequences, optionals and strings
+  // are held to bad inputs in sequence_ops_test.cpp.
+  static const std::set<std::string> elsewhere = {
+      "QLinearAdd",         "QGemm",          "ConcatFromSequence", "Optional",        "OptionalGetElement",
+      "OptionalHasElement", "SequenceAt",     "SequenceConstruct",  "SequenceEmpty",   "SequenceErase",
+      "SequenceInsert",     "SequenceLength", "SequenceMap",        "SplitToSequence", "StringNormalizer"};
   for (const std::string& op : kiln::ref::KernelRegistry::instance().op_types())
-    if (!covered.count(op) && op != "QLinearAdd" && op != "QGemm") skipped.push_back(op);
+    if (!covered.count(op) && !elsewhere.count(op)) skipped.push_back(op);
   const Tally& tally = runner.tally;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("%lld operator versions, %lld cases: %lld ran, %lld refused, %lld not clean (%.1f s)\n", (long long)operators,

@@ -157,12 +157,22 @@ TEST(OnnxImporter, NegativeDimensionsAndUnknownTypes) {
   expect_error(c.bytes(), ErrorKind::InvalidModel, "unknown element type");
 }
 
-TEST(OnnxImporter, SequenceInputsAreUnsupportedWithAReason) {
+TEST(OnnxImporter, SequenceAndOptionalInputsAreImportedMapsAreUnsupported) {
   ModelBuilder b;
-  auto* in = b.graph().add_input();
-  in->set_name("seq");
-  in->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(1);
-  expect_error(b.bytes(), ErrorKind::Unsupported, "sequence");
+  b.typed_input("seq", ModelBuilder::sequence_type(1)).typed_input("opt", ModelBuilder::optional_type(7, true));
+  const std::string bytes = b.bytes();
+  auto m = import_model_bytes(bytes.data(), bytes.size(), "values.onnx");
+  EXPECT_EQ(m.graph->inputs[0].kind, kiln::ir::ValueKind::Sequence);
+  EXPECT_EQ(m.graph->inputs[0].dtype, kiln::ir::DType::Float32);
+  EXPECT_EQ(m.graph->inputs[1].kind, kiln::ir::ValueKind::Optional);
+  EXPECT_EQ(m.graph->inputs[1].element_kind, kiln::ir::ValueKind::Sequence);
+  EXPECT_EQ(m.graph->inputs[1].dtype, kiln::ir::DType::Int64);
+
+  ModelBuilder maps;
+  auto* in = maps.graph().add_input();
+  in->set_name("map");
+  in->mutable_type()->mutable_map_type()->set_key_type(7);
+  expect_error(maps.bytes(), ErrorKind::Unsupported, "input 'map' is a map");
 }
 
 TEST(OnnxImporter, UnknownDomainIsAnErrorOnlyIfNotImported) {

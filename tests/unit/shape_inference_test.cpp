@@ -276,8 +276,9 @@ TEST(ShapeInference, EveryReferenceOperatorHasARuleOrASaidReasonNotTo) {
       // Constants: the importer turns Constant into an initializer, and the
       // rest are folded when their inputs are constant.
       "Constant", "EyeLike", "Range", "BlackmanWindow", "HammingWindow", "HannWindow", "MelWeightMatrix",
-      // Their subgraphs decide.
-      "If", "Loop", "Scan",
+      // Its subgraph decides (If and Loop have a rule for the kind of value
+      // they pass on; their dtypes and shapes come from the annotations).
+      "Scan",
       // The data decides the output's length.
       "Compress", "NonMaxSuppression", "Unique",
       // No rule yet.

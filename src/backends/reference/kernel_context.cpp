@@ -7,9 +7,22 @@ using ir::ErrorKind;
 KernelContext::KernelContext(const ir::Node& node, std::vector<const Tensor*> inputs, SubgraphRunner runner)
     : node_(node), inputs_(std::move(inputs)), outputs_(node.outputs.size()), runner_(std::move(runner)) {}
 
+KernelContext KernelContext::with_values(const ir::Node& node, std::vector<const ir::Value*> inputs, SubgraphRunner runner) {
+  KernelContext ctx(node, std::vector<const Tensor*>{}, std::move(runner));
+  for (const ir::Value* v : inputs) ctx.inputs_.push_back(v && v->is_tensor() ? &v->tensor : nullptr);
+  ctx.values_ = std::move(inputs);
+  return ctx;
+}
+
 const Tensor& KernelContext::input(size_t i) const {
   if (!has_input(i)) fail("input " + std::to_string(i) + " is required but missing");
+  if (!inputs_[i]) fail("input " + std::to_string(i) + " is " + values_[i]->describe() + ", expected a tensor");
   return *inputs_[i];
+}
+
+ir::Value KernelContext::input_value(size_t i) const {
+  if (!has_input(i)) fail("input " + std::to_string(i) + " is required but missing");
+  return i < values_.size() ? *values_[i] : ir::Value(*inputs_[i]);
 }
 
 void KernelContext::set_output(size_t i, Tensor t) {
@@ -18,6 +31,18 @@ void KernelContext::set_output(size_t i, Tensor t) {
     return;
   }
   outputs_[i] = std::move(t);
+}
+
+void KernelContext::set_output_value(size_t i, ir::Value v) {
+  if (v.is_tensor()) return set_output(i, std::move(v.tensor));
+  if (i >= outputs_.size()) return;
+  value_outputs_.resize(outputs_.size());
+  value_outputs_[i] = std::move(v);
+}
+
+ir::Value KernelContext::take_output(size_t i) {
+  if (i < value_outputs_.size() && !value_outputs_[i].is_tensor()) return std::move(value_outputs_[i]);
+  return std::move(outputs_.at(i));
 }
 
 static const ir::Attribute* typed(const KernelContext& c, const std::string& name, ir::Attribute::Kind k) {
@@ -75,7 +100,7 @@ const ir::Graph& KernelContext::attr_graph(const std::string& name) const {
   return *a->g;
 }
 
-std::vector<Tensor> KernelContext::run_subgraph(const ir::Graph& g, const std::vector<Tensor>& inputs) const {
+std::vector<ir::Value> KernelContext::run_subgraph(const ir::Graph& g, const std::vector<ir::Value>& inputs) const {
   if (!runner_) fail("subgraphs cannot run in this context");
   return runner_(g, inputs);
 }

@@ -18,6 +18,9 @@ const KernelRegistry& KernelRegistry::instance() {
     register_quantize_ops(r);
     register_tfidf_vectorizer(r);
     register_mel_weight_matrix(r);
+    register_sequence_ops(r);
+    register_optional_ops(r);
+    register_string_ops(r);
     return r;
   }();
   return registry;

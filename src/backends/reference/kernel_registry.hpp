@@ -35,5 +35,8 @@ void register_matrix_ops(KernelRegistry& r);
 void register_quantize_ops(KernelRegistry& r);
 void register_tfidf_vectorizer(KernelRegistry& r);
 void register_mel_weight_matrix(KernelRegistry& r);
+void register_sequence_ops(KernelRegistry& r);
+void register_optional_ops(KernelRegistry& r);
+void register_string_ops(KernelRegistry& r);
 
 }  // namespace kiln::ref

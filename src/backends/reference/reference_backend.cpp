@@ -16,6 +16,9 @@ class ReferenceExecutable : public Executable {
   std::vector<ir::Tensor> run(const std::map<std::string, ir::Tensor>& inputs) const override {
     return ref::run_graph(*graph_, inputs);
   }
+  std::vector<ir::Value> run_values(const std::map<std::string, ir::Value>& inputs) const override {
+    return ref::run_graph_values(*graph_, inputs);
+  }
 
  private:
   std::shared_ptr<const ir::Graph> graph_;
@@ -26,6 +29,7 @@ class ReferenceBackend : public Backend {
   std::string name() const override { return "reference"; }
   std::string version() const override { return "reference-1"; }
   bool supports(const ir::Node& node) const override { return ref::has_kernel(node.domain, node.op_type); }
+  bool runs_any_value() const override { return true; }
   std::unique_ptr<Backend> fallback() const override { return nullptr; }  // what it cannot run, nothing can
   std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization&,
                                       const CompileOptions&) const override {

@@ -12,23 +12,24 @@ namespace kiln::ref {
 
 using ir::ErrorKind;
 using ir::Tensor;
+using ir::Value;
 
 // Values visible while running one graph; subgraphs chain to their parent.
 class Scope {
  public:
   explicit Scope(const Scope* parent) : parent_(parent) {}
-  const Tensor* find(const std::string& name) const {
+  const Value* find(const std::string& name) const {
     auto it = values_.find(name);
     if (it != values_.end()) return &it->second;
     return parent_ ? parent_->find(name) : nullptr;
   }
-  void set(const std::string& name, Tensor t) { values_[name] = std::move(t); }
+  void set(const std::string& name, Value v) { values_[name] = std::move(v); }
   void erase(const std::string& name) { values_.erase(name); }
   bool owns(const std::string& name) const { return values_.count(name) != 0; }
 
  private:
   const Scope* parent_;
-  std::map<std::string, Tensor> values_;
+  std::map<std::string, Value> values_;
 };
 
 // Runs one kernel. Sizes that attributes or inputs set are checked not to
@@ -48,11 +49,11 @@ static void run_kernel(KernelFn fn, KernelContext& ctx) {
   }
 }
 
-static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry,
-                                        const NodeTimer* timer = nullptr);
+static std::vector<Value> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry,
+                                       const NodeTimer* timer = nullptr);
 
-static std::vector<Tensor> run_subgraph(const ir::Graph& g, const std::vector<Tensor>& inputs, const Scope& parent,
-                                        const KernelRegistry& registry) {
+static std::vector<Value> run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs, const Scope& parent,
+                                       const KernelRegistry& registry) {
   if (inputs.size() != g.inputs.size())
     ir::fail(ErrorKind::InvalidModel, "subgraph '" + g.name + "' takes " + std::to_string(g.inputs.size()) +
                                           " inputs, was given " + std::to_string(inputs.size()));
@@ -62,8 +63,8 @@ static std::vector<Tensor> run_subgraph(const ir::Graph& g, const std::vector<Te
   return run_in_scope(g, scope, registry);
 }
 
-static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry,
-                                        const NodeTimer* timer) {
+static std::vector<Value> run_in_scope(const ir::Graph& graph, Scope& scope, const KernelRegistry& registry,
+                                       const NodeTimer* timer) {
   // Last use of each value in this graph, so intermediates are freed early.
   std::map<std::string, size_t> last_use;
   for (size_t i = 0; i < graph.nodes.size(); ++i)
@@ -78,27 +79,28 @@ static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, co
     KernelFn fn = registry.find(node.op_type);
     if (!fn) ir::fail(ErrorKind::Unsupported, node.describe() + ": operator " + node.op_type + " is not supported");
 
-    std::vector<const Tensor*> ins;
+    std::vector<const Value*> ins;
     for (const auto& name : node.inputs) {
       if (name.empty()) {
         ins.push_back(nullptr);
         continue;
       }
-      const Tensor* t = scope.find(name);
+      const Value* t = scope.find(name);
       if (!t) ir::fail(ErrorKind::InvalidModel, node.describe() + ": input '" + name + "' is not defined before use");
       ins.push_back(t);
     }
-    KernelContext ctx(node, std::move(ins), [&scope, &registry](const ir::Graph& g, const std::vector<Tensor>& inputs) {
-      return run_subgraph(g, inputs, scope, registry);
-    });
+    KernelContext ctx = KernelContext::with_values(node, std::move(ins),
+                                                   [&scope, &registry](const ir::Graph& g, const std::vector<Value>& inputs) {
+                                                     return run_subgraph(g, inputs, scope, registry);
+                                                   });
     const auto start = timer ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     run_kernel(fn, ctx);
     if (timer) (*timer)(idx, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       if (node.outputs[i].empty()) continue;
-      Tensor& t = ctx.outputs()[i];
-      if (!t.defined()) ir::fail(ErrorKind::Internal, node.describe() + ": kernel produced no output " + std::to_string(i));
-      scope.set(node.outputs[i], std::move(t));
+      Value v = ctx.take_output(i);
+      if (!v.defined()) ir::fail(ErrorKind::Internal, node.describe() + ": kernel produced no output " + std::to_string(i));
+      scope.set(node.outputs[i], std::move(v));
     }
     for (const auto& name : node.inputs) {
       auto it = last_use.find(name);
@@ -108,21 +110,38 @@ static std::vector<Tensor> run_in_scope(const ir::Graph& graph, Scope& scope, co
     }
   }
 
-  std::vector<Tensor> outs;
+  std::vector<Value> outs;
   for (const auto& o : graph.outputs) {
-    const Tensor* t = scope.find(o.name);
-    if (!t) ir::fail(ErrorKind::InvalidModel, "graph output '" + o.name + "' is never computed");
-    outs.push_back(*t);
+    const Value* v = scope.find(o.name);
+    if (!v) ir::fail(ErrorKind::InvalidModel, "graph output '" + o.name + "' is never computed");
+    outs.push_back(*v);
   }
   return outs;
 }
 
-std::vector<Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs, const KernelRegistry* kernels,
-                              const NodeTimer* timer) {
+std::vector<Value> run_graph_values(const ir::Graph& graph, const std::map<std::string, Value>& inputs,
+                                    const KernelRegistry* kernels, const NodeTimer* timer) {
   Scope scope(nullptr);
   for (const auto& [name, t] : graph.initializers) scope.set(name, t);
-  for (const auto& [name, t] : inputs) scope.set(name, t);
+  for (const auto& [name, v] : inputs) scope.set(name, v);
   return run_in_scope(graph, scope, kernels ? *kernels : KernelRegistry::instance(), timer);
+}
+
+std::vector<Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs, const KernelRegistry* kernels,
+                              const NodeTimer* timer) {
+  std::vector<Value> values = run_graph_values(graph, {inputs.begin(), inputs.end()}, kernels, timer);
+  return tensors_only(values, graph);
+}
+
+std::vector<Tensor> tensors_only(std::vector<Value>& values, const ir::Graph& graph) {
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!values[i].is_tensor())
+      ir::fail(ErrorKind::InvalidArgument, "output '" + (i < graph.outputs.size() ? graph.outputs[i].name : "?") + "' is " +
+                                               values[i].describe() + ", which a run of tensors cannot return");
+    out.push_back(std::move(values[i].tensor));
+  }
+  return out;
 }
 
 bool domain_has(const std::string& domain, const std::string& op_type) {

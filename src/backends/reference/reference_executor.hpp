@@ -21,6 +21,13 @@ class KernelRegistry;
 using NodeTimer = std::function<void(size_t node, double ms)>;
 std::vector<ir::Tensor> run_graph(const ir::Graph& graph, const std::map<std::string, ir::Tensor>& inputs,
                                   const KernelRegistry* kernels = nullptr, const NodeTimer* timer = nullptr);
+// The same with values of any kind (sequences, optionals) in and out;
+// run_graph fails with InvalidArgument on an output that is not a tensor.
+std::vector<ir::Value> run_graph_values(const ir::Graph& graph, const std::map<std::string, ir::Value>& inputs,
+                                        const KernelRegistry* kernels = nullptr, const NodeTimer* timer = nullptr);
+// The tensors of `values` (outputs of `graph`), moved out; InvalidArgument
+// naming the first output that is not a tensor.
+std::vector<ir::Tensor> tensors_only(std::vector<ir::Value>& values, const ir::Graph& graph);
 
 // Op types of `graph` (and its subgraphs) with no reference kernel.
 std::vector<std::string> unsupported_ops(const ir::Graph& graph);

@@ -34,7 +34,9 @@ size_t dtype_size(DType t);
 // Short lower-case name as used in messages and on the command line ("float32").
 const char* dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);
-// True for the types a tensor of ours can hold (everything but String and complex).
+// True for the numeric types a tensor of ours can hold (everything but
+// String and complex). Tensors of String hold std::string elements and are
+// taken only by the operators that work on strings.
 bool dtype_supported(DType t);
 bool dtype_is_float(DType t);
 bool dtype_is_signed_int(DType t);
@@ -111,6 +113,11 @@ struct DTypeOf<uint32_t> {
 template <>
 struct DTypeOf<uint64_t> {
   static constexpr DType value = DType::UInt64;
+};
+// String tensors hold std::string elements (never passed to dispatch_dtype).
+template <>
+struct DTypeOf<std::string> {
+  static constexpr DType value = DType::String;
 };
 template <>
 struct DTypeOf<bool> {

@@ -51,6 +51,7 @@ const char* attribute_kind_name(Attribute::Kind k) {
     case Attribute::Kind::Strings: return "strings";
     case Attribute::Kind::Tensors: return "tensors";
     case Attribute::Kind::Graphs: return "graphs";
+    case Attribute::Kind::Type: return "type";
   }
   return "?";
 }

@@ -9,7 +9,7 @@
 #include <variant>
 #include <vector>
 
-#include "runtime/ir/tensor.hpp"
+#include "runtime/ir/value.hpp"
 
 namespace kiln::ir {
 
@@ -44,12 +44,17 @@ struct ValueInfo {
   std::string name;
   DType dtype = DType::Undefined;
   Shape shape = Shape::unknown_rank();
+  // A sequence's or an optional's dtype and shape are those of its tensors.
+  ValueKind kind = ValueKind::Tensor;
+  ValueKind element_kind = ValueKind::Tensor;  // an optional's: Tensor or Sequence
+  // A plain tensor of numbers: what every backend, plugin and bundle takes.
+  bool is_plain_tensor() const { return kind == ValueKind::Tensor && dtype != DType::String; }
 };
 
 struct Graph;
 
 struct Attribute {
-  enum class Kind { Float, Int, String, Tensor, Graph, Floats, Ints, Strings, Tensors, Graphs };
+  enum class Kind { Float, Int, String, Tensor, Graph, Floats, Ints, Strings, Tensors, Graphs, Type };
   Kind kind = Kind::Int;
   float f = 0;
   int64_t i = 0;
@@ -61,6 +66,7 @@ struct Attribute {
   std::vector<std::string> strings;
   std::vector<ir::Tensor> tensors;
   std::vector<std::shared_ptr<Graph>> graphs;
+  ValueInfo type;  // Type: a value's kind, dtype and shape (Optional's 'type')
 };
 const char* attribute_kind_name(Attribute::Kind k);
 // Attributes the graph passes write.

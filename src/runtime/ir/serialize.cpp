@@ -31,7 +31,9 @@ Shape shape_from_json(const json& j, const std::string& what) {
 }
 
 json value_info_to_json(const ValueInfo& v) {
-  return {{"name", v.name}, {"dtype", int(v.dtype)}, {"shape", shape_to_json(v.shape)}};
+  json j = {{"name", v.name}, {"dtype", int(v.dtype)}, {"shape", shape_to_json(v.shape)}};
+  if (v.kind != ValueKind::Tensor) j["kind"] = {int(v.kind), int(v.element_kind)};
+  return j;
 }
 
 ValueInfo value_info_from_json(const json& j, const std::string& what) {
@@ -39,6 +41,15 @@ ValueInfo value_info_from_json(const json& j, const std::string& what) {
   v.name = json_field<std::string>(j, "name", what);
   v.dtype = DType(json_field<int>(j, "dtype", what));
   v.shape = shape_from_json(j.is_object() && j.contains("shape") ? j["shape"] : json(), what + " '" + v.name + "'");
+  if (j.contains("kind")) {
+    const auto [kind, element] = json_field<std::pair<int, int>>(j, "kind", what);
+    auto known = [&](int k) {
+      if (k < 0 || k > int(ValueKind::Optional)) fail(ErrorKind::InvalidModel, what + " '" + v.name + "': unknown value kind");
+      return ValueKind(k);
+    };
+    v.kind = known(kind);
+    v.element_kind = known(element);
+  }
   return v;
 }
 
@@ -64,6 +75,7 @@ json attribute_to_json(const Attribute& a) {
       j["v"] = json::array();
       for (const auto& g : a.graphs) j["v"].push_back(graph_to_json(*g));
       break;
+    case Attribute::Kind::Type: j["v"] = value_info_to_json(a.type); break;
   }
   return j;
 }
@@ -77,7 +89,7 @@ std::string binary_string(const json& j, const std::string& what) {
 Attribute attribute_from_json(const json& j, const std::string& what) {
   Attribute a;
   const int kind = json_field<int>(j, "kind", what);
-  if (kind < int(Attribute::Kind::Float) || kind > int(Attribute::Kind::Graphs))
+  if (kind < int(Attribute::Kind::Float) || kind > int(Attribute::Kind::Type))
     fail(ErrorKind::InvalidModel, what + ": unknown attribute kind " + std::to_string(kind));
   a.kind = Attribute::Kind(kind);
   if (!j.contains("v")) fail(ErrorKind::InvalidModel, what + ": attribute has no value");
@@ -100,6 +112,7 @@ Attribute attribute_from_json(const json& j, const std::string& what) {
       case Attribute::Kind::Graphs:
         for (const json& g : v) a.graphs.push_back(std::make_shared<Graph>(graph_from_json(g)));
         break;
+      case Attribute::Kind::Type: a.type = value_info_from_json(v, what); break;
     }
   } catch (const json::exception& e) {
     fail(ErrorKind::InvalidModel, what + ": bad attribute value (" + e.what() + ")");
@@ -110,6 +123,7 @@ Attribute attribute_from_json(const json& j, const std::string& what) {
 }  // namespace
 
 json tensor_to_json(const Tensor& t) {
+  if (t.dtype() == DType::String) fail(ErrorKind::Unsupported, "string tensors cannot be serialized");
   const auto* p = static_cast<const uint8_t*>(t.raw());
   return {{"dtype", int(t.dtype())}, {"dims", t.dims()}, {"data", json::binary(std::vector<uint8_t>(p, p + t.nbytes()))}};
 }

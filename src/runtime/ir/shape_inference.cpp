@@ -56,6 +56,10 @@ ValueInfo reconcile(const Node& node, const std::string& name, ValueInfo inferre
   inferred.name = name;
   static const std::set<std::string> data_decides = {"NonZero", "Unique", "NonMaxSuppression", "Compress"};
   if (!declared || (node.domain.empty() && data_decides.count(node.op_type))) return inferred;
+  if (inferred.kind == ValueKind::Tensor && inferred.dtype == DType::Undefined && !inferred.shape.rank_known) {
+    inferred.kind = declared->kind;  // nothing inferred: the declaration says what it is
+    inferred.element_kind = declared->element_kind;
+  }
   if (inferred.dtype == DType::Undefined) inferred.dtype = declared->dtype;
   if (!inferred.shape.rank_known) {
     inferred.shape = declared->shape;
@@ -179,6 +183,8 @@ Specialization specialize(const Graph& graph, const std::map<std::string, std::p
   for (const auto& [name, spec] : input_shapes) {
     const ValueInfo* decl = graph.find_input(name);
     if (!decl) fail(ErrorKind::InvalidArgument, "the model has no input '" + name + "'");
+    if (decl->kind != ValueKind::Tensor)
+      fail(ErrorKind::InvalidArgument, "input '" + name + "' is " + value_kind_phrase(decl->kind) + ", was given a tensor");
     const auto& [dtype, dims] = spec;
     if (decl->dtype != DType::Undefined && decl->dtype != dtype)
       fail(ErrorKind::InvalidArgument, "input '" + name + "' must be " + dtype_name(decl->dtype) + ", got " + dtype_name(dtype));
@@ -205,8 +211,11 @@ Specialization specialize(const Graph& graph, const std::map<std::string, std::p
     v.shape = Shape::from_dims(dims);
     inputs.push_back(v);
   }
+  // Sequences and optionals keep their declaration: the tensors a sequence
+  // holds do not enter a specialization.
   for (const auto* req : graph.required_inputs())
-    if (!input_shapes.count(req->name)) fail(ErrorKind::InvalidArgument, "no shape given for input '" + req->name + "'");
+    if (!input_shapes.count(req->name) && req->kind == ValueKind::Tensor)
+      fail(ErrorKind::InvalidArgument, "no shape given for input '" + req->name + "'");
 
   Specialization s;
   s.result = infer_shapes(graph, inputs, evaluator);

@@ -38,6 +38,8 @@ InferenceResult infer_shapes(const Graph& graph, const std::vector<ValueInfo>& i
 // Concrete shapes for every value given concrete input shapes. Throws
 // Error(InvalidArgument) if an input shape contradicts the declaration, and
 // lists values whose shape depends on data (e.g. NonZero) in `dynamic`.
+// Inputs that are sequences or optionals are not given: they keep their
+// declaration, and what is made from them is dynamic.
 struct Specialization {
   InferenceResult result;
   std::vector<std::string> dynamic;

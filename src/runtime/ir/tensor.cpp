@@ -1,5 +1,7 @@
 #include "runtime/ir/tensor.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +37,15 @@ std::string dims_to_string(const Dims& dims) {
 Tensor::Tensor(DType dtype, Dims dims) : Tensor(dtype, std::move(dims), true) {}
 
 Tensor::Tensor(DType dtype, Dims dims, bool zeroed) : dtype_(dtype), dims_(std::move(dims)) {
+  if (dtype == DType::String) {
+    numel_ = checked_numel(dims_);
+    if (uint64_t(numel_) > (uint64_t(1) << 62) / sizeof(std::string))
+      fail(ErrorKind::InvalidArgument, "string tensor of shape " + dims_to_string(dims_) + " is too large to allocate");
+    auto* p = new std::string[size_t(std::max<int64_t>(numel_, 1))];
+    storage_ = std::shared_ptr<void>(p, [](void* q) { delete[] static_cast<std::string*>(q); });
+    data_ = p;
+    return;
+  }
   if (!dtype_supported(dtype))
     fail(ErrorKind::Unsupported, std::string("tensors of ") + dtype_name(dtype) + " are not supported");
   numel_ = checked_numel(dims_);
@@ -59,7 +70,7 @@ Tensor::Tensor(DType dtype, Dims dims, bool zeroed) : dtype_(dtype), dims_(std::
 
 Tensor Tensor::view(DType dtype, Dims dims, void* data, std::shared_ptr<void> owner) {
   Tensor t;
-  if (!dtype_supported(dtype))
+  if (!dtype_supported(dtype) && dtype != DType::String)
     fail(ErrorKind::Unsupported, std::string("tensors of ") + dtype_name(dtype) + " are not supported");
   t.dtype_ = dtype;
   t.dims_ = std::move(dims);
@@ -113,7 +124,10 @@ std::vector<float> Tensor::to_float_vector() const {
 Tensor Tensor::clone() const {
   if (!defined()) return {};
   Tensor t(dtype_, dims_, false);  // every byte is written next
-  if (nbytes()) std::memcpy(t.data_, data_, nbytes());
+  if (dtype_ == DType::String)
+    std::copy_n(static_cast<const std::string*>(data_), numel_, static_cast<std::string*>(t.data_));
+  else if (nbytes())
+    std::memcpy(t.data_, data_, nbytes());
   return t;
 }
 
@@ -149,7 +163,65 @@ To convert(From v) {
 }
 }  // namespace
 
+namespace {
+
+// ONNX casts numbers to strings as NumPy prints them: the shortest text that
+// reads back as the same value ("0.1", "1e-05", "nan", "inf").
+template <typename From>
+std::string number_to_string(From v) {
+  if constexpr (std::is_same_v<From, bool>) {
+    return v ? "True" : "False";
+  } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
+    return number_to_string(float(v));
+  } else {
+    if constexpr (std::is_floating_point_v<From>) {
+      if (std::isnan(v)) return "nan";
+      if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    }
+    char buf[64];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    (void)ec;  // 64 characters hold any number's shortest form
+    return std::string(buf, end);
+  }
+}
+
+// Strings to numbers, as ONNX reads them: decimal or scientific notation,
+// "nan", "inf", "-inf" (any case) for floats. Anything else is an error.
+double string_to_number(const std::string& s, int64_t i) {
+  std::string lower(s);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  if (lower == "nan" || lower == "+nan" || lower == "-nan") return std::nan("");
+  if (lower == "inf" || lower == "+inf" || lower == "infinity" || lower == "+infinity") return HUGE_VAL;
+  if (lower == "-inf" || lower == "-infinity") return -HUGE_VAL;
+  const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+  double v = 0;
+  auto [end, ec] = std::from_chars(begin, s.data() + s.size(), v);
+  if (s.empty() || ec == std::errc::invalid_argument || end != s.data() + s.size())
+    fail(ErrorKind::InvalidArgument, "element " + std::to_string(i) + " ('" + s.substr(0, 40) + "') is not a number");
+  return v;  // out of range: ±HUGE_VAL or 0, as strtod gives
+}
+
+}  // namespace
+
 Tensor Tensor::cast(DType to) const {
+  if (dtype_ == DType::String || to == DType::String) {
+    Tensor out(to, dims_);
+    if (dtype_ == to) return clone();
+    if (to == DType::String) {
+      auto* dst = static_cast<std::string*>(out.data_);
+      dispatch_dtype(dtype_, [&](auto tag) {
+        using From = decltype(tag);
+        for (int64_t i = 0; i < numel_; ++i) dst[i] = number_to_string(static_cast<const From*>(data_)[i]);
+      });
+    } else {
+      const auto* src = static_cast<const std::string*>(data_);
+      dispatch_dtype(to, [&](auto tag) {
+        using To = decltype(tag);
+        for (int64_t i = 0; i < numel_; ++i) static_cast<To*>(out.data_)[i] = convert<To>(string_to_number(src[i], i));
+      });
+    }
+    return out;
+  }
   Tensor out(to, dims_);
   dispatch_dtype(dtype_, [&](auto from_tag) {
     using From = decltype(from_tag);

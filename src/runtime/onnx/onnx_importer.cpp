@@ -1,6 +1,8 @@
 #include "runtime/onnx/onnx_importer.hpp"
 
 #include <onnx/onnx_pb.h>
+// After onnx_pb.h, which defines the ONNX_API it uses.
+#include <onnx/onnx-data.pb.h>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -152,27 +154,46 @@ class Importer {
 
  private:
   ir::ValueInfo value_info(const onnx::ValueInfoProto& vp, const std::string& where) {
-    ir::ValueInfo v;
+    if (!vp.has_type()) {  // type unknown: allowed for intermediates and some outputs
+      ir::ValueInfo v;
+      v.name = vp.name();
+      return v;
+    }
+    ir::ValueInfo v = type_info(vp.type(), where + " '" + vp.name() + "'");
     v.name = vp.name();
-    if (!vp.has_type()) return v;  // type unknown: allowed for intermediates and some outputs
-    const auto& type = vp.type();
-    if (type.has_sequence_type() || type.has_optional_type() || type.has_map_type() || type.has_sparse_tensor_type())
-      fail(ErrorKind::Unsupported, label_ + ": " + where + " '" + vp.name() + "' is " +
-                                       (type.has_sequence_type()   ? "a sequence"
-                                        : type.has_optional_type() ? "an optional"
-                                        : type.has_map_type()      ? "a map"
-                                                                   : "a sparse tensor") +
-                                       "; Kiln supports dense tensors only");
-    if (!type.has_tensor_type()) return v;
-    const auto& tt = type.tensor_type();
-    if (tt.elem_type() != 0) v.dtype = reader_.dtype(tt.elem_type(), where + " '" + vp.name() + "'");
+    return v;
+  }
+
+  ir::ValueInfo type_info(const onnx::TypeProto& proto, const std::string& what) {
+    ir::ValueInfo v;
+    const onnx::TypeProto* type = &proto;
+    // A sequence of tensors, an optional of a tensor or of such a sequence:
+    // the kinds of value the operators make. Nothing nests deeper.
+    if (type->has_optional_type()) {
+      v.kind = ir::ValueKind::Optional;
+      type = &type->optional_type().elem_type();
+      if (type->has_sequence_type()) v.element_kind = ir::ValueKind::Sequence;
+    } else if (type->has_sequence_type()) {
+      v.kind = ir::ValueKind::Sequence;
+    }
+    if (type->has_sequence_type()) type = &type->sequence_type().elem_type();
+    const char* unsupported = type->has_sequence_type()        ? "a sequence of sequences"
+                              : type->has_optional_type()      ? "an optional inside a sequence or an optional"
+                              : type->has_map_type()           ? "a map"
+                              : type->has_sparse_tensor_type() ? "a sparse tensor"
+                                                               : nullptr;
+    if (unsupported)
+      fail(ErrorKind::Unsupported,
+           label_ + ": " + what + " is " + unsupported + "; Kiln supports tensors, sequences of tensors and optionals of those");
+    if (!type->has_tensor_type()) return v;
+    const auto& tt = type->tensor_type();
+    if (tt.elem_type() != 0) v.dtype = reader_.dtype(tt.elem_type(), what);
     if (tt.has_shape()) {
       v.shape = ir::Shape{};
       for (const auto& d : tt.shape().dim()) {
         if (d.has_dim_value()) {
           if (d.dim_value() < 0)
-            fail(ErrorKind::InvalidModel,
-                 label_ + ": " + where + " '" + vp.name() + "' has negative dimension " + std::to_string(d.dim_value()));
+            fail(ErrorKind::InvalidModel, label_ + ": " + what + " has negative dimension " + std::to_string(d.dim_value()));
           v.shape.dims.push_back(ir::Dim::known(d.dim_value()));
         } else if (d.has_dim_param() && !d.dim_param().empty()) {
           v.shape.dims.push_back(ir::Dim::named(d.dim_param()));
@@ -229,6 +250,10 @@ class Importer {
         a.kind = K::Graphs;
         for (const auto& g : ap.graphs()) a.graphs.push_back(import_graph(g, where));
         break;
+      case onnx::AttributeProto::TYPE_PROTO:
+        a.kind = K::Type;
+        a.type = type_info(ap.tp(), where);
+        break;
       case onnx::AttributeProto::UNDEFINED: {
         // Files written before IR version 2 carry no type: infer it from the populated field.
         if (ap.has_f()) {
@@ -266,7 +291,7 @@ class Importer {
     return a;
   }
 
-  // The value of a Constant node; sparse and string constants are unsupported.
+  // The value of a Constant node; sparse constants are unsupported.
   ir::Tensor constant_value(const ir::Node& n) {
     if (n.attributes.size() != 1)
       fail(ErrorKind::InvalidModel, label_ + ": " + n.describe() + " must have exactly one value attribute");
@@ -276,8 +301,10 @@ class Importer {
     if (key == "value_floats") return ir::Tensor::from_vector<float>({int64_t(a.floats.size())}, a.floats);
     if (key == "value_int") return ir::Tensor::scalar<int64_t>(a.i);
     if (key == "value_ints") return ir::Tensor::from_vector<int64_t>({int64_t(a.ints.size())}, a.ints);
+    if (key == "value_string") return ir::Tensor::scalar<std::string>(a.s);
+    if (key == "value_strings") return ir::Tensor::from_vector<std::string>({int64_t(a.strings.size())}, a.strings);
     fail(ErrorKind::Unsupported,
-         label_ + ": " + n.describe() + ": constant attribute '" + key + "' is not supported (dense numeric tensors only)");
+         label_ + ": " + n.describe() + ": constant attribute '" + key + "' is not supported (dense tensors only)");
   }
 
   std::shared_ptr<ir::Graph> import_graph(const onnx::GraphProto& gp, const std::string& where) {
@@ -305,7 +332,7 @@ class Importer {
       try {
         g->value_info[vi.name()] = value_info(vi, "value");
       } catch (const ir::Error&) {
-        // Annotations of intermediate values are hints only; a sequence-typed
+        // Annotations of intermediate values are hints only; a map-typed
         // intermediate fails later at the node that produces it.
       }
     }
@@ -450,7 +477,6 @@ void own_weights(ir::Model& model) {
 ir::Tensor import_tensor_bytes(const void* data, size_t size, const std::string& label) {
   onnx::TensorProto tp;
   if (!parse_proto(tp, data, size)) fail(ErrorKind::InvalidModel, label + ": not a valid ONNX TensorProto");
-  if (tp.data_type() == int32_t(DType::String)) fail(ErrorKind::Unsupported, label + ": string tensors are not supported");
   const ImportOptions none;
   ContentHash unused;
   return TensorReader(label, none, unused).tensor(tp, label + ": tensor");
@@ -459,6 +485,66 @@ ir::Tensor import_tensor_bytes(const void* data, size_t size, const std::string&
 ir::Tensor import_tensor_file(const std::string& path) {
   std::string bytes = read_file(path, "tensor");
   return import_tensor_bytes(bytes.data(), bytes.size(), path);
+}
+
+namespace {
+
+// The element types of SequenceProto and OptionalProto (onnx-data.proto).
+enum ElemType : int32_t { kTensor = 1, kSparseTensor = 2, kSequence = 3, kMap = 4, kOptional = 5 };
+
+void expect_elem_type(int32_t got, int32_t want, const std::string& where) {
+  if (got == want) return;
+  static const char* const names[] = {"undefined", "tensor", "sparse tensor", "sequence", "map", "optional"};
+  const std::string name = got >= 0 && got <= kOptional ? names[got] : "unknown (" + std::to_string(got) + ")";
+  fail(got == kSparseTensor || got == kMap ? ErrorKind::Unsupported : ErrorKind::InvalidModel,
+       where + " holds elements of type " + name + ", expected " + names[want]);
+}
+
+ir::Value sequence_value(const onnx::SequenceProto& sp, TensorReader& reader, const std::string& where) {
+  // An empty sequence may leave its element type unset.
+  if (sp.elem_type() != 0 || sp.tensor_values_size()) expect_elem_type(sp.elem_type(), kTensor, where);
+  if (sp.sequence_values_size() || sp.map_values_size() || sp.optional_values_size() || sp.sparse_tensor_values_size())
+    fail(ErrorKind::InvalidModel, where + ": a sequence of tensors holds other values too");
+  std::vector<ir::Tensor> tensors;
+  for (const auto& tp : sp.tensor_values()) {
+    const std::string what = where + " element " + std::to_string(tensors.size());
+    tensors.push_back(reader.tensor(tp, what));
+    if (tensors.back().dtype() != tensors[0].dtype())
+      fail(ErrorKind::InvalidModel, what + " is " + ir::dtype_name(tensors.back().dtype()) + ", the sequence's first is " +
+                                        ir::dtype_name(tensors[0].dtype()));
+  }
+  return ir::Value::of_sequence(std::move(tensors));
+}
+
+}  // namespace
+
+ir::Value import_value_bytes(const void* data, size_t size, const ir::ValueInfo& as, const std::string& label) {
+  if (as.kind == ir::ValueKind::Tensor) return import_tensor_bytes(data, size, label);
+  const ImportOptions none;
+  ContentHash unused;
+  TensorReader reader(label, none, unused);
+  if (as.kind == ir::ValueKind::Sequence) {
+    onnx::SequenceProto sp;
+    if (!parse_proto(sp, data, size)) fail(ErrorKind::InvalidModel, label + ": not a valid ONNX SequenceProto");
+    return sequence_value(sp, reader, label + ": sequence");
+  }
+  onnx::OptionalProto op;
+  if (!parse_proto(op, data, size)) fail(ErrorKind::InvalidModel, label + ": not a valid ONNX OptionalProto");
+  const std::string where = label + ": optional";
+  const bool sequence = as.element_kind == ir::ValueKind::Sequence;
+  if (op.elem_type() != 0) expect_elem_type(op.elem_type(), sequence ? kSequence : kTensor, where);
+  if (sequence ? op.has_tensor_value() : op.has_sequence_value())
+    fail(ErrorKind::InvalidModel, where + " holds a value of the other kind than its element type");
+  if (op.has_tensor_value()) return ir::Value::optional(reader.tensor(op.tensor_value(), where));
+  if (op.has_sequence_value()) return ir::Value::optional(sequence_value(op.sequence_value(), reader, where));
+  if (op.has_sparse_tensor_value() || op.has_map_value() || op.has_optional_value())
+    fail(ErrorKind::Unsupported, where + " holds a sparse tensor, a map or an optional; Kiln supports tensors and sequences");
+  return ir::Value::empty_optional(as.element_kind);
+}
+
+ir::Value import_value_file(const std::string& path, const ir::ValueInfo& as) {
+  std::string bytes = read_file(path, ir::value_kind_name(as.kind));
+  return import_value_bytes(bytes.data(), bytes.size(), as, path);
 }
 
 }  // namespace kiln::onnx_import

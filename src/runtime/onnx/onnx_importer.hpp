@@ -48,5 +48,9 @@ void own_weights(ir::Model& model);
 // A single serialized TensorProto (as in the ONNX test data's *.pb files).
 ir::Tensor import_tensor_bytes(const void* data, size_t size, const std::string& label);
 ir::Tensor import_tensor_file(const std::string& path);
+// A serialized TensorProto, SequenceProto or OptionalProto (the test data's
+// inputs and outputs), whichever `as` declares, as a value of that kind.
+ir::Value import_value_bytes(const void* data, size_t size, const ir::ValueInfo& as, const std::string& label);
+ir::Value import_value_file(const std::string& path, const ir::ValueInfo& as);
 
 }  // namespace kiln::onnx_import

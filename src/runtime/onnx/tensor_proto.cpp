@@ -38,6 +38,7 @@ ir::Tensor TensorReader::tensor(const onnx::TensorProto& tp, const std::string& 
   const size_t esize = ir::dtype_size(dt);
   const uint64_t want_bytes = uint64_t(numel) * esize;
 
+  if (dt == DType::String) return string_tensor(tp, dims, numel, where);
   if (tp.has_data_location() && tp.data_location() == onnx::TensorProto::EXTERNAL)
     return external_tensor(tp, dt, dims, want_bytes, where);
 
@@ -116,11 +117,25 @@ ir::Tensor TensorReader::tensor(const onnx::TensorProto& tp, const std::string& 
   return t;
 }
 
+ir::Tensor TensorReader::string_tensor(const onnx::TensorProto& tp, const ir::Dims& dims, int64_t numel,
+                                       const std::string& where) {
+  if (tp.has_raw_data() || raw_in_file_.count(&tp) ||
+      (tp.has_data_location() && tp.data_location() == onnx::TensorProto::EXTERNAL))
+    fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "a string tensor must hold its elements in string_data");
+  if (tp.string_data_size() != numel)
+    fail(ErrorKind::InvalidModel, where_msg(where, tp.name()) + "shape " + ir::dims_to_string(dims) + " needs " +
+                                      std::to_string(numel) + " strings, the file holds " +
+                                      std::to_string(tp.string_data_size()));
+  ir::Tensor t(DType::String, dims);
+  std::copy(tp.string_data().begin(), tp.string_data().end(), t.data<std::string>());
+  return t;
+}
+
 DType TensorReader::dtype(int32_t code, const std::string& where) const {
   if (code <= 0 || code > int32_t(DType::BFloat16))
     fail(ErrorKind::InvalidModel, label_ + ": " + where + " has unknown element type code " + std::to_string(code));
   DType dt = DType(code);
-  if (!ir::dtype_supported(dt))
+  if (!ir::dtype_supported(dt) && dt != DType::String)
     fail(ErrorKind::Unsupported,
          label_ + ": " + where + " has element type " + ir::dtype_name(dt) + ", which Kiln does not support");
   return dt;

@@ -49,12 +49,13 @@ class TensorReader {
   // Every message read belongs to the import: `tp`'s raw data moves into the tensor.
   ir::Tensor tensor(const onnx::TensorProto& tp, const std::string& where);
 
-  // An element type code of `where`, which Kiln must support.
+  // An element type code of `where`, which Kiln must support (strings included).
   ir::DType dtype(int32_t code, const std::string& where) const;
 
  private:
   ir::Tensor external_tensor(const onnx::TensorProto& tp, ir::DType dt, const ir::Dims& dims, uint64_t want_bytes,
                              const std::string& where);
+  ir::Tensor string_tensor(const onnx::TensorProto& tp, const ir::Dims& dims, int64_t numel, const std::string& where);
 
   std::string label_;
   const ImportOptions& options_;

@@ -38,6 +38,15 @@ class InterpreterExecutable : public Executable {
     const ref::NodeTimer timer = [&](size_t node, double ms) { profile_.add(node, ms); };
     return ref::run_graph(*graph_, inputs, &cpu::interpreter_kernels(), &timer);
   }
+  // Sequences and optionals too (a partitioned run hands every part its values so).
+  std::vector<ir::Value> run_values(const std::map<std::string, ir::Value>& inputs) const override {
+    cpu::BudgetScope scope(budget_.get());
+    if (!profile_.enabled()) return ref::run_graph_values(*graph_, inputs, &cpu::interpreter_kernels());
+    std::lock_guard<std::mutex> serialised(profile_mutex_);
+    profile_.begin_run();
+    const ref::NodeTimer timer = [&](size_t node, double ms) { profile_.add(node, ms); };
+    return ref::run_graph_values(*graph_, inputs, &cpu::interpreter_kernels(), &timer);
+  }
 
   Artifact save() const override {
     if (!unsaved_.empty()) ir::fail(ir::ErrorKind::Unsupported, unsaved_);
@@ -92,6 +101,7 @@ class InterpreterBackend : public Backend {
   std::string name() const override { return "interpreter"; }
   std::string version() const override { return "interpreter-1"; }
   bool supports(const ir::Node& node) const override { return ref::has_kernel(node.domain, node.op_type); }
+  bool runs_any_value() const override { return true; }
   std::unique_ptr<Executable> compile(std::shared_ptr<const ir::Graph> graph, const ir::Specialization&,
                                       const CompileOptions&) const override {
     return std::make_unique<InterpreterExecutable>(std::move(graph), budget_);

@@ -1,5 +1,6 @@
 // Control flow: If, Loop and Scan. Bodies run through ctx.run_subgraph, which
-// makes outer-scope values visible to them.
+// makes outer-scope values visible to them. If's outputs and Loop's carried
+// values may be sequences or optionals; scanned values are tensors.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -75,14 +76,20 @@ std::pair<DType, Dims> declared(const ir::ValueInfo& v) {
   return {v.dtype == DType::Undefined ? DType::Float32 : v.dtype, dims};
 }
 
+// A body output that must be a tensor (a condition, a scanned value).
+const Tensor& tensor_of(const KernelContext& ctx, const ir::Value& v, const std::string& what) {
+  if (!v.is_tensor()) ctx.fail(what + " is " + v.describe() + ", expected a tensor");
+  return v.tensor;
+}
+
 void if_op(KernelContext& ctx) {
   bool cond = truth(ctx, ctx.input(0), "cond");
   const ir::Graph& branch = ctx.attr_graph(cond ? "then_branch" : "else_branch");
-  std::vector<Tensor> outs = ctx.run_subgraph(branch, {});
+  std::vector<ir::Value> outs = ctx.run_subgraph(branch, {});
   if (outs.size() != ctx.num_outputs())
     ctx.fail(std::string(cond ? "then" : "else") + "_branch produces " + std::to_string(outs.size()) + " outputs, expected " +
              std::to_string(ctx.num_outputs()));
-  for (size_t i = 0; i < outs.size(); ++i) ctx.set_output(i, outs[i]);
+  for (size_t i = 0; i < outs.size(); ++i) ctx.set_output_value(i, std::move(outs[i]));
 }
 
 void loop(KernelContext& ctx) {
@@ -93,8 +100,8 @@ void loop(KernelContext& ctx) {
   bool cond = has_cond ? truth(ctx, ctx.input(1), "cond") : true;
   if (!has_trip && !has_cond) ctx.fail("neither trip count M nor cond is given: the loop would never end");
 
-  std::vector<Tensor> carried;
-  for (size_t i = 2; i < ctx.num_inputs(); ++i) carried.push_back(ctx.input(i));
+  std::vector<ir::Value> carried;
+  for (size_t i = 2; i < ctx.num_inputs(); ++i) carried.push_back(ctx.input_value(i));
   size_t n = carried.size();
   if (body.inputs.size() != n + 2)
     ctx.fail("body takes " + std::to_string(body.inputs.size()) + " inputs, expected " + std::to_string(n + 2) +
@@ -110,15 +117,15 @@ void loop(KernelContext& ctx) {
   for (int64_t i = 0; (!has_trip || i < trip) && cond; ++i) {
     if (i >= kMaxLoopIterations)
       ctx.fail("the loop has no trip count and its condition stayed true for " + std::to_string(i) + " iterations");
-    std::vector<Tensor> ins{Tensor::scalar<int64_t>(i), Tensor::scalar<bool>(cond)};
+    std::vector<ir::Value> ins{Tensor::scalar<int64_t>(i), Tensor::scalar<bool>(cond)};
     ins.insert(ins.end(), carried.begin(), carried.end());
-    std::vector<Tensor> outs = ctx.run_subgraph(body, ins);
-    cond = truth(ctx, outs[0], "body condition output");
+    std::vector<ir::Value> outs = ctx.run_subgraph(body, ins);
+    cond = truth(ctx, tensor_of(ctx, outs[0], "body condition output"), "body condition output");
     for (size_t j = 0; j < n; ++j) carried[j] = outs[1 + j];
-    for (size_t j = 0; j < k_scan; ++j) scans[j].push_back(outs[1 + n + j]);
+    for (size_t j = 0; j < k_scan; ++j) scans[j].push_back(tensor_of(ctx, outs[1 + n + j], "scan output " + std::to_string(j)));
   }
   for (size_t j = 0; j < n && j < ctx.num_outputs(); ++j)
-    if (ctx.output_wanted(j)) ctx.set_output(j, carried[j]);
+    if (ctx.output_wanted(j)) ctx.set_output_value(j, carried[j]);
   for (size_t j = 0; j < k_scan && n + j < ctx.num_outputs(); ++j) {
     if (!ctx.output_wanted(n + j)) continue;
     auto [dtype, dims] = declared(body.outputs[1 + n + j]);
@@ -138,11 +145,11 @@ std::vector<Tensor> scan_once(const KernelContext& ctx, const ir::Graph& body, s
   size_t k = body.outputs.size() - n;
   std::vector<std::vector<Tensor>> parts(k);
   for (int64_t t = 0; t < seq_len; ++t) {
-    std::vector<Tensor> ins = states;
+    std::vector<ir::Value> ins(states.begin(), states.end());
     for (size_t j = 0; j < m; ++j) ins.push_back(take_slice(scan_inputs[j], in_axes[j], in_dirs[j] ? seq_len - 1 - t : t));
-    std::vector<Tensor> outs = ctx.run_subgraph(body, ins);
-    for (size_t j = 0; j < n; ++j) states[j] = outs[j];
-    for (size_t j = 0; j < k; ++j) parts[j].push_back(outs[n + j]);
+    std::vector<ir::Value> outs = ctx.run_subgraph(body, ins);
+    for (size_t j = 0; j < n; ++j) states[j] = tensor_of(ctx, outs[j], "state output " + std::to_string(j));
+    for (size_t j = 0; j < k; ++j) parts[j].push_back(tensor_of(ctx, outs[n + j], "scan output " + std::to_string(j)));
   }
   std::vector<Tensor> result = states;
   for (size_t j = 0; j < k; ++j) {

@@ -215,9 +215,10 @@ void clip_kernel(KernelContext& ctx) {
 
 void cast_to(KernelContext& ctx, DType to) {
   const Tensor& x = ctx.input(0);
-  if (to == DType::String || x.dtype() == DType::String) ctx.unsupported("casting to or from string is not supported");
-  if (!ir::dtype_supported(to)) ctx.unsupported(std::string("casting to ") + ir::dtype_name(to) + " is not supported");
-  require_kinds(ctx, x.dtype(), kAny, "input");
+  if (!ir::dtype_supported(to) && to != DType::String)
+    ctx.unsupported(std::string("casting to ") + ir::dtype_name(to) + " is not supported");
+  // Strings are read and written as NumPy does (Tensor::cast).
+  if (x.dtype() != DType::String) require_kinds(ctx, x.dtype(), kAny, "input");
   ctx.set_output(0, x.dtype() == to ? x : x.cast(to));
 }
 

@@ -180,7 +180,8 @@ void unsqueeze_kernel(KernelContext& ctx) {
   ctx.set_output(0, x.reshaped(out));
 }
 
-void identity_kernel(KernelContext& ctx) { ctx.set_output(0, ctx.input(0)); }
+// Any value: a tensor, a sequence or an optional.
+void identity_kernel(KernelContext& ctx) { ctx.set_output_value(0, ctx.input_value(0)); }
 
 void shape_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);

@@ -17,6 +17,7 @@ const ShapeRuleTable& ShapeRuleTable::instance() {
     register_recurrent_rules(t);
     register_data_movement_rules(t);
     register_shape_value_rules(t);
+    register_sequence_rules(t);
     return t;
   }();
   return table;

@@ -68,6 +68,7 @@ void register_resize_rules(ShapeRuleTable& t);
 void register_recurrent_rules(ShapeRuleTable& t);
 void register_data_movement_rules(ShapeRuleTable& t);
 void register_shape_value_rules(ShapeRuleTable& t);
+void register_sequence_rules(ShapeRuleTable& t);
 
 // --- what the rules share -------------------------------------------------
 
