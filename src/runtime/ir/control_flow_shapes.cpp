@@ -10,6 +10,8 @@ namespace {
 // same, each dim on which they agree.
 ValueInfo common(const ValueInfo& a, const ValueInfo& b) {
   ValueInfo v;
+  v.kind = a.kind == b.kind ? a.kind : ValueKind::Tensor;
+  v.element_kind = a.element_kind == b.element_kind ? a.element_kind : ValueKind::Tensor;
   v.dtype = a.dtype == b.dtype ? a.dtype : DType::Undefined;
   if (!a.shape.rank_known || !b.shape.rank_known || a.shape.rank() != b.shape.rank()) return v;
   v.shape = a.shape;
@@ -33,6 +35,8 @@ ValueInfo of(DType dtype, Dims dims) {
 // may change it again, so only its dtype and rank are known.
 ValueInfo varying(const ValueInfo& v) {
   ValueInfo out;
+  out.kind = v.kind;
+  out.element_kind = v.element_kind;
   out.dtype = v.dtype;
   if (v.shape.rank_known) out.shape = Shape{std::vector<Dim>(v.shape.dims.size(), Dim::unknown()), true};
   return out;

@@ -140,10 +140,15 @@ InferenceResult infer_shapes(const Graph& graph, const std::vector<ValueInfo>& i
     }
     if (!folded) {
       try {
+        outs = infer_node(view, graph);
+        // The rule says what kind of value control flow passes on; its
+        // bodies, what type and shape a tensor it passes on has.
         if (auto through_bodies = infer_control_flow(node, view.in, view.values, r, evaluator))
-          outs = std::move(*through_bodies);
-        else
-          outs = infer_node(view, graph);
+          for (size_t i = 0; i < outs.size() && i < through_bodies->size(); ++i)
+            if (outs[i].kind == ValueKind::Tensor && (*through_bodies)[i].kind == ValueKind::Tensor) {
+              outs[i].dtype = (*through_bodies)[i].dtype;
+              outs[i].shape = (*through_bodies)[i].shape;
+            }
       } catch (const Error& e) {
         // A size checked where the node is not known (checked_numel) is named here.
         if (std::string_view(e.what()).substr(0, 6) == "node '") throw;
