@@ -14,14 +14,7 @@ namespace {
 
 }  // namespace
 
-const char* value_kind_name(ValueKind k) {
-  switch (k) {
-    case ValueKind::Tensor: return "tensor";
-    case ValueKind::Sequence: return "sequence";
-    case ValueKind::Optional: return "optional";
-  }
-  return "unknown";
-}
+const char* value_kind_name(ValueKind k) { return ir::value_kind_name(ir::ValueKind(int32_t(k))); }
 
 Value Value::sequence(std::vector<Tensor> tensors) {
   Value v;
