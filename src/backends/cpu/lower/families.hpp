@@ -77,6 +77,9 @@ bool portable_conv_integer(Context& cx, const ir::Node& n);
 bool portable_qlinear_matmul(Context& cx, const ir::Node& n);
 bool portable_matmul_integer(Context& cx, const ir::Node& n);
 bool portable_dynamic_quantize(Context& cx, const ir::Node& n);
+// DynamicQuantizeLinear's checks and buffers (x, then y, its scale and zero
+// point), for either kernel; false if it takes neither.
+bool dynamic_quantize_args(Context& cx, const ir::Node& n, std::vector<int>& args);
 bool portable_cast(Context& cx, const ir::Node& n);
 bool portable_qlinear_add(Context& cx, const ir::Node& n);
 bool portable_quantize(Context& cx, const ir::Node& n);

@@ -499,11 +499,8 @@ bool lower_qgemm(Context& cx, const ir::Node& n) {
 bool lower_dynamic_quantize(Context& cx, const ir::Node& n) {
   // A native bundle has no host kernels: it calls the portable one.
   if (!cx.host_kernels) return portable_dynamic_quantize(cx, n);
-  if (n.inputs.size() != 1 || n.outputs.size() != 3 || !cx.is_f32(n.inputs[0])) return false;
-  for (const auto& out : n.outputs)
-    if (out.empty()) return false;
-  std::vector<int> args{cx.plain(n.inputs[0])};
-  for (const auto& out : n.outputs) args.push_back(cx.define_plain(out));
+  std::vector<int> args;
+  if (!dynamic_quantize_args(cx, n, args)) return false;
   cx.compiled();
   cx.add_kernel(n.describe(), std::move(args), {0, 1, 1, 1},
                 std::make_unique<DynamicQuantizeKernel>(ir::checked_numel(cx.dims(n.inputs[0]))));

@@ -88,6 +88,26 @@ std::vector<float> requantization(float x_scale, const std::vector<float>& w_sca
   return out;
 }
 
+// A quantized product's output (node output 0): requantized to 8 bits,
+// with its zero point and scales as arguments, or the int32 sums; then its
+// buffer as the last argument, the only one written.
+bool product_output(Context& cx, const ir::Node& n, const std::vector<float>* requantize, size_t y_zero, std::vector<int>& args,
+                    Call::Arg& y_zero_arg, Call::Arg& scale_arg, Call::Arg& dst, std::vector<char>& writes) {
+  const std::string& y = n.outputs[0];
+  const DType yt = cx.dtype(y);
+  if (requantize) {
+    if (!is_8bit(yt) || !zero_point(cx, n, y_zero, yt, args, y_zero_arg)) return false;
+    scale_arg = float_constant(cx, args, *requantize, y + "#scales");
+  } else if (yt != DType::Int32) {
+    return false;
+  }
+  args.push_back(cx.define_plain(y));
+  dst = Call::buffer(int(args.size()) - 1);
+  writes.assign(args.size(), 0);
+  writes.back() = 1;
+  return true;
+}
+
 // QLinearConv (scales given) and ConvInteger (int32 sums): where x's zero
 // point, the weights, theirs, the bias and the output's zero point are.
 struct ConvInputs {
@@ -111,16 +131,9 @@ bool emit_qconv(Context& cx, const ir::Node& n, const ConvInputs& in, const std:
     if (!b || b->dtype() != DType::Int32 || b->numel() != c.k) return false;
     bias = input(cx, args, n.inputs[in.bias]);
   }
-  if (requantize) {
-    if (!is_8bit(yt) || !zero_point(cx, n, in.y_zero, yt, args, y_zero)) return false;
-    scale_arg = float_constant(cx, args, *requantize, y + "#scales");
-  } else if (yt != DType::Int32) {
-    return false;
-  }
-  args.push_back(cx.define_plain(y));
-  const Call::Arg dst = Call::buffer(int(args.size()) - 1);
-  std::vector<char> writes(args.size(), 0);
-  writes.back() = 1;
+  Call::Arg dst;
+  std::vector<char> writes;
+  if (!product_output(cx, n, requantize, in.y_zero, args, y_zero, scale_arg, dst, writes)) return false;
   const Call::Arg work =
       cx.scratch(args, writes, kiln_pk_qconv2d_scratch_bytes(c.c, c.k, c.oh, c.ow, c.kh, c.kw, c.group), n.describe());
   std::vector<Call::Arg> call_args = c.args();
@@ -150,16 +163,9 @@ bool emit_qmatmul(Context& cx, const ir::Node& n, size_t a_zero, size_t w, size_
   Call::Arg zero, y_zero_arg = Call::null(), scale_arg = Call::null();
   if (!zero_point(cx, n, a_zero, at, args, zero)) return false;
   const Call::Arg weights = input(cx, args, n.inputs[w]);
-  if (requantize) {
-    if (!is_8bit(yt) || !zero_point(cx, n, y_zero, yt, args, y_zero_arg)) return false;
-    scale_arg = float_constant(cx, args, *requantize, y + "#scales");
-  } else if (yt != DType::Int32) {
-    return false;
-  }
-  args.push_back(cx.define_plain(y));
-  const Call::Arg dst = Call::buffer(int(args.size()) - 1);
-  std::vector<char> writes(args.size(), 0);
-  writes.back() = 1;
+  Call::Arg dst;
+  std::vector<char> writes;
+  if (!product_output(cx, n, requantize, y_zero, args, y_zero_arg, scale_arg, dst, writes)) return false;
   const Call::Arg work = cx.scratch(args, writes, kiln_pk_qmatmul_scratch_bytes(rows, cols, k), n.describe());
   Call call{"kiln_pk_qmatmul",
             {Call::i64(rows), Call::i64(cols), Call::i64(k), Call::i32(*pk_type(at)), Call::buffer(0), zero, weights, scale_arg,
@@ -255,12 +261,18 @@ bool portable_quantize(Context& cx, const ir::Node& n) {
   return true;
 }
 
-bool portable_dynamic_quantize(Context& cx, const ir::Node& n) {
+bool dynamic_quantize_args(Context& cx, const ir::Node& n, std::vector<int>& args) {
   if (n.inputs.size() != 1 || n.outputs.size() != 3 || !cx.is_f32(n.inputs[0])) return false;
   for (const auto& out : n.outputs)
     if (out.empty()) return false;
-  std::vector<int> args{cx.plain(n.inputs[0])};
+  args = {cx.plain(n.inputs[0])};
   for (const auto& out : n.outputs) args.push_back(cx.define_plain(out));
+  return true;
+}
+
+bool portable_dynamic_quantize(Context& cx, const ir::Node& n) {
+  std::vector<int> args;
+  if (!dynamic_quantize_args(cx, n, args)) return false;
   cx.compiled();
   cx.add_call(
       n.describe(), std::move(args), {0, 1, 1, 1},
