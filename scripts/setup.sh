@@ -12,6 +12,9 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev nlohmann-json3-dev libcli11-dev libssl-dev
   libonnx-testdata
+  # the fleet's remote cache: hiredis to talk to Redis, and a redis-server
+  # that tests/integration/remote_cache_test.cpp starts on loopback.
+  libhiredis-dev redis-server
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user cargo file
   # scripts/fuzz.sh: clang-19's libFuzzer and sanitizer runtimes, and the
   # OpenMP that CMake's find_package(OpenMP) looks for with clang.

@@ -80,6 +80,9 @@ typedef struct kiln_runtime_options {
   const char* cache_key_file; /* a shared cache's key (README "What Kiln trusts"); NULL: $KILN_CACHE_KEY_FILE */
   /* Since Kiln 0.5 (check struct_size): */
   const char* precision; /* "fp32" or "bf16" (RuntimeOptions::precision); NULL: "fp32" */
+  /* Since Kiln 0.6 (check struct_size): */
+  const char* remote_cache;       /* the fleet's Redis (RuntimeOptions::remote_cache); NULL: $KILN_REMOTE_CACHE */
+  int32_t remote_cache_read_only; /* nonzero: fetch from it, never upload */
 } kiln_runtime_options;
 
 /* How kiln_model_load_from_memory_with_options treats the model. Set

@@ -193,6 +193,19 @@ struct RuntimeOptions {
   // cache directory must be private to this user; with one it may be shared
   // (e.g. by a group), and only entries made with the same key are loaded.
   std::string cache_key_file;  // "" = $KILN_CACHE_KEY_FILE
+  // A fleet's shared tier behind the cache directory (docs/cache.md#a-fleets-cache-on-redis):
+  // "redis://HOST[:PORT][/DB]" or "unix://PATH[?db=N]"; "" = $KILN_REMOTE_CACHE, else none.
+  // It needs the cache's key (cache_key_file): only entries tagged with it
+  // are loaded. On a local miss an entry is fetched, checked and stored
+  // locally; what this host compiles is uploaded; while another host
+  // compiles the same specialization, this one waits for it (at most
+  // remote_cache_wait_ms). A store that fails costs one warning, never a run.
+  std::string remote_cache;
+  bool remote_cache_read_only = false;  // fetch, never upload (canaries, CI); also $KILN_REMOTE_CACHE_READ_ONLY=1
+  int remote_cache_timeout_ms = 0;      // bound on every call to the store; 0 = 2000
+  int remote_cache_wait_ms = 0;         // bound on waiting for another host's compile; 0 = 60000
+  int remote_cache_lease_ms = 0;        // a compiling host's lease, after which another may take over; 0 = 30000
+  // Each 0 above: $KILN_REMOTE_CACHE_TIMEOUT_MS, _WAIT_MS, _LEASE_MS, else the default.
   // The precision of convolutions and matrix products: "fp32", or "bf16"
   // (bfloat16 weights and activations, float32 accumulation, everything
   // else in float32; OpenVINO's inference precision hint). "" = fp32.
@@ -233,6 +246,7 @@ enum class CacheOutcome {
   Miss,       // compiled, then stored
   Rebuild,    // the cache held an unusable entry (corrupt, truncated, foreign): compiled and replaced
   NotCached,  // compiled; this specialization cannot be cached (cache_note says why)
+  RemoteHit,  // fetched from the remote cache (and stored locally): no compilation at all
 };
 const char* cache_outcome_name(CacheOutcome o);  // "hit", "miss", ...
 
@@ -320,6 +334,23 @@ class Cache {
   // Removes every entry not in use; returns how many went.
   int64_t clear() const;
 
+  // The remote tier (RuntimeOptions::remote_cache). Each throws
+  // InvalidArgument if the runtime has none, and Io if the store fails.
+  struct Remote {
+    std::string url;
+    std::vector<CacheEntry> entries;  // bytes: what a host fetches; last_use is 0
+    int64_t refused = 0;              // entries hosts of the fleet refused (they did not verify) since the store began
+  };
+  // With `check_files`, every entry is fetched and checked whole; one that
+  // does not verify is then removed (and counted as refused).
+  Remote remote(bool check_files = false) const;
+  // Removes remote entries whose manifest does not verify or is another
+  // Kiln build's, and chunks no entry refers to (left by an upload that
+  // died); returns how many entries and chunks went.
+  int64_t prune_remote() const;
+  // Uploads every usable local entry the remote tier lacks; returns how many.
+  int64_t push() const;
+
  private:
   struct Impl;
   std::shared_ptr<const Impl> impl_;
@@ -330,6 +361,12 @@ class Model {
   // The file stays mapped: weights are read from it when a specialization
   // is first compiled. Replace model files by renaming, not in place.
   static Model load(const Runtime& runtime, const std::string& path);
+  struct LoadOptions {
+    // Its specializations are cached on this host only, never uploaded to a
+    // remote cache (models loaded from memory never are either).
+    bool private_weights = false;
+  };
+  static Model load(const Runtime& runtime, const std::string& path, const LoadOptions& options);
   // `external_data_dir` is where external weight files live, if the model has any.
   // Not cached (see MemoryLoadOptions::cache).
   static Model load_from_memory(const Runtime& runtime, const void* data, size_t size, const std::string& external_data_dir = "");

@@ -186,13 +186,8 @@ struct Store::Layout {
     if (std::string bad = untrusted(mf.get()); !bad.empty()) return "the manifest " + bad;
     if (!read_all(mf.get(), text, kMaxManifestBytes) || !read_all(tf.get(), tag, 256)) return "manifest unreadable or too large";
     if (!auth) return "not authenticated: the cache has no secret";
-    if (!auth->verify(kManifestPurpose, text, tag))
-      return "the manifest's tag does not verify (written with another key, or altered)";
-    Manifest m;
-    if (std::string bad = parse_manifest(text, m); !bad.empty()) return bad;
-    manifest = m;
-    if (m.kiln_build != build_id()) return "written by another Kiln build (" + m.kiln_build + ")";
-    if (m.key != key) return "manifest is for another key";
+    if (std::string bad = check_manifest(*auth, key, text, tag, manifest); !bad.empty()) return bad;
+    const Manifest& m = *manifest;
     for (const char* name : kEntryFiles) {
       const FileRecord& want = m.files.at(name);
       const timespec looked_at = coarse_now();
@@ -374,7 +369,9 @@ void Store::create() const {
     if (::faccessat(part->get(), ".", W_OK, AT_EACCESS) != 0) fail_io("write into", dir_);
 }
 
-bool Store::put(const std::string& key, const json& key_inputs, const backends::Artifact& artifact, double compile_ms) const {
+bool Store::publish(
+    const std::string& key,
+    const std::function<std::pair<std::string, std::string>(int, Manifest&, const Authenticator&, mode_t)>& write) const {
   Layout l;
   if (std::string bad = open_layout(l, true); !bad.empty()) ir::fail(ir::ErrorKind::Io, "cache: " + bad);
   const std::string name = key + "." + random_suffix();
@@ -382,34 +379,17 @@ bool Store::put(const std::string& key, const json& key_inputs, const backends::
   if (!dir) fail_io("create", dir_ + "/tmp/" + name);
   try {
     Manifest m;
-    auto put_file = [&](const char* file, const std::vector<std::pair<int64_t, std::string_view>>& chunks, int64_t bytes) {
-      m.files[file] = {bytes, write_file(dir.get(), file, chunks, l.file_mode)};
-    };
-    put_file("object.o", {{0, artifact.object}}, int64_t(artifact.object.size()));
-    put_file("program.bin", {{0, artifact.program}}, int64_t(artifact.program.size()));
-    std::vector<std::pair<int64_t, std::string_view>> weights;
-    for (size_t i = 0; i < artifact.weights.size(); ++i)
-      weights.push_back(
-          {artifact.weight_offsets[i], {static_cast<const char*>(artifact.weights[i].first), artifact.weights[i].second}});
-    put_file("weights.bin", weights, artifact.weights_bytes);
+    const auto [text, tag] = write(dir.get(), m, *l.auth, l.file_mode);
     write_file(dir.get(), "lock", {}, l.file_mode);
-    // The weights were hashed as they were written and nobody else writes
-    // into this directory, so the writer may remember them too (if the clock
-    // has moved on since it wrote them) and the first warm start need not
-    // read them.
+    // The weights were hashed as they were written (or checked when they
+    // came) and nobody else writes into this directory, so the writer may
+    // remember them too (if the clock has moved on since it wrote them) and
+    // the first warm start need not read them.
     const timespec looked_at = coarse_now();
     if (struct stat st{}; ::fstatat(dir.get(), "weights.bin", &st, AT_SYMLINK_NOFOLLOW) == 0)
       remember_hash(dir.get(), "weights.bin.checked", st, looked_at, m.files["weights.bin"].sha256, "written with the entry",
                     *l.auth, l.file_mode);
-    m.kiln_build = build_id();
-    m.key = key;
-    m.key_inputs = key_inputs;
-    m.created = iso_time(std::time(nullptr));
-    m.compile_ms = compile_ms;
-    const json summary = json::parse(artifact.summary, nullptr, false);
-    m.backend = summary.is_discarded() ? json(nullptr) : summary;
-    const std::string text = to_text(m);
-    write_file(dir.get(), "manifest.tag", {{0, l.auth->tag(kManifestPurpose, text)}}, l.file_mode);
+    write_file(dir.get(), "manifest.tag", {{0, tag}}, l.file_mode);
     write_file(dir.get(), "manifest.json", {{0, text}}, l.file_mode);
     sync_dir(dir.get(), dir_ + "/tmp/" + name);
     // An unusable entry (the caller found it so) makes way.
@@ -427,6 +407,126 @@ bool Store::put(const std::string& key, const json& key_inputs, const backends::
   }
   if (max_bytes_ > 0) prune(max_bytes_);
   return true;
+}
+
+bool Store::put(const std::string& key, const json& key_inputs, const backends::Artifact& artifact, double compile_ms) const {
+  return publish(key, [&](int dir, Manifest& m, const Authenticator& auth, mode_t mode) {
+    auto put_file = [&](const char* file, const std::vector<std::pair<int64_t, std::string_view>>& chunks, int64_t bytes) {
+      m.files[file] = {bytes, write_file(dir, file, chunks, mode)};
+    };
+    put_file("object.o", {{0, artifact.object}}, int64_t(artifact.object.size()));
+    put_file("program.bin", {{0, artifact.program}}, int64_t(artifact.program.size()));
+    std::vector<std::pair<int64_t, std::string_view>> weights;
+    for (size_t i = 0; i < artifact.weights.size(); ++i)
+      weights.push_back(
+          {artifact.weight_offsets[i], {static_cast<const char*>(artifact.weights[i].first), artifact.weights[i].second}});
+    put_file("weights.bin", weights, artifact.weights_bytes);
+    m.kiln_build = build_id();
+    m.key = key;
+    m.key_inputs = key_inputs;
+    m.created = iso_time(std::time(nullptr));
+    m.compile_ms = compile_ms;
+    const json summary = json::parse(artifact.summary, nullptr, false);
+    m.backend = summary.is_discarded() ? json(nullptr) : summary;
+    std::string text = to_text(m);
+    std::string tag = auth.tag(kManifestPurpose, text);
+    return std::pair(std::move(text), std::move(tag));
+  });
+}
+
+bool Store::put_raw(const std::string& key, const RawEntry& raw) const {
+  return publish(key, [&](int dir, Manifest& m, const Authenticator& auth, mode_t mode) {
+    // Checked again with this cache's secret: what is published here is
+    // what any later process of this host will run.
+    std::optional<Manifest> checked;
+    if (std::string bad = check_raw(auth, key, raw, checked); !bad.empty())
+      ir::fail(ir::ErrorKind::InvalidArgument, "cache: " + bad);
+    m = *checked;
+    for (int i = 0; i < 3; ++i) write_file(dir, kEntryFiles[i], {{0, raw.file(i)}}, mode);
+    return std::pair(raw.manifest, raw.tag);
+  });
+}
+
+std::optional<RawEntry> Store::read_raw(const std::string& key, std::string& problem) const {
+  problem.clear();
+  auto loaded = open(key, problem);
+  if (!loaded) return std::nullopt;
+  Layout l;
+  Fd dir;
+  RawEntry raw;
+  if (open_layout(l, false).empty() && l.entries && (dir = open_dir_at(l.entries.get(), key))) {
+    Fd mf = open_file_at(dir.get(), "manifest.json"), tf = open_file_at(dir.get(), "manifest.tag");
+    if (!mf || !tf || !read_all(mf.get(), raw.manifest, kMaxManifestBytes) || !read_all(tf.get(), raw.tag, 256)) dir = Fd();
+  }
+  if (!dir) {
+    problem = "the entry went while it was read";
+    return std::nullopt;
+  }
+  raw.object = loaded->object;
+  raw.program = loaded->program;
+  raw.weights_bytes = loaded->weights_bytes;
+  raw.weights.reset(static_cast<char*>(ir::allocate_buffer(std::max<size_t>(raw.weights_bytes, 1))), &std::free);
+  if (!raw.weights) {
+    problem = "no memory for the weights";
+    return std::nullopt;
+  }
+  if (raw.weights_bytes) std::memcpy(raw.weights.get(), loaded->weights, raw.weights_bytes);
+  // The manifest read now must be the one that vouched for the files read before.
+  std::optional<Manifest> m;
+  if (std::string bad = check_raw(*l.auth, key, raw, m); !bad.empty()) {
+    problem = "the entry changed while it was read: " + bad;
+    return std::nullopt;
+  }
+  return raw;
+}
+
+std::string check_manifest(const Authenticator& auth, const std::string& key, std::string_view text, std::string_view tag,
+                           std::optional<Manifest>& out) {
+  if (!auth.verify(kManifestPurpose, text, tag))
+    return "the manifest's tag does not verify (written with another key, or altered)";
+  Manifest m;
+  if (std::string bad = parse_manifest(text, m); !bad.empty()) return bad;
+  out = m;
+  if (m.kiln_build != build_id()) return "written by another Kiln build (" + m.kiln_build + ")";
+  if (m.key != key) return "manifest is for another key";
+  return "";
+}
+
+std::string check_raw(const Authenticator& auth, const std::string& key, const RawEntry& raw, std::optional<Manifest>& out,
+                      bool weights_digest) {
+  if (std::string bad = check_manifest(auth, key, raw.manifest, raw.tag, out); !bad.empty()) return bad;
+  const Manifest& m = *out;
+  for (int i = 0; i < 3; ++i) {
+    const FileRecord& want = m.files.at(kEntryFiles[i]);
+    const std::string_view data = raw.file(i);
+    if (int64_t(data.size()) != want.bytes)
+      return std::string(kEntryFiles[i]) + " has " + std::to_string(data.size()) + " bytes, the manifest says " +
+             std::to_string(want.bytes);
+    if ((i < 2 || weights_digest) && sha256_hex(data.data(), data.size()) != want.sha256)
+      return std::string(kEntryFiles[i]) + " does not match its digest (corrupted or altered)";
+  }
+  return "";
+}
+
+backends::LoadedArtifact RawEntry::loaded(std::shared_ptr<const RawEntry> raw, bool check_weights) {
+  backends::LoadedArtifact a;
+  Manifest m;
+  if (check_weights) {
+    // The manifest was checked when the entry came: here only its digest is wanted.
+    const std::string bad = parse_manifest(raw->manifest, m);
+    const std::string want = bad.empty() ? m.files.at("weights.bin").sha256 : "";
+    a.check = std::make_shared<backends::LoadCheck>([raw, want] {
+      return sha256_hex(raw->weights.get(), raw->weights_bytes) == want
+                 ? std::string()
+                 : std::string("weights.bin does not match its digest (corrupted or altered)");
+    });
+  }
+  a.object = raw->object;
+  a.program = raw->program;
+  a.weights = raw->weights.get();
+  a.weights_bytes = raw->weights_bytes;
+  a.keep_alive = std::const_pointer_cast<RawEntry>(std::move(raw));
+  return a;
 }
 
 std::vector<EntryInfo> Store::list(bool check_files) const {

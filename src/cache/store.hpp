@@ -33,6 +33,8 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -44,6 +46,36 @@
 #include "cache/manifest.hpp"
 
 namespace kiln::cache {
+
+class Authenticator;
+
+// An entry's manifest, its tag and its files in memory: what travels to and
+// from a fleet's remote store (remote_store.hpp).
+struct RawEntry {
+  std::string manifest, tag;
+  std::string object, program;
+  std::shared_ptr<char> weights;  // 64-byte aligned
+  size_t weights_bytes = 0;
+
+  // kEntryFiles[i]'s bytes.
+  std::string_view file(int i) const {
+    return i == 0   ? std::string_view(object)
+           : i == 1 ? std::string_view(program)
+                    : std::string_view(weights.get(), weights_bytes);
+  }
+  // The entry as a loader takes it, keeping `raw` alive. With
+  // `check_weights`, the weights' digest is the artifact's check (see Store::open).
+  static backends::LoadedArtifact loaded(std::shared_ptr<const RawEntry> raw, bool check_weights = false);
+};
+
+// "" if `text` is a manifest of this build for `key` whose `tag` verifies,
+// else what is wrong; `out` is set whenever the manifest could be parsed.
+std::string check_manifest(const Authenticator& auth, const std::string& key, std::string_view text, std::string_view tag,
+                           std::optional<Manifest>& out);
+// The same, and every file's size and digest (but the weights' digest
+// without `weights_digest`: then the caller must check it before it runs them).
+std::string check_raw(const Authenticator& auth, const std::string& key, const RawEntry& raw, std::optional<Manifest>& out,
+                      bool weights_digest = true);
 
 struct EntryInfo {
   std::string key;
@@ -82,6 +114,13 @@ class Store {
   // process stored the same key first (theirs is kept). Throws ir::Error(Io)
   // if the directory cannot be written.
   bool put(const std::string& key, const nlohmann::json& key_inputs, const backends::Artifact& artifact, double compile_ms) const;
+  // Stores an entry that came from elsewhere, byte for byte, once
+  // check_raw passes with this cache's secret (else throws
+  // InvalidArgument); otherwise as put.
+  bool put_raw(const std::string& key, const RawEntry& raw) const;
+  // The entry for `key`, checked, with its manifest and tag as they are
+  // stored; nullopt and `problem` (empty for a miss) otherwise.
+  std::optional<RawEntry> read_raw(const std::string& key, std::string& problem) const;
 
   // Entries, unsorted. With `check_files`, every digest is verified.
   std::vector<EntryInfo> list(bool check_files = false) const;
@@ -110,6 +149,12 @@ class Store {
  private:
   struct Layout;
   std::string open_layout(Layout& l, bool create) const;
+  // Writes an entry into tmp/ (`write` writes its files, fills the
+  // manifest's file records and returns the manifest's text and tag) and
+  // renames it into place; false if another process stored it first.
+  bool publish(const std::string& key,
+               const std::function<std::pair<std::string, std::string>(int dir, Manifest& m, const Authenticator& auth,
+                                                                       mode_t mode)>& write) const;
   std::string dir_;
   int64_t max_bytes_;
   std::string shared_key_;

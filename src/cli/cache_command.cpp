@@ -1,4 +1,5 @@
-// kiln cache ls|verify|prune|clear: looks after the cache directory.
+// kiln cache ls|verify|prune|clear|push|pull: looks after the cache
+// directory, and with --remote the fleet's remote tier.
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -17,6 +18,7 @@ struct CacheArgs {
   bool json = false;
   bool check = false;
   int64_t max_bytes = -1;
+  bool remote = false;
 };
 
 Cache open_cache(const CacheArgs& args) {
@@ -45,10 +47,11 @@ nlohmann::json to_json(const CacheEntry& e) {
   return j;
 }
 
-void print(const std::vector<CacheEntry>& entries, bool json, const std::string& dir) {
+void print(const std::vector<CacheEntry>& entries, bool json, const std::string& dir, const int64_t* refused = nullptr) {
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& e : entries) out.push_back(to_json(e));
+    if (refused) out = {{"entries", out}, {"refused", *refused}};
     std::cout << out.dump(2) << "\n";
     return;
   }
@@ -61,7 +64,10 @@ void print(const std::vector<CacheEntry>& entries, bool json, const std::string&
                 e.backend.substr(0, e.backend.find(' ')).c_str(), e.problem.empty() ? "" : "  BAD: ", e.problem.c_str());
   }
   std::printf("%zu entries, %s in %s\n", entries.size(), bytes_to_string(total).c_str(), dir.c_str());
+  if (refused) std::printf("%lld entries refused by hosts (they did not verify)\n", static_cast<long long>(*refused));
 }
+
+void print_remote(const Cache::Remote& r, bool json) { print(r.entries, json, r.url, &r.refused); }
 
 }  // namespace
 
@@ -76,16 +82,27 @@ void add_cache_command(CLI::App& app) {
   auto* ls = cmd->add_subcommand("ls", "List entries: model, shapes, backend, size, last use (most recent first)");
   ls->add_flag("--json", args->json, "print JSON");
   ls->add_flag("--check", args->check, "verify every checksum too (reads every file)");
+  ls->add_flag("--remote", args->remote, "the remote tier ($KILN_REMOTE_CACHE), and how many entries hosts refused");
   ls->callback([args] {
     Cache cache = open_cache(*args);
-    print(cache.list(args->check), args->json, cache.dir());
+    if (args->remote)
+      print_remote(cache.remote(args->check), args->json);
+    else
+      print(cache.list(args->check), args->json, cache.dir());
   });
 
   auto* verify = cmd->add_subcommand(
       "verify", "Check every entry and remembered hash; report and remove the unusable ones (exit 1 if one stays)");
   verify->add_flag("--json", args->json, "print JSON");
+  verify->add_flag("--remote", args->remote, "fetch and check every entry of the remote tier; remove those that do not verify");
   verify->callback([args] {
     Cache cache = open_cache(*args);
+    if (args->remote) {
+      // Fetching checks each entry whole and removes one that does not verify.
+      const Cache::Remote r = cache.remote(true);
+      print_remote(r, args->json);
+      return;
+    }
     const Cache::VerifyResult bad = cache.verify();
     if (!bad.all_removed()) exit_code = 1;
     if (args->json) {
@@ -110,9 +127,16 @@ void add_cache_command(CLI::App& app) {
   });
 
   auto* prune = cmd->add_subcommand("prune", "Remove least recently used entries until the cache fits");
-  prune->add_option("--max-bytes", args->max_bytes, "size to fit in")->required()->check(CLI::NonNegativeNumber);
+  prune->add_option("--max-bytes", args->max_bytes, "size to fit in (required without --remote)")->check(CLI::NonNegativeNumber);
+  prune->add_flag("--remote", args->remote,
+                  "remove the remote tier's entries that do not verify or are another build's, and orphaned chunks");
   prune->callback([args] {
     Cache cache = open_cache(*args);
+    if (args->remote) {
+      std::printf("%lld remote entries and chunks removed\n", static_cast<long long>(cache.prune_remote()));
+      return;
+    }
+    if (args->max_bytes < 0) throw CLI::RequiredError("--max-bytes");
     const int64_t removed = cache.prune(args->max_bytes);
     int64_t total = 0;
     for (const auto& e : cache.list()) total += e.bytes;
@@ -125,6 +149,13 @@ void add_cache_command(CLI::App& app) {
     Cache cache = open_cache(*args);
     std::printf("%lld entries removed\n", static_cast<long long>(cache.clear()));
   });
+
+  auto* push = cmd->add_subcommand("push", "Upload every local entry the remote tier ($KILN_REMOTE_CACHE) lacks");
+  push->callback([args] {
+    Cache cache = open_cache(*args);
+    std::printf("%lld entries uploaded\n", static_cast<long long>(cache.push()));
+  });
+  add_pull_command(*cmd);
 }
 
 }  // namespace kiln::cli

@@ -22,6 +22,7 @@ void add_inspect_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_compile_command(CLI::App& app);
 void add_cache_command(CLI::App& app);
+void add_pull_command(CLI::App& cache);  // kiln cache pull
 void add_aot_freeze_command(CLI::App& app);
 void add_plugins_command(CLI::App& app);
 

@@ -1,5 +1,6 @@
 // kiln compile MODEL --shape NAME=DIMS [--dim SYMBOL=V]...: compiles (or
-// loads) specializations into the cache without running them.
+// loads) specializations into the cache without running them. `kiln cache
+// pull` is the same, said from a host warming its cache from the fleet's.
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -46,7 +47,8 @@ void compile(const CompileArgs& args) {
   runtime.wait_for_cache();
   const SpecializationStats s = model.prepare(shapes);
   // Storing the entry is what this command is for.
-  const bool stored = s.cache == CacheOutcome::Hit || s.cache == CacheOutcome::Miss || s.cache == CacheOutcome::Rebuild;
+  const bool stored = s.cache == CacheOutcome::Hit || s.cache == CacheOutcome::Miss || s.cache == CacheOutcome::Rebuild ||
+                      s.cache == CacheOutcome::RemoteHit;
   if (!stored) exit_code = 1;
   if (args.json) {
     std::cout << nlohmann::json({{"key", s.key},
@@ -60,19 +62,16 @@ void compile(const CompileArgs& args) {
               << "\n";
     return;
   }
-  std::printf("%s: %s in %.1f ms (cache: %s%s%s)\n", s.key.c_str(), s.cache == CacheOutcome::Hit ? "loaded" : "compiled",
-              s.compile_ms, cache_outcome_name(s.cache), s.cache_note.empty() ? "" : ", ", s.cache_note.c_str());
+  const bool loaded = s.cache == CacheOutcome::Hit || s.cache == CacheOutcome::RemoteHit;
+  std::printf("%s: %s in %.1f ms (cache: %s%s%s)\n", s.key.c_str(), loaded ? "loaded" : "compiled", s.compile_ms,
+              cache_outcome_name(s.cache), s.cache_note.empty() ? "" : ", ", s.cache_note.c_str());
   if (stored)
     std::printf("cache: %s/entries/%s\n", runtime.cache_dir().c_str(), s.cache_key.c_str());
   else
     std::fprintf(stderr, "error: nothing was stored in the cache%s%s\n", s.cache_note.empty() ? "" : ": ", s.cache_note.c_str());
 }
 
-}  // namespace
-
-void add_compile_command(CLI::App& app) {
-  auto args = std::make_shared<CompileArgs>();
-  auto* cmd = app.add_subcommand("compile", "Compile a specialization into the cache without running it");
+void add_options(CLI::App* cmd, const std::shared_ptr<CompileArgs>& args) {
   cmd->add_option("MODEL", args->model, "ONNX model file")->required();
   cmd->add_option("--shape", args->shapes, "NAME=1x3x224x224: an input's shape (default: its declared shape)");
   cmd->add_option("--dim", args->dims, "SYMBOL=VALUE for symbolic dimensions of declared shapes");
@@ -90,6 +89,20 @@ void add_compile_command(CLI::App& app) {
   cmd->add_option("--cache-dir", args->cache_dir, "cache directory (default: $KILN_CACHE_DIR, else ~/.cache/kiln)");
   cmd->add_flag("--json", args->json, "print the result as JSON");
   cmd->callback([args] { compile(*args); });
+}
+
+}  // namespace
+
+void add_compile_command(CLI::App& app) {
+  add_options(app.add_subcommand("compile", "Compile a specialization into the cache without running it"),
+              std::make_shared<CompileArgs>());
+}
+
+void add_pull_command(CLI::App& cache) {
+  add_options(cache.add_subcommand("pull",
+                                   "Fetch a specialization from the remote tier ($KILN_REMOTE_CACHE) into the local cache "
+                                   "(compiled here and uploaded if the fleet lacks it)"),
+              std::make_shared<CompileArgs>());
 }
 
 }  // namespace kiln::cli

@@ -138,6 +138,10 @@ kiln_status kiln_runtime_create(const kiln_runtime_options* options, kiln_runtim
       o.cache_key_file = options->cache_key_file;
     if (options->struct_size >= offsetof(kiln_runtime_options, precision) + sizeof(const char*) && options->precision)
       o.precision = options->precision;
+    if (options->struct_size >= offsetof(kiln_runtime_options, remote_cache) + sizeof(const char*) && options->remote_cache)
+      o.remote_cache = options->remote_cache;
+    if (options->struct_size >= offsetof(kiln_runtime_options, remote_cache_read_only) + sizeof(int32_t))
+      o.remote_cache_read_only = options->remote_cache_read_only != 0;
   }
   return guarded([&] { *out = new kiln_runtime{kiln::Runtime(o)}; });
 }

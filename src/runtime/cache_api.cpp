@@ -41,6 +41,14 @@ decltype(auto) io_errors(F&& f) {
 
 struct __attribute__((visibility("hidden"))) Cache::Impl {  // hidden: see Runtime::Impl
   std::shared_ptr<const cache::Store> store;
+  std::shared_ptr<const cache::RemoteStore> remote;
+
+  const cache::RemoteStore& need_remote() const {
+    if (!remote)
+      throw Error(ErrorCode::InvalidArgument,
+                  "this runtime has no remote cache (RuntimeOptions::remote_cache or KILN_REMOTE_CACHE, with a cache key)");
+    return *remote;
+  }
 };
 
 Cache::Cache(const Runtime& runtime) {
@@ -48,7 +56,7 @@ Cache::Cache(const Runtime& runtime) {
   if (!rt.store && rt.cache_refused.empty())
     throw Error(ErrorCode::InvalidArgument, "this runtime has no cache (RuntimeOptions::cache is false, or KILN_CACHE=off)");
   if (!rt.store) throw Error(ErrorCode::Io, rt.cache_refused);
-  impl_ = std::make_shared<Impl>(Impl{rt.store});
+  impl_ = std::make_shared<Impl>(Impl{rt.store, rt.remote});
 }
 
 const std::string& Cache::dir() const { return impl_->store->dir(); }
@@ -95,6 +103,49 @@ int64_t Cache::clear() const {
   store.clean_tmp(std::chrono::hours(1));
   store.forget_model_hashes(std::chrono::seconds(0));
   return removed;
+}
+
+Cache::Remote Cache::remote(bool check_files) const {
+  const cache::RemoteStore& remote = impl_->need_remote();
+  Remote out;
+  out.url = remote.options().url;
+  for (auto& e : io_errors([&] { return remote.list(check_files); })) {
+    cache::EntryInfo info;
+    info.key = e.key;
+    info.manifest = e.manifest;
+    info.bytes = e.bytes;
+    info.problem = e.problem;
+    out.entries.push_back(to_entry(info));
+    out.entries.back().last_use = 0;
+  }
+  out.refused = io_errors([&] { return remote.refused_count(); });
+  return out;
+}
+
+int64_t Cache::prune_remote() const {
+  const cache::RemoteStore& remote = impl_->need_remote();
+  return io_errors([&] {
+    int64_t removed = 0;
+    for (const auto& e : remote.list(false))
+      if (!e.problem.empty()) {
+        remote.remove(e.key);
+        ++removed;
+      }
+    return removed + remote.remove_orphans();
+  });
+}
+
+int64_t Cache::push() const {
+  const cache::RemoteStore& remote = impl_->need_remote();
+  if (remote.options().read_only) throw Error(ErrorCode::InvalidArgument, "the remote cache is read-only on this host");
+  int64_t pushed = 0;
+  for (const auto& e : io_errors([&] { return impl_->store->list(false); })) {
+    if (!e.problem.empty()) continue;
+    std::string problem;
+    auto raw = io_errors([&] { return impl_->store->read_raw(e.key, problem); });
+    if (raw && io_errors([&] { return remote.push_or_throw(e.key, *raw); })) ++pushed;
+  }
+  return pushed;
 }
 
 }  // namespace kiln

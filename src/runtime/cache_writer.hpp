@@ -14,6 +14,7 @@
 
 #include "backends/backend.hpp"
 #include "cache/cache_key.hpp"
+#include "cache/store.hpp"
 #include "kiln/kiln.hpp"
 
 namespace kiln {
@@ -24,6 +25,12 @@ class CacheWriter {
     cache::Key key;
     std::shared_ptr<const backends::Executable> executable;
     double compile_ms = 0;
+    // Upload what is stored to the remote tier too.
+    bool push = false;
+    // Instead of an executable: an entry fetched from the remote tier, to store as it is.
+    std::shared_ptr<const cache::RawEntry> fetched;
+    // Held until the job is done (the lease of a host compiling for its fleet).
+    std::shared_ptr<void> hold;
     // Told when nothing could be stored: the outcome (NotCached, or Off for
     // a directory that cannot be written) and why.
     std::function<void(CacheOutcome, const std::string&)> settle;

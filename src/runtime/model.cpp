@@ -26,12 +26,16 @@ onnx_import::ImportOptions import_options(const Runtime& runtime, const cache::S
 
 }  // namespace
 
-Model Model::load(const Runtime& runtime, const std::string& path) {
+Model Model::load(const Runtime& runtime, const std::string& path) { return load(runtime, path, LoadOptions{}); }
+
+Model Model::load(const Runtime& runtime, const std::string& path, const LoadOptions& options) {
   Model m;
   m.impl_ = translate_errors([&] {
     onnx_import::ImportOptions opts = import_options(runtime, runtime.impl_->store.get());
     opts.keep_weights_in_file = true;
-    return std::make_shared<Impl>(runtime, onnx_import::import_model_file(path, opts));
+    auto impl = std::make_shared<Impl>(runtime, onnx_import::import_model_file(path, opts));
+    impl->share_remotely = !options.private_weights;
+    return impl;
   });
   return m;
 }

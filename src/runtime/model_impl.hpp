@@ -64,13 +64,21 @@ struct __attribute__((visibility("hidden"))) Model::Impl {  // hidden: see Runti
   void make(const std::shared_ptr<Specialized>& entry, const std::string& key, const std::map<std::string, ir::Tensor>& inputs);
   backends::PartitionedCompile load_cached(const cache::Store& store, const cache::Key& cache_key, const std::string& key,
                                            const backends::CompileOptions& options, SpecializationStats& stats) const;
+  // After a local miss: the fleet's entry, or (in `lease`) the right to compile it for the fleet.
+  backends::PartitionedCompile load_remote(const cache::Store& store, const cache::Key& cache_key, const std::string& key,
+                                           const backends::CompileOptions& options, SpecializationStats& stats,
+                                           std::shared_ptr<void>& lease) const;
+  // What this model compiles may be uploaded to a remote cache: a model
+  // loaded from a file whose weights the caller did not mark private.
+  bool share_remotely = false;
 
   // Hands a freshly compiled specialization to the writer thread, which
   // makes its artifact and writes the files; whether it could be stored is
   // known after Runtime::wait_for_cache(). A directory that cannot be
   // created is found here already. A cache that cannot be written is
   // reported once and then left alone; run() never fails because of it.
-  void store_entry(const cache::Store& store, const cache::Key& key, const std::shared_ptr<Specialized>& entry) const;
+  void store_entry(const cache::Store& store, const cache::Key& key, const std::shared_ptr<Specialized>& entry,
+                   std::shared_ptr<void> lease) const;
 
   // Model::load leaves the weights in the mapped file, where a warm start
   // never reads them; whatever reads them (compiling, shape inference,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <thread>
+#include <tuple>
 
 #include "cache/authenticator.hpp"
 #include "plugins/plugin_backend.hpp"
@@ -32,6 +33,7 @@ const char* cache_outcome_name(CacheOutcome o) {
     case CacheOutcome::Miss: return "miss";
     case CacheOutcome::Rebuild: return "rebuild";
     case CacheOutcome::NotCached: return "not cached";
+    case CacheOutcome::RemoteHit: return "hit (remote)";
   }
   return "?";
 }
@@ -50,6 +52,43 @@ int64_t cache_max_bytes(const RuntimeOptions& options, const Runtime& runtime) {
     runtime.log(LogLevel::Warning, "KILN_CACHE_MAX_BYTES='" + v + "' is not a positive number of bytes; using 1 GiB");
   }
   return cache::kDefaultMaxBytes;
+}
+
+// The remote tier `o` asks for, or null: none asked, or (with a warning)
+// one that cannot be used.
+std::shared_ptr<const cache::RemoteStore> make_remote(const RuntimeOptions& o, const std::string& key, bool local,
+                                                      const cache::RemoteStore::Log& log) {
+  cache::RemoteStore::Options r;
+  r.url = o.remote_cache.empty() ? env::remote_cache() : o.remote_cache;
+  if (r.url.empty()) return nullptr;
+  const std::tuple<int, const char*, const char*, int*> bounds[] = {
+      {o.remote_cache_timeout_ms, "timeout", "TIMEOUT", &r.timeout_ms},
+      {o.remote_cache_wait_ms, "wait", "WAIT", &r.wait_ms},
+      {o.remote_cache_lease_ms, "lease", "LEASE", &r.lease_ms}};
+  for (auto [given, option, variable, to] : bounds) {
+    if (given < 0)
+      throw Error(ErrorCode::InvalidArgument, std::string("RuntimeOptions::remote_cache_") + option +
+                                                  "_ms must be 0 (default) or positive, got " + std::to_string(given));
+    try {
+      if (const int ms = given > 0 ? given : env::remote_cache_ms(variable); ms > 0) *to = ms;
+    } catch (const ir::Error& e) {
+      throw Error(ErrorCode::InvalidArgument, e.what());
+    }
+  }
+  r.read_only = o.remote_cache_read_only || env::remote_cache_read_only();
+  // Entries are code this host will run: without the fleet's key nothing could be checked.
+  if (key.empty() || !local) {
+    log(2, "remote cache " + r.url + " not used: " +
+               (key.empty() ? "it needs the cache's key (KILN_CACHE_KEY_FILE or RuntimeOptions::cache_key_file)"
+                            : "the local cache is not in use"));
+    return nullptr;
+  }
+  try {
+    return std::make_shared<cache::RemoteStore>(r, key, log);
+  } catch (const ir::Error& e) {
+    throw Error(ErrorCode::InvalidArgument,
+                std::string(e.what()) + (o.remote_cache.empty() ? " (KILN_REMOTE_CACHE)" : " (RuntimeOptions::remote_cache)"));
+  }
 }
 
 }  // namespace
@@ -142,6 +181,10 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
         refused = "cache directory not used: " + refused;
     }
     if (!refused.empty()) log(LogLevel::Warning, refused + "; compiling in memory only");
+    std::weak_ptr<Impl> weak = impl_;
+    impl_->remote = make_remote(o, key, impl_->store != nullptr, [weak](int level, const std::string& text) {
+      if (auto impl = weak.lock()) impl->log(LogLevel(level), text);
+    });
   }
 }
 
@@ -168,6 +211,15 @@ void Runtime::log(LogLevel level, const std::string& message) const { impl_->log
 void Runtime::wait_for_cache() const { impl_->writer.wait(); }
 
 void Runtime::Impl::write_entry(const CacheWriter::Job& p) const {
+  if (p.fetched) {
+    // From the remote tier, already loaded: this host's later processes load it locally.
+    try {
+      store->put_raw(p.key.hex, *p.fetched);
+    } catch (const ir::Error& e) {
+      log(LogLevel::Warning, std::string(e.what()) + " (storing an entry fetched from the remote cache)");
+    }
+    return;
+  }
   backends::Artifact artifact;
   try {
     artifact = p.executable->save();
@@ -177,6 +229,13 @@ void Runtime::Impl::write_entry(const CacheWriter::Job& p) const {
   }
   try {
     store->put(p.key.hex, p.key.readable, artifact, p.compile_ms);
+    if (remote && p.push) {
+      std::string problem;
+      if (auto raw = store->read_raw(p.key.hex, problem))
+        remote->push(p.key.hex, *raw);
+      else if (!problem.empty())
+        log(LogLevel::Warning, "cache: entry " + p.key.hex + " not uploaded: " + problem);
+    }
   } catch (const ir::Error& e) {
     const bool io = e.kind() == ir::ErrorKind::Io;
     if (!io || store_writable.exchange(false))

@@ -12,6 +12,7 @@
 
 #include "backends/backend.hpp"
 #include "cache/cache_key.hpp"
+#include "cache/remote_store.hpp"
 #include "cache/store.hpp"
 #include "kiln/kiln.hpp"
 #include "plugins/plugin_library.hpp"
@@ -33,8 +34,9 @@ struct __attribute__((visibility("hidden"))) Runtime::Impl {
   std::vector<std::unique_ptr<backends::Backend>> plugins;
   // Who is asked for each node, in order: the plugins, the backend, its fallback.
   std::vector<const backends::Backend*> order;
-  std::shared_ptr<const cache::Store> store;  // null: no cache
-  std::string cache_refused;                  // why a configured cache is not used
+  std::shared_ptr<const cache::Store> store;         // null: no cache
+  std::string cache_refused;                         // why a configured cache is not used
+  std::shared_ptr<const cache::RemoteStore> remote;  // null: no remote tier
   mutable std::atomic<bool> store_writable{true};
   // Recursive: a logger may run a model, whose compile logs.
   mutable std::recursive_mutex log_mutex;

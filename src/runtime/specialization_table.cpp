@@ -64,6 +64,52 @@ backends::PartitionedCompile Model::Impl::load_cached(const cache::Store& store,
   return made;
 }
 
+backends::PartitionedCompile Model::Impl::load_remote(const cache::Store& store, const cache::Key& cache_key,
+                                                      const std::string& key, const backends::CompileOptions& options,
+                                                      SpecializationStats& stats, std::shared_ptr<void>& lease) const {
+  const Runtime::Impl& rt = *runtime.impl_;
+  backends::PartitionedCompile made;
+  // While another host compiles it, a process of this host may store it here first.
+  SpecializationStats local;
+  const cache::RemoteStore::Obtained got = rt.remote->obtain(cache_key.hex, [&] {
+    made = load_cached(store, cache_key, key, options, local);
+    return made.executable != nullptr;
+  });
+  if (got.local) {
+    stats.cache = CacheOutcome::Hit;
+    return made;
+  }
+  if (got.entry) {
+    // The weights' digest is checked while the rest loads, as for a local entry.
+    const backends::LoadedArtifact artifact = cache::RawEntry::loaded(got.entry, true);
+    try {
+      made = backends::load_partitioned(artifact, model.graph, rt.order, options);
+    } catch (const ir::Error& e) {
+      // Checked, yet not loadable here (a oneDNN primitive that wants another layout): compiled instead.
+      runtime.log(LogLevel::Warning, model_label(model) + ": remote cache entry " + cache_key.hex + " for " + key +
+                                         " does not load (" + e.what() + "); compiling it");
+    }
+    if (const std::string& bad = artifact.check->run(); !bad.empty()) {
+      made = {};
+      rt.remote->refuse(cache_key.hex, bad);
+      stats.cache = CacheOutcome::Rebuild;
+      stats.cache_note = bad;
+    } else if (made.executable) {
+      stats.cache = CacheOutcome::RemoteHit;
+      stats.cache_note.clear();
+      CacheWriter::Job publish;
+      publish.key = cache_key;
+      publish.fetched = got.entry;
+      rt.writer.enqueue(std::move(publish));
+      return made;
+    }
+  }
+  if (got.refused) stats.cache = CacheOutcome::Rebuild;
+  if (!got.note.empty()) stats.cache_note = got.note;
+  lease = got.lease;
+  return made;
+}
+
 // Loads or compiles the entry for `ins` and fills in its stats.
 void Model::Impl::make(const std::shared_ptr<Specialized>& entry, const std::string& key,
                        const std::map<std::string, ir::Tensor>& ins) {
@@ -76,10 +122,12 @@ void Model::Impl::make(const std::shared_ptr<Specialized>& entry, const std::str
   SpecializationStats& stats = entry->stats;
   backends::PartitionedCompile made;  // loaded or compiled
   cache::Key cache_key;
+  std::shared_ptr<void> lease;  // this host compiles it for the fleet
   if (store) {
     cache_key = cache::make_key({model.content_hash, model.source_path, key, backends::partitioned_identity(order, options)});
     stats.cache_key = cache_key.hex;
     made = load_cached(*store, cache_key, key, options, stats);
+    if (!made.executable && runtime.impl_->remote) made = load_remote(*store, cache_key, key, options, stats, lease);
   } else {
     stats.cache = no_store;
     stats.cache_note = no_store_note;
@@ -102,9 +150,9 @@ void Model::Impl::make(const std::shared_ptr<Specialized>& entry, const std::str
   runtime.log(LogLevel::Debug, model_label(model) + ": " + (stats.cache == CacheOutcome::Hit ? "loaded " : "compiled ") + key +
                                    " with " + stats.backend + " in " + std::to_string(stats.compile_ms) +
                                    " ms (cache: " + cache_outcome_name(stats.cache) + ")");
-  if (store && stats.cache != CacheOutcome::Hit) {
+  if (store && stats.cache != CacheOutcome::Hit && stats.cache != CacheOutcome::RemoteHit) {
     const auto store_start = std::chrono::steady_clock::now();
-    store_entry(*store, cache_key, entry);
+    store_entry(*store, cache_key, entry, std::move(lease));
     stats.store_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - store_start).count();
   }
 }
@@ -132,14 +180,21 @@ std::shared_ptr<const backends::Executable> Model::Impl::specialization_for(cons
   return entry->executable;
 }
 
-void Model::Impl::store_entry(const cache::Store& store, const cache::Key& key, const std::shared_ptr<Specialized>& entry) const {
+void Model::Impl::store_entry(const cache::Store& store, const cache::Key& key, const std::shared_ptr<Specialized>& entry,
+                              std::shared_ptr<void> lease) const {
   const Runtime::Impl& rt = *runtime.impl_;
   SpecializationStats& stats = entry->stats;
   try {
     if (!rt.store_writable.load()) ir::fail(ir::ErrorKind::Io, "cache directory '" + store.dir() + "' is not writable");
     store.create();
-    rt.writer.enqueue({key, entry->executable, stats.compile_ms,
-                       [entry](CacheOutcome outcome, const std::string& note) { entry->settle(outcome, note); }});
+    CacheWriter::Job job;
+    job.key = key;
+    job.executable = entry->executable;
+    job.compile_ms = stats.compile_ms;
+    job.settle = [entry](CacheOutcome outcome, const std::string& note) { entry->settle(outcome, note); };
+    job.push = share_remotely;
+    job.hold = std::move(lease);
+    rt.writer.enqueue(std::move(job));
   } catch (const ir::Error& e) {
     if (rt.store_writable.exchange(false))
       runtime.log(LogLevel::Warning, std::string(e.what()) + "; compiling in memory only from now on");

@@ -34,6 +34,22 @@ std::string default_cache_dir() {
 
 std::string cache_max_bytes() { return get("KILN_CACHE_MAX_BYTES"); }
 std::string cache_key_file() { return get("KILN_CACHE_KEY_FILE"); }
+std::string remote_cache() { return get("KILN_REMOTE_CACHE"); }
+
+bool remote_cache_read_only() {
+  const std::string v = get("KILN_REMOTE_CACHE_READ_ONLY");
+  if (!v.empty() && v != "0" && v != "1") bad("KILN_REMOTE_CACHE_READ_ONLY", v, "0 or 1");
+  return v == "1";
+}
+
+int remote_cache_ms(const char* name) {
+  const std::string var = std::string("KILN_REMOTE_CACHE_") + name + "_MS", v = get(var.c_str());
+  if (v.empty()) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (*end || n <= 0 || n > 3600000) bad(var.c_str(), v, "milliseconds, 1 to 3600000");
+  return int(n);
+}
 std::string plugin_path() { return get("KILN_PLUGIN_PATH"); }
 std::string kernels() { return get("KILN_KERNELS"); }
 std::string profile() { return get("KILN_PROFILE"); }

@@ -14,9 +14,13 @@ std::string cache_dir();          // KILN_CACHE_DIR
 std::string default_cache_dir();  // $XDG_CACHE_HOME/kiln if absolute, else $HOME/.cache/kiln, else ""
 std::string cache_max_bytes();    // KILN_CACHE_MAX_BYTES, unparsed: a bad one costs the Runtime a warning
 std::string cache_key_file();     // KILN_CACHE_KEY_FILE
-std::string plugin_path();        // KILN_PLUGIN_PATH
-std::string kernels();            // KILN_KERNELS
-std::string profile();            // KILN_PROFILE
+std::string remote_cache();       // KILN_REMOTE_CACHE
+bool remote_cache_read_only();    // KILN_REMOTE_CACHE_READ_ONLY is 1 (0 or unset: no; else an error)
+// KILN_REMOTE_CACHE_<NAME>_MS as a positive number of milliseconds; 0 if unset; an error otherwise.
+int remote_cache_ms(const char* name);
+std::string plugin_path();  // KILN_PLUGIN_PATH
+std::string kernels();      // KILN_KERNELS
+std::string profile();      // KILN_PROFILE
 // The cpu backend's tuning. A bad value throws ir::Error(InvalidArgument).
 bool winograd();                      // KILN_WINOGRAD: 0 or 1 (default 1)
 int64_t channel_blocks_from();        // KILN_CHANNEL_BLOCKS_FROM: bytes (default 6 MiB)
