@@ -3,57 +3,15 @@
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
-#include <charconv>
-
 #include "runtime/ir/error.hpp"
 
 namespace kiln::cache {
 
 namespace {
 
-bool parse_int(std::string_view s, int& out, int lo, int hi) {
-  int v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) return false;
-  out = v;
-  return true;
-}
-
 timeval to_timeval(int ms) { return timeval{ms / 1000, (ms % 1000) * 1000}; }
 
 }  // namespace
-
-std::string parse_redis_url(const std::string& url, RedisAddress& out) {
-  out = RedisAddress{};
-  out.text = url;
-  const std::string expected = "; expected redis://HOST[:PORT][/DB] or unix://PATH[?db=N]";
-  std::string_view rest(url);
-  if (rest.rfind("unix://", 0) == 0) {
-    rest.remove_prefix(7);
-    if (const size_t q = rest.find("?db="); q != std::string_view::npos) {
-      if (!parse_int(rest.substr(q + 4), out.db, 0, 1 << 20)) return "'" + url + "': the database is not a number" + expected;
-      rest = rest.substr(0, q);
-    }
-    if (rest.empty() || rest[0] != '/') return "'" + url + "': the socket's path must be absolute" + expected;
-    out.unix_path = std::string(rest);
-    return "";
-  }
-  if (rest.rfind("redis://", 0) != 0) return "'" + url + "' is not a Redis address" + expected;
-  rest.remove_prefix(8);
-  if (const size_t slash = rest.find('/'); slash != std::string_view::npos) {
-    if (!parse_int(rest.substr(slash + 1), out.db, 0, 1 << 20)) return "'" + url + "': the database is not a number" + expected;
-    rest = rest.substr(0, slash);
-  }
-  if (rest.find('@') != std::string_view::npos)
-    return "'" + url + "': credentials in the address are not supported (use a Unix socket or a private network)";
-  if (const size_t colon = rest.rfind(':'); colon != std::string_view::npos && rest.find(']') == std::string_view::npos) {
-    if (!parse_int(rest.substr(colon + 1), out.port, 1, 65535)) return "'" + url + "': the port is not 1 to 65535" + expected;
-    rest = rest.substr(0, colon);
-  }
-  if (rest.empty()) return "'" + url + "' names no host" + expected;
-  out.host = std::string(rest);
-  return "";
-}
 
 void RedisReplyDeleter::operator()(redisReply* r) const { freeReplyObject(r); }
 

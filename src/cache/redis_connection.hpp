@@ -8,22 +8,12 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/remote_header.hpp"
+
 struct redisContext;
 struct redisReply;
 
 namespace kiln::cache {
-
-struct RedisAddress {
-  std::string host;  // empty for a Unix socket
-  int port = 6379;
-  std::string unix_path;  // unix://PATH
-  int db = 0;
-  std::string text;  // as given, for messages
-};
-
-// Parses redis://HOST[:PORT][/DB] or unix://PATH[?db=N]; "" if it is
-// well-formed, else what is wrong.
-std::string parse_redis_url(const std::string& url, RedisAddress& out);
 
 // A reply; null for Redis's nil.
 struct RedisReplyDeleter {

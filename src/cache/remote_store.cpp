@@ -4,21 +4,16 @@
 #include <cstring>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "runtime/ir/error.hpp"
 #include "runtime/ir/huge_pages.hpp"
 
 namespace kiln::cache {
-
-using nlohmann::json;
 
 namespace {
 
 // After a failure the store is left alone this long, so that a host whose
 // store is down pays one timeout per few seconds, not one per compile.
 constexpr auto kRetryAfter = std::chrono::seconds(5);
-constexpr size_t kMaxHeaderBytes = size_t(2) << 20;
 constexpr int64_t kMaxEntryBytes = int64_t(16) << 30;
 // Chunks per round trip: bounds the replies held at once.
 constexpr size_t kChunksPerTrip = 4;
@@ -128,15 +123,11 @@ RemoteStore::Fetch RemoteStore::fetch(RedisConnection& c, const std::string& key
     remove(key);
     return Fetch::Refused;
   };
-  if (text.size() > kMaxHeaderBytes || !nesting_at_most(text, 4)) return refuse("its header is too large or too deep");
-  const json h = json::parse(text, nullptr, false);
-  if (!h.is_object() || !h.contains("gen") || !h["gen"].is_string() || !h.contains("chunks") ||
-      !h["chunks"].is_number_unsigned() || !h.contains("manifest") || !h["manifest"].is_string() || !h.contains("tag") ||
-      !h["tag"].is_string())
-    return refuse("its header is not {gen, chunks, manifest, tag}");
-  out.manifest = h["manifest"].get<std::string>();
-  out.tag = h["tag"].get<std::string>();
-  const std::string gen = h["gen"].get<std::string>();
+  RemoteHeader h;
+  if (std::string bad = parse_remote_header(text, h); !bad.empty()) return refuse(bad);
+  out.manifest = std::move(h.manifest);
+  out.tag = std::move(h.tag);
+  const std::string& gen = h.gen;
   // Nothing is fetched for a manifest that does not verify.
   std::optional<Manifest> m;
   if (std::string bad = check_manifest(auth_, key, out.manifest, out.tag, m); !bad.empty()) return refuse(bad);
@@ -144,7 +135,7 @@ RemoteStore::Fetch RemoteStore::fetch(RedisConnection& c, const std::string& key
   for (int i = 0; i < 3; ++i) total += sizes[i] = m->files.at(kEntryFiles[i]).bytes;
   if (total > kMaxEntryBytes) return refuse("it is larger than 16 GiB");
   const uint64_t chunks = (uint64_t(total) + kChunkBytes - 1) / kChunkBytes;
-  if (h["chunks"].get<uint64_t>() != chunks) return refuse("its header's chunk count does not fit its manifest");
+  if (h.chunks != chunks) return refuse("its header's chunk count does not fit its manifest");
   out.object.assign(size_t(sizes[0]), '\0');
   out.program.assign(size_t(sizes[1]), '\0');
   out.weights_bytes = size_t(sizes[2]);
@@ -302,7 +293,7 @@ bool RemoteStore::upload(RedisConnection& c, const std::string& key, const RawEn
       return straddle;
     };
     for (uint64_t i = 0; i < chunks; ++i) c.command({"SET", names[i], chunk(i)});
-    const std::string header = json{{"gen", gen}, {"chunks", chunks}, {"manifest", raw.manifest}, {"tag", raw.tag}}.dump();
+    const std::string header = to_text(RemoteHeader{gen, chunks, raw.manifest, raw.tag});
     if (c.is_nil(c.command({"SET", header_key, header, "NX"}))) {
       // Another host published it first: ours would never be read.
       std::vector<RedisConnection::Command> dels;
@@ -338,14 +329,11 @@ std::vector<RemoteStore::Listed> RemoteStore::list(bool fetch_files) const {
       if (f == Fetch::Refused) l.problem = note;
       check_manifest(auth_, key, raw.manifest, raw.tag, l.manifest);
     } else {
-      const RedisReply h = c->command({"GET", prefix_ + "e:" + key});
-      if (c->is_nil(h)) continue;
-      const std::string_view text = c->string(h);
-      const json j = text.size() <= kMaxHeaderBytes && nesting_at_most(text, 4) ? json::parse(text, nullptr, false) : json();
-      if (j.is_object() && j.contains("manifest") && j["manifest"].is_string() && j.contains("tag") && j["tag"].is_string())
-        l.problem = check_manifest(auth_, key, j["manifest"].get<std::string>(), j["tag"].get<std::string>(), l.manifest);
-      else
-        l.problem = "its header is not {gen, chunks, manifest, tag}";
+      const RedisReply reply = c->command({"GET", prefix_ + "e:" + key});
+      if (c->is_nil(reply)) continue;
+      RemoteHeader h;
+      l.problem = parse_remote_header(c->string(reply), h);
+      if (l.problem.empty()) l.problem = check_manifest(auth_, key, h.manifest, h.tag, l.manifest);
     }
     if (l.manifest)
       for (const char* f : kEntryFiles) l.bytes += l.manifest->files.at(f).bytes;
@@ -400,15 +388,9 @@ int64_t RemoteStore::remove_orphans() const {
     const size_t a = rest.find(':'), b = rest.rfind(':');
     if (a == std::string::npos || a == b) continue;
     const std::string key = rest.substr(0, a), gen = rest.substr(a + 1, b - a - 1);
-    const RedisReply h = c->command({"GET", prefix_ + "e:" + key});
-    bool live = false;
-    if (!c->is_nil(h)) {
-      const std::string_view text = c->string(h);
-      const json j = text.size() <= kMaxHeaderBytes && nesting_at_most(text, 4) ? json::parse(text, nullptr, false) : json();
-      live = j.is_object() && j.contains("gen") && j["gen"].is_string() && j["gen"].get<std::string>() == gen;
-    }
-    // An upload in progress has written chunks but not yet its header.
-    if (live) continue;
+    const RedisReply reply = c->command({"GET", prefix_ + "e:" + key});
+    RemoteHeader h;
+    if (!c->is_nil(reply) && parse_remote_header(c->string(reply), h).empty() && h.gen == gen) continue;
     const RedisReply idle = c->command({"OBJECT", "IDLETIME", ck});
     if (!c->is_nil(idle) && c->integer(idle) >= kOrphanAfter.count()) removed += c->integer(c->command({"DEL", ck}));
   }
