@@ -36,7 +36,7 @@ void RedisConnection::fail(const std::string& what) const {
   ir::fail(ir::ErrorKind::Io, "remote cache " + address_.text + ": " + what);
 }
 
-std::vector<RedisReply> RedisConnection::pipeline(const std::vector<Command>& commands) {
+void RedisConnection::send(const std::vector<Command>& commands) {
   if (context_->err) fail(std::string("connection broken: ") + context_->errstr);
   std::vector<const char*> argv;
   std::vector<size_t> lengths;
@@ -50,22 +50,28 @@ std::vector<RedisReply> RedisConnection::pipeline(const std::vector<Command>& co
     if (redisAppendCommandArgv(context_, int(argv.size()), argv.data(), lengths.data()) != REDIS_OK)
       fail(std::string("cannot send: ") + context_->errstr);
   }
-  std::vector<RedisReply> replies;
-  for (size_t i = 0; i < commands.size(); ++i) {
-    void* r = nullptr;
-    if (redisGetReply(context_, &r) != REDIS_OK || !r)
-      fail(context_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)
-               ? std::string("no answer within the timeout")
-               : std::string(context_->errstr[0] ? context_->errstr : "connection lost"));
-    RedisReply reply(static_cast<redisReply*>(r));
-    if (reply->type == REDIS_REPLY_ERROR) {
-      // The connection stays in step, but a server that refuses our
-      // commands (out of memory, read-only replica) is a failing store.
-      context_->err = REDIS_ERR_OTHER;
-      fail(std::string(commands[i][0]) + " failed: " + std::string(reply->str, reply->len));
-    }
-    replies.push_back(std::move(reply));
+}
+
+RedisReply RedisConnection::receive(std::string_view command_name) {
+  void* r = nullptr;
+  if (redisGetReply(context_, &r) != REDIS_OK || !r)
+    fail(context_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)
+             ? std::string("no answer within the timeout")
+             : std::string(context_->errstr[0] ? context_->errstr : "connection lost"));
+  RedisReply reply(static_cast<redisReply*>(r));
+  if (reply->type == REDIS_REPLY_ERROR) {
+    // The connection stays in step, but a server that refuses our commands
+    // (out of memory, a read-only replica) is a failing store.
+    context_->err = REDIS_ERR_OTHER;
+    fail(std::string(command_name) + " failed: " + std::string(reply->str, reply->len));
   }
+  return reply;
+}
+
+std::vector<RedisReply> RedisConnection::pipeline(const std::vector<Command>& commands) {
+  send(commands);
+  std::vector<RedisReply> replies;
+  for (const Command& c : commands) replies.push_back(receive(c[0]));
   return replies;
 }
 

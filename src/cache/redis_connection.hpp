@@ -32,6 +32,10 @@ class RedisConnection {
   using Command = std::vector<std::string_view>;
   // Sends every command, then reads every reply (one round trip).
   std::vector<RedisReply> pipeline(const std::vector<Command>& commands);
+  // The same in two halves, so that a caller can work on one reply while
+  // the next ones travel: each send is answered by one receive per command.
+  void send(const std::vector<Command>& commands);
+  RedisReply receive(std::string_view command_name);
   RedisReply command(const Command& command);
 
   // A reply's parts, checked: each throws ir::Error (Io) if the reply is of another type.

@@ -111,15 +111,14 @@ bool RemoteStore::with(const std::function<void(RedisConnection&)>& f) const {
   }
 }
 
-RemoteStore::Fetch RemoteStore::fetch(RedisConnection& c, const std::string& key, RawEntry& out, std::string& note,
-                                      bool defer_weights) const {
+RemoteStore::Fetch RemoteStore::fetch(RedisConnection& c, const std::string& key, RawEntry& out, std::string& note) const {
   const std::string header_key = prefix_ + "e:" + key;
   const RedisReply header = c.command({"GET", header_key});
   if (c.is_nil(header)) return Fetch::Miss;
   const std::string_view text = c.string(header);
   auto refuse = [&](const std::string& why) {
-    note = refusal(key, why);
-    c.pipeline({{"INCR", prefix_ + "refused"}});
+    note = "the remote cache's entry " + key + " was refused: " + why;
+    c.command({"INCR", prefix_ + "refused"});
     remove(key);
     return Fetch::Refused;
   };
@@ -142,6 +141,8 @@ RemoteStore::Fetch RemoteStore::fetch(RedisConnection& c, const std::string& key
   out.weights.reset(static_cast<char*>(ir::allocate_buffer(std::max<size_t>(out.weights_bytes, 1))), &std::free);
   if (!out.weights) ir::fail(ir::ErrorKind::Io, "remote cache: no memory for an entry of " + std::to_string(total) + " bytes");
   char* files[3] = {out.object.data(), out.program.data(), out.weights.get()};
+  // Hashed as the chunks come, in order, while the next ones travel.
+  Sha256 digests[3];
   // Copies the entry's bytes [at, at + n) from a chunk into the files they belong to.
   auto place = [&](int64_t at, const char* from, int64_t n) {
     int64_t start = 0;
@@ -149,36 +150,53 @@ RemoteStore::Fetch RemoteStore::fetch(RedisConnection& c, const std::string& key
       if (at >= start + sizes[i]) continue;
       const int64_t k = std::min(n, start + sizes[i] - at);
       std::memcpy(files[i] + (at - start), from, size_t(k));
+      digests[i].update(from, size_t(k));
       at += k;
       from += k;
       n -= k;
     }
   };
-  for (uint64_t first = 0; first < chunks; first += kChunksPerTrip) {
+  auto send_trip = [&](uint64_t first) {
     std::vector<std::string> names;
     for (uint64_t i = first; i < std::min<uint64_t>(chunks, first + kChunksPerTrip); ++i)
       names.push_back(prefix_ + "c:" + key + ":" + gen + ":" + std::to_string(i));
     std::vector<RedisConnection::Command> gets;
     for (const auto& n : names) gets.push_back({"GET", n});
-    const std::vector<RedisReply> replies = c.pipeline(gets);
-    for (size_t j = 0; j < replies.size(); ++j) {
-      const uint64_t i = first + j;
-      if (c.is_nil(replies[j])) {
+    c.send(gets);
+    return uint64_t(gets.size());
+  };
+  uint64_t sent = 0, received = 0;
+  // Reads the replies still travelling, so that the connection stays in step.
+  auto drain = [&] {
+    for (; received < sent; ++received) c.receive("GET");
+  };
+  if (chunks > 0) sent = send_trip(0);
+  for (uint64_t first = 0; first < chunks; first += kChunksPerTrip) {
+    if (first + kChunksPerTrip < chunks) sent += send_trip(first + kChunksPerTrip);
+    for (uint64_t i = first; i < std::min<uint64_t>(chunks, first + kChunksPerTrip); ++i) {
+      const RedisReply reply = c.receive("GET");
+      ++received;
+      if (c.is_nil(reply)) {
         // Evicted (maxmemory) or removed: the header goes too, so that a
         // whole entry can take its place.
+        drain();
         note = "the remote entry lost a chunk (evicted)";
         remove(key);
         return Fetch::Miss;
       }
-      const std::string_view chunk = c.string(replies[j]);
+      const std::string_view chunk = c.string(reply);
       const int64_t at = int64_t(i * kChunkBytes), want = std::min<int64_t>(int64_t(kChunkBytes), total - at);
-      if (int64_t(chunk.size()) != want)
+      if (int64_t(chunk.size()) != want) {
+        drain();
         return refuse("chunk " + std::to_string(i) + " has " + std::to_string(chunk.size()) + " bytes, not " +
                       std::to_string(want));
+      }
       place(at, chunk.data(), want);
     }
   }
-  if (std::string bad = check_raw(auth_, key, out, m, !defer_weights); !bad.empty()) return refuse(bad);
+  for (int i = 0; i < 3; ++i)
+    if (digests[i].hex() != m->files.at(kEntryFiles[i]).sha256)
+      return refuse(std::string(kEntryFiles[i]) + " does not match its digest (corrupted or altered)");
   return Fetch::Hit;
 }
 
@@ -192,7 +210,7 @@ RemoteStore::Obtained RemoteStore::obtain(const std::string& key, const std::fun
     auto raw = std::make_shared<RawEntry>();
     const bool answered = with([&](RedisConnection& c) {
       std::string note;
-      switch (fetch(c, key, *raw, note, true)) {
+      switch (fetch(c, key, *raw, note)) {
         case Fetch::Hit:
           o.entry = raw;
           next = Done;
@@ -234,18 +252,6 @@ RemoteStore::Obtained RemoteStore::obtain(const std::string& key, const std::fun
       return o;
     }
   }
-}
-
-std::string RemoteStore::refusal(const std::string& key, const std::string& why) {
-  return "the remote cache's entry " + key + " was refused: " + why;
-}
-
-void RemoteStore::refuse(const std::string& key, const std::string& why) const {
-  log_(2, refusal(key, why));
-  with([&](RedisConnection& c) {
-    c.command({"INCR", prefix_ + "refused"});
-    remove(key);
-  });
 }
 
 bool RemoteStore::push(const std::string& key, const RawEntry& raw) const {
@@ -324,7 +330,7 @@ std::vector<RemoteStore::Listed> RemoteStore::list(bool fetch_files) const {
     if (fetch_files) {
       RawEntry raw;
       std::string note;
-      const Fetch f = fetch(*c, key, raw, note, false);
+      const Fetch f = fetch(*c, key, raw, note);
       if (f == Fetch::Miss) continue;  // gone meanwhile, or lost a chunk (then removed)
       if (f == Fetch::Refused) l.problem = note;
       check_manifest(auth_, key, raw.manifest, raw.tag, l.manifest);

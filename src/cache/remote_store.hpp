@@ -51,7 +51,7 @@ class RemoteStore {
 
   // What a host that missed `key` locally is to do.
   struct Obtained {
-    std::shared_ptr<const RawEntry> entry;  // the fleet's entry, checked but for its weights' digest (RawEntry::loaded)
+    std::shared_ptr<const RawEntry> entry;  // the fleet's entry, checked
     std::shared_ptr<Lease> lease;           // compile: this host holds the lease (null: no lease)
     bool local = false;                     // `local_appeared` found it meanwhile
     bool refused = false;                   // the store held an entry that did not verify
@@ -62,9 +62,6 @@ class RemoteStore {
   // now and then whether a process of this host stored it locally; else
   // takes the lease (unless read-only) and says to compile.
   Obtained obtain(const std::string& key, const std::function<bool()>& local_appeared) const;
-
-  // Counts and removes an entry found bad after obtain() (its weights' digest).
-  void refuse(const std::string& key, const std::string& why) const;
 
   // Uploads an entry unless the store has one for its key, the host is
   // read-only or the store is down. Returns whether it uploaded.
@@ -89,9 +86,7 @@ class RemoteStore {
 
  private:
   enum class Fetch { Miss, Hit, Refused };
-  // With `defer_weights`, all but the weights' digest is checked (the caller checks that).
-  Fetch fetch(RedisConnection& c, const std::string& key, RawEntry& out, std::string& note, bool defer_weights) const;
-  static std::string refusal(const std::string& key, const std::string& why);
+  Fetch fetch(RedisConnection& c, const std::string& key, RawEntry& out, std::string& note) const;
   bool upload(RedisConnection& c, const std::string& key, const RawEntry& raw) const;
   // Runs `f` on a pooled connection; false if the store is down or failed (logged once).
   bool with(const std::function<void(RedisConnection&)>& f) const;

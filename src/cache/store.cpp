@@ -492,8 +492,7 @@ std::string check_manifest(const Authenticator& auth, const std::string& key, st
   return "";
 }
 
-std::string check_raw(const Authenticator& auth, const std::string& key, const RawEntry& raw, std::optional<Manifest>& out,
-                      bool weights_digest) {
+std::string check_raw(const Authenticator& auth, const std::string& key, const RawEntry& raw, std::optional<Manifest>& out) {
   if (std::string bad = check_manifest(auth, key, raw.manifest, raw.tag, out); !bad.empty()) return bad;
   const Manifest& m = *out;
   for (int i = 0; i < 3; ++i) {
@@ -502,25 +501,14 @@ std::string check_raw(const Authenticator& auth, const std::string& key, const R
     if (int64_t(data.size()) != want.bytes)
       return std::string(kEntryFiles[i]) + " has " + std::to_string(data.size()) + " bytes, the manifest says " +
              std::to_string(want.bytes);
-    if ((i < 2 || weights_digest) && sha256_hex(data.data(), data.size()) != want.sha256)
+    if (sha256_hex(data.data(), data.size()) != want.sha256)
       return std::string(kEntryFiles[i]) + " does not match its digest (corrupted or altered)";
   }
   return "";
 }
 
-backends::LoadedArtifact RawEntry::loaded(std::shared_ptr<const RawEntry> raw, bool check_weights) {
+backends::LoadedArtifact RawEntry::loaded(std::shared_ptr<const RawEntry> raw) {
   backends::LoadedArtifact a;
-  Manifest m;
-  if (check_weights) {
-    // The manifest was checked when the entry came: here only its digest is wanted.
-    const std::string bad = parse_manifest(raw->manifest, m);
-    const std::string want = bad.empty() ? m.files.at("weights.bin").sha256 : "";
-    a.check = std::make_shared<backends::LoadCheck>([raw, want] {
-      return sha256_hex(raw->weights.get(), raw->weights_bytes) == want
-                 ? std::string()
-                 : std::string("weights.bin does not match its digest (corrupted or altered)");
-    });
-  }
   a.object = raw->object;
   a.program = raw->program;
   a.weights = raw->weights.get();

@@ -63,19 +63,16 @@ struct RawEntry {
            : i == 1 ? std::string_view(program)
                     : std::string_view(weights.get(), weights_bytes);
   }
-  // The entry as a loader takes it, keeping `raw` alive. With
-  // `check_weights`, the weights' digest is the artifact's check (see Store::open).
-  static backends::LoadedArtifact loaded(std::shared_ptr<const RawEntry> raw, bool check_weights = false);
+  // The entry as a loader takes it, keeping `raw` alive.
+  static backends::LoadedArtifact loaded(std::shared_ptr<const RawEntry> raw);
 };
 
 // "" if `text` is a manifest of this build for `key` whose `tag` verifies,
 // else what is wrong; `out` is set whenever the manifest could be parsed.
 std::string check_manifest(const Authenticator& auth, const std::string& key, std::string_view text, std::string_view tag,
                            std::optional<Manifest>& out);
-// The same, and every file's size and digest (but the weights' digest
-// without `weights_digest`: then the caller must check it before it runs them).
-std::string check_raw(const Authenticator& auth, const std::string& key, const RawEntry& raw, std::optional<Manifest>& out,
-                      bool weights_digest = true);
+// The same, and every file's size and digest.
+std::string check_raw(const Authenticator& auth, const std::string& key, const RawEntry& raw, std::optional<Manifest>& out);
 
 struct EntryInfo {
   std::string key;

@@ -80,21 +80,8 @@ backends::PartitionedCompile Model::Impl::load_remote(const cache::Store& store,
     return made;
   }
   if (got.entry) {
-    // The weights' digest is checked while the rest loads, as for a local entry.
-    const backends::LoadedArtifact artifact = cache::RawEntry::loaded(got.entry, true);
     try {
-      made = backends::load_partitioned(artifact, model.graph, rt.order, options);
-    } catch (const ir::Error& e) {
-      // Checked, yet not loadable here (a oneDNN primitive that wants another layout): compiled instead.
-      runtime.log(LogLevel::Warning, model_label(model) + ": remote cache entry " + cache_key.hex + " for " + key +
-                                         " does not load (" + e.what() + "); compiling it");
-    }
-    if (const std::string& bad = artifact.check->run(); !bad.empty()) {
-      made = {};
-      rt.remote->refuse(cache_key.hex, bad);
-      stats.cache = CacheOutcome::Rebuild;
-      stats.cache_note = bad;
-    } else if (made.executable) {
+      made = backends::load_partitioned(cache::RawEntry::loaded(got.entry), model.graph, rt.order, options);
       stats.cache = CacheOutcome::RemoteHit;
       stats.cache_note.clear();
       CacheWriter::Job publish;
@@ -102,6 +89,10 @@ backends::PartitionedCompile Model::Impl::load_remote(const cache::Store& store,
       publish.fetched = got.entry;
       rt.writer.enqueue(std::move(publish));
       return made;
+    } catch (const ir::Error& e) {
+      // Checked, yet not loadable here (a oneDNN primitive that wants another layout): compiled instead.
+      runtime.log(LogLevel::Warning, model_label(model) + ": remote cache entry " + cache_key.hex + " for " + key +
+                                         " does not load (" + e.what() + "); compiling it");
     }
   }
   if (got.refused) stats.cache = CacheOutcome::Rebuild;
