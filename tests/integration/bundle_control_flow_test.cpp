@@ -290,6 +290,28 @@ TEST_F(BundleControlFlowTest, LoopUntilItsConditionTurnsFalse) {
   }
 }
 
+// A Loop with neither a trip count nor a condition that turns false stops
+// after 2^24 iterations (as the JIT's does) with a status, not a hang.
+TEST_F(BundleControlFlowTest, LoopThatRunsAwayFails) {
+  ModelBuilder body;
+  body.graph().set_name("body");
+  body.input("i", kInt64, {}).input("cond_in", kBool, {}).input("h_in", kFloat, {4});
+  body.output("cond_out", kBool, {}).output("h_out", kFloat, {4});
+  body.node("Identity", {"cond_in"}, {"cond_out"});
+  body.node("Neg", {"h_in"}, {"h_out"});
+  ModelBuilder b(13);
+  b.input("h0", kFloat, {4}).input("go", kBool, {}).output("h", kFloat, {4});
+  ModelBuilder::attr_graph(b.node("Loop", {"", "go", "h0"}, {"h"}), "body", body.graph());
+  const kiln::Model model = load("forever", b.model());
+  const fs::path driver = freeze(model, {});
+  write_file(dir_ / "h0.in", std::string(16, '\0'));
+  write_file(dir_ / "go.in", std::string(1, '\1'));
+  const Output r = sh(driver.string() + " " + (dir_ / "net.weights.bin").string() + " 1 1 " + (dir_ / "h0.in").string() + " " +
+                      (dir_ / "go.in").string() + " " + (dir_ / "h.out").string() + ":16");
+  EXPECT_EQ(r.code, 1) << r.text;
+  EXPECT_NE(r.text.find("run: a Loop ran another number of iterations"), std::string::npos) << r.text;
+}
+
 // A Scan over a sequence-major input ([steps, batch, 3]: the batch on axis
 // 1), read from its last step to its first: s = tanh(s + x_t W), each
 // step's 2s stacked.
