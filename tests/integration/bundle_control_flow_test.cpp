@@ -171,7 +171,8 @@ onnx::ModelProto if_on_rate() {
 
 // Without --constant, the bundle takes the rate and holds both branches:
 // each run takes the one the rate picks, batch 3 split as 1+1+1 over sizes
-// 1 and 4, on one and on three threads.
+// 1 and 4, on one and on three threads, and through the static API in an
+// arena of the size the header gives.
 TEST_F(BundleControlFlowTest, IfOnAnInputTakesEitherBranch) {
   const kiln::Model model = load("vad", if_on_rate());
   kiln::Model::FreezeOptions o;
@@ -186,6 +187,10 @@ TEST_F(BundleControlFlowTest, IfOnAnInputTakesEitherBranch) {
                      std::to_string(threads));
         matches_the_jit(model, driver, batch, {{"x", floats(rng, {batch, 4, 6})}, {"rate", int64_scalar(rate)}}, threads);
       }
+  for (int64_t rate : {16000, 8000}) {
+    SCOPED_TRACE("static API, rate " + std::to_string(rate));
+    matches_the_jit(model, driver, 1, {{"x", floats(rng, {1, 4, 6})}, {"rate", int64_scalar(rate)}}, 0);
+  }
 }
 
 // A code version per CPU holds the branches of each: a Nehalem (no AVX)
@@ -250,6 +255,7 @@ TEST_F(BundleControlFlowTest, LoopWithStackedStepsOnAnotherBatchAxis) {
       SCOPED_TRACE("batch " + std::to_string(batch) + ", threads " + std::to_string(threads));
       matches_the_jit(model, driver, batch, {{"x", floats(rng, {batch, 3})}, {"h0", floats(rng, {batch, 3})}}, threads);
     }
+  matches_the_jit(model, driver, 1, {{"x", floats(rng, {1, 3})}, {"h0", floats(rng, {1, 3})}}, 0);  // the static API
 }
 
 // The trip count is an input: the bundle runs as many iterations as it says, none included.

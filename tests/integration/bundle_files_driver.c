@@ -3,7 +3,9 @@
  *   ./driver WEIGHTS BATCH THREADS INPUT... OUTPUT:BYTES...
  * one file per input (its whole contents) in the bundle's order, then per
  * output a file to write and its size for this batch. THREADS > 1 hands
- * the bundle a parallel_for of that many threads. */
+ * the bundle a parallel_for of that many threads; 0 runs the static API
+ * (NAME_run_b1, batch 1) in an arena of NAME_ARENA_BYTES_B1 bytes that
+ * nothing else uses, with the weights file's image in 64-byte aligned memory. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +46,7 @@ static void* read_all(const char* path) {
   fseek(f, 0, SEEK_END);
   const long size = ftell(f);
   fseek(f, 0, SEEK_SET);
-  void* data = malloc(size > 0 ? (size_t)size : 1);
+  void* data = aligned_alloc(64, size > 0 ? ((size_t)size + 63) / 64 * 64 : 64);
   if (data && size > 0 && fread(data, 1, (size_t)size, f) != (size_t)size) {
     free(data);
     data = NULL;
@@ -76,7 +78,15 @@ int main(int argc, char** argv) {
     bytes[i] = (size_t)strtoull(colon + 1, NULL, 10);
     out[i] = malloc(bytes[i] > 0 ? bytes[i] : 1);
   }
-  if (FN(_run)(model, batch, in, out) != K(_OK)) {
+  if (threads == 0) {
+    void* weights = read_all(argv[1]);
+    void* arena = aligned_alloc(K(_ALIGNMENT), (K(_ARENA_BYTES_B1) + K(_ALIGNMENT) - 1) / K(_ALIGNMENT) * K(_ALIGNMENT));
+    const int32_t status = FN(_run_b1)(weights, arena, in, out, NULL, NULL);
+    if (batch != 1 || status != K(_OK)) {
+      fprintf(stderr, "static run: %d\n", (int)status);
+      return 1;
+    }
+  } else if (FN(_run)(model, batch, in, out) != K(_OK)) {
     fprintf(stderr, "run: %s\n", FN(_last_error)(model));
     return 1;
   }

@@ -135,8 +135,7 @@ class FrozenLowering {
     const size_t carried = loop ? own - 2 : own - m, first_in = loop ? 2 : 0, first_out = loop ? 1 : 0;
     for (size_t c = 0; c < carried; ++c) {
       FrozenControlFlow::Carried v;
-      v.initial = input_arg(n_, o_, first_in + c);
-      if (v.initial < 0) refuse("carried value " + std::to_string(c) + " has no initial value");
+      v.initial = input_arg(n_, o_, first_in + c);  // present: plan() checked
       v.result = output_arg(n_, o_, c);
       v.bytes = bytes(body.outputs[first_out + c]);
       for (int& spare : v.spare) spare = scratch(v.bytes, "carried " + std::to_string(c));
@@ -272,13 +271,16 @@ class FrozenLowering {
 
 bool lower_control_flow(Context& cx, const ir::Node& n) {
   if (!cx.bodies) {
-    // Native programs without bodies (none the backend compiles) run the reference kernel.
+    // Only bundles lower without a body compiler, and their programs call no
+    // host code: bodies as programs of their own, or why a bundle cannot hold them.
     if (cx.host_kernels) return false;
-    // A bundle: bodies as programs of their own, or the reason it cannot hold them.
     try {
       FrozenLowering(cx, n).lower();
     } catch (const ir::Error& e) {
-      cx.program.fallback_reasons[n.describe()] = e.what();
+      // The freeze error names the node already.
+      std::string why = e.what();
+      if (why.rfind(n.describe() + ": ", 0) == 0) why.erase(0, n.describe().size() + 2);
+      cx.program.fallback_reasons[n.describe()] = why;
       return false;
     }
     cx.compiled();
