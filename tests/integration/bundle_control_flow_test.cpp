@@ -262,7 +262,7 @@ TEST_F(BundleControlFlowTest, LoopWithStackedStepsOnAnotherBatchAxis) {
 TEST_F(BundleControlFlowTest, LoopWithATripCountFromData) {
   const kiln::Model model = load("cell", loop_cell(true));
   kiln::Model::FreezeOptions o;
-  o.batch_sizes = {2};
+  o.batch_sizes = {1, 2};
   const fs::path driver = freeze(model, o);
   std::mt19937 rng(6);
   for (int64_t trip : {0, 1, 7}) {

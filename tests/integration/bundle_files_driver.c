@@ -1,5 +1,6 @@
 /* Runs a bundle of any inputs and outputs on raw files, for the tests:
  *   cc -DPREFIX=net -DUPREFIX=NET -include net.h bundle_files_driver.c net.o -lm
+ * (the bundle must have batch size 1)
  *   ./driver WEIGHTS BATCH THREADS INPUT... OUTPUT:BYTES...
  * one file per input (its whole contents) in the bundle's order, then per
  * output a file to write and its size for this batch. THREADS > 1 hands
