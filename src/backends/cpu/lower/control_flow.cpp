@@ -280,6 +280,7 @@ bool lower_control_flow(Context& cx, const ir::Node& n) {
       // The freeze error names the node already.
       std::string why = e.what();
       if (why.rfind(n.describe() + ": ", 0) == 0) why.erase(0, n.describe().size() + 2);
+      if (n.op_type == "If") why += "; or fix the inputs its condition depends on with --constant (it becomes the branch taken)";
       cx.program.fallback_reasons[n.describe()] = why;
       return false;
     }
