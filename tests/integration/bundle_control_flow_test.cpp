@@ -98,15 +98,17 @@ class BundleControlFlowTest : public ::testing::Test {
     return kiln::Model::load(*runtime_, (dir_ / (name + ".onnx")).string());
   }
 
-  // Freezes `model` as bundle "net" and links tests/integration/bundle_files_driver.c with it.
-  fs::path freeze(const kiln::Model& model, kiln::Model::FreezeOptions o) {
+  // Freezes `model` as bundle "net" and links tests/integration/bundle_files_driver.c
+  // with it (with `cc`, and `libs`).
+  fs::path freeze(const kiln::Model& model, kiln::Model::FreezeOptions o, const std::string& cc = "cc",
+                  const std::string& libs = "") {
     o.output_dir = dir_.string();
     o.name = "net";
     model.freeze(o);
     const fs::path driver = dir_ / "driver";
-    const Output built =
-        sh("cc -O2 -DPREFIX=net -DUPREFIX=NET -include " + (dir_ / "net.h").string() + " " + kSource +
-           "/tests/integration/bundle_files_driver.c " + (dir_ / "net.o").string() + " -lm -lpthread -o " + driver.string());
+    const Output built = sh(cc + " -O2 -DPREFIX=net -DUPREFIX=NET -include " + (dir_ / "net.h").string() + " " + kSource +
+                            "/tests/integration/bundle_files_driver.c " + (dir_ / "net.o").string() + " " + libs +
+                            " -lm -lpthread -o " + driver.string());
     EXPECT_EQ(built.code, 0) << built.text;
     return driver;
   }
@@ -211,6 +213,30 @@ TEST_F(BundleControlFlowTest, IfInEveryCodeVersion) {
       SCOPED_TRACE(runner + " rate " + std::to_string(rate));
       matches_the_jit(model, driver, 5, {{"x", floats(rng, {5, 4, 6})}, {"rate", int64_scalar(rate)}}, 1, runner);
     }
+}
+
+// With native kernels the parent's nodes are oneDNN primitives and the
+// branches portable code, as in any bundle; for aarch64, under qemu.
+TEST_F(BundleControlFlowTest, IfInNativeAndAarch64Bundles) {
+  const kiln::Model model = load("vad", if_on_rate());
+  std::mt19937 rng(7);
+  kiln::Model::FreezeOptions o;
+  o.batch_sizes = {1, 4};
+  o.kernels = "native";
+  const fs::path native = freeze(model, o, "cc -DNO_STATIC_API", "-ldnnl");
+  for (int64_t rate : {16000, 8000}) {
+    SCOPED_TRACE("native, rate " + std::to_string(rate));
+    matches_the_jit(model, native, 5, {{"x", floats(rng, {5, 4, 6})}, {"rate", int64_scalar(rate)}}, 2);
+  }
+  if (!have("aarch64-linux-gnu-gcc") || !have("qemu-aarch64")) GTEST_SKIP() << "no aarch64 cross compiler or qemu";
+  o.kernels = "portable";
+  o.target = "aarch64-linux-gnu";
+  const fs::path arm = freeze(model, o, "aarch64-linux-gnu-gcc");
+  for (int64_t rate : {16000, 8000}) {
+    SCOPED_TRACE("aarch64, rate " + std::to_string(rate));
+    matches_the_jit(model, arm, 3, {{"x", floats(rng, {3, 4, 6})}, {"rate", int64_scalar(rate)}}, 1,
+                    "qemu-aarch64 -L /usr/aarch64-linux-gnu");
+  }
 }
 
 // A recurrent cell as a Loop: h = tanh(h W + x), `trip` times, each step's

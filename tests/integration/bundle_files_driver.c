@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
     bytes[i] = (size_t)strtoull(colon + 1, NULL, 10);
     out[i] = malloc(bytes[i] > 0 ? bytes[i] : 1);
   }
+#ifndef NO_STATIC_API /* native bundles have none */
   if (threads == 0) {
     void* weights = read_all(argv[1]);
     void* arena = aligned_alloc(K(_ALIGNMENT), (K(_ARENA_BYTES_B1) + K(_ALIGNMENT) - 1) / K(_ALIGNMENT) * K(_ALIGNMENT));
@@ -87,7 +88,9 @@ int main(int argc, char** argv) {
       fprintf(stderr, "static run: %d\n", (int)status);
       return 1;
     }
-  } else if (FN(_run)(model, batch, in, out) != K(_OK)) {
+  } else
+#endif
+      if (FN(_run)(model, batch, in, out) != K(_OK)) {
     fprintf(stderr, "run: %s\n", FN(_last_error)(model));
     return 1;
   }
