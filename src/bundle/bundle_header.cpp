@@ -153,7 +153,7 @@ std::string bundle_header(const BundleDescription& d) {
     << "enum {\n"
     << "  " << U << "_OK = " << KILN_BUNDLE_OK << ",\n"
     << "  " << U << "_ERROR_ARGUMENT = " << KILN_BUNDLE_ERROR_ARGUMENT
-    << ", /* a null pointer, a bad batch size or batch rule */\n"
+    << ", /* a null pointer, a bad batch size or batch rule; a Loop that runs away */\n"
     << "  " << U << "_ERROR_WEIGHTS = " << KILN_BUNDLE_ERROR_WEIGHTS
     << ",  /* weights missing, unreadable, truncated, corrupt or another bundle's */\n"
     << "  " << U << "_ERROR_MEMORY = " << KILN_BUNDLE_ERROR_MEMORY << ",   /* an allocation failed */\n"

@@ -416,7 +416,7 @@ class Freezer {
     std::vector<std::string> refused;
     for (const auto& step : f.program.steps)
       if (step.kernel && !(req_.native_kernels && cpu::is_onednn_kernel(*step.kernel)))
-        refused.push_back(step.label + ": " + why_not(step, nodes, family));
+        refused.push_back(step.label + ": " + why_not(step, nodes, family, f.program));
     if (!refused.empty())
       ir::fail(ir::ErrorKind::Unsupported,
                listed("cannot freeze: the " + family + " kernels cannot run " + std::to_string(refused.size()) +
@@ -427,14 +427,12 @@ class Freezer {
 
   // Why a step that needs a host kernel does (the JIT's host kernels are not in a bundle).
   static std::string why_not(const cpu::Step& step, const std::map<std::string, const ir::Node*>& nodes,
-                             const std::string& family) {
+                             const std::string& family, const cpu::Program& program) {
+    if (auto reason = program.fallback_reasons.find(step.label); reason != program.fallback_reasons.end()) return reason->second;
     const auto it = nodes.find(step.label);
     if (it == nodes.end()) return "a host kernel of the JIT, which a bundle does not hold";
     const ir::Node& n = *it->second;
     const std::string op = (n.domain.empty() ? "" : n.domain + ".") + n.op_type;
-    if (op == "If" || op == "Loop" || op == "Scan")
-      return "a bundle has no control flow yet: fix the inputs it depends on with --constant (an If on a constant "
-             "becomes its branch)";
     if (!dynamic_cast<const cpu::ReferenceKernel*>(step.kernel.get()))
       return "a host kernel of the JIT, which a bundle does not hold";
     const cpu::lowering::OpLowering* lowering = cpu::lowering::find_op(n);

@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 
+#include "backends/cpu/frozen_control_flow.hpp"
 #include "backends/cpu/onednn_kernel.hpp"
 #include "backends/cpu/portable_bitcode.hpp"
 #include "bundle/runtime/bundle_abi.h"
@@ -209,10 +210,13 @@ class Emitter {
         }
         b_.CreateStore(where, b_.CreateConstInBoundsGEP1_64(ptr_, args, a));
       }
-      if (step.kernel) {
+      if (step.kernel || step.flow) {
         step_names.push_back("");
         llvm::Value* result = nullptr;
-        if (bundle) {
+        if (step.flow) {
+          if (!bundle) ir::fail(ir::ErrorKind::Internal, "step '" + step.label + "' is a bundle's control flow");
+          result = b_.CreateCall(emit_frozen_control_flow(m_, *step.flow, step_name(name, s)), {args, threads});
+        } else if (bundle) {
           if (!is_onednn_kernel(*step.kernel))
             ir::fail(ir::ErrorKind::Unsupported, "step '" + step.label + "' needs a host kernel, which a bundle cannot call");
           result = b_.CreateCall(run_kernel_fn, {native, b_.getInt32(native_steps++), args});
@@ -660,8 +664,11 @@ ProgramObjects compile_program(const Program& program, Jit& jit, std::vector<std
 
 std::set<std::string> called_kernels(const Program& program) {
   std::set<std::string> names;
-  for (const Step& s : program.steps)
+  for (const Step& s : program.steps) {
     if (s.call) names.insert(s.call->function);
+    if (s.flow)
+      for (const auto& body : s.flow->bodies) names.merge(called_kernels(body.program));
+  }
   return names;
 }
 

@@ -105,6 +105,14 @@ std::unique_ptr<ControlFlowKernel> ControlFlowKernel::compile(const ir::Node& no
                                                               std::vector<Value> writes,
                                                               const std::map<std::string, ir::Tensor>& constants,
                                                               const BodyCompiler& bodies) {
+  auto k = plan(node, std::move(reads), std::move(writes), constants);
+  for (Body& b : k->bodies_) b.executable = bodies.compile(*b.graph, b.shapes);
+  return k;
+}
+
+std::unique_ptr<ControlFlowKernel> ControlFlowKernel::plan(const ir::Node& node, std::vector<Value> reads,
+                                                           std::vector<Value> writes,
+                                                           const std::map<std::string, ir::Tensor>& constants) {
   std::unique_ptr<ControlFlowKernel> k(new ControlFlowKernel(node, std::move(reads), std::move(writes), constants));
   const bool is_loop = node.op_type == "Loop", is_scan = node.op_type == "Scan";
   const int64_t m = is_scan ? node.attr("num_scan_inputs")->i : 0;  // checked by the constructor
@@ -152,7 +160,7 @@ std::unique_ptr<ControlFlowKernel> ControlFlowKernel::compile(const ir::Node& no
         ir::fail(ir::ErrorKind::Unsupported, node.describe() + ": the shape of body output '" + o.name + "' depends on data");
       b.outputs.push_back({o.name, v.dtype, v.shape.concrete()});
     }
-    b.executable = bodies.compile(*b.graph, shapes);
+    b.shapes = std::move(shapes);
   }
   k->check_outputs();
   return k;

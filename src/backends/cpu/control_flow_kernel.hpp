@@ -45,6 +45,10 @@ class ControlFlowKernel : public Kernel {
   static std::unique_ptr<ControlFlowKernel> compile(const ir::Node& node, std::vector<Value> reads, std::vector<Value> writes,
                                                     const std::map<std::string, ir::Tensor>& constants,
                                                     const BodyCompiler& bodies);
+  // The same, checked alike, but the bodies left uncompiled: a frozen
+  // bundle lowers them itself (frozen_control_flow.hpp). Such a kernel does not run.
+  static std::unique_ptr<ControlFlowKernel> plan(const ir::Node& node, std::vector<Value> reads, std::vector<Value> writes,
+                                                 const std::map<std::string, ir::Tensor>& constants);
   void run(void* const* args) const override;
   void save(nlohmann::json& out, WeightsWriter& weights, BlockWriter& blocks) const override;
   static std::unique_ptr<Kernel> load(const nlohmann::json& j, const WeightsReader& weights, const BlockReader& blocks,
@@ -53,13 +57,16 @@ class ControlFlowKernel : public Kernel {
   // Nodes of the bodies left to the interpreter.
   int64_t fallback_nodes() const;
 
- private:
   struct Body {
-    std::shared_ptr<const ir::Graph> graph;  // standalone: own inputs, then the enclosing values it reads
-    std::vector<int> captured;               // per input after the body's own: its argument
-    std::vector<Value> outputs;              // the body's, as one iteration makes them
-    std::unique_ptr<backends::Executable> executable;
+    std::shared_ptr<const ir::Graph> graph;                        // standalone: own inputs, then the enclosing values it reads
+    std::vector<int> captured;                                     // per input after the body's own: its argument
+    std::map<std::string, std::pair<ir::DType, ir::Dims>> shapes;  // of its inputs, as it is called
+    std::vector<Value> outputs;                                    // the body's, as one iteration makes them
+    std::unique_ptr<backends::Executable> executable;              // null in a plan()
   };
+  const std::vector<Body>& bodies() const { return bodies_; }
+
+ private:
   ControlFlowKernel(const ir::Node& node, std::vector<Value> reads, std::vector<Value> writes,
                     std::map<std::string, ir::Tensor> constants);
   // That the bodies' outputs fit the node's (ir::Error(Unsupported) if not).

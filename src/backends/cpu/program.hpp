@@ -5,6 +5,7 @@
 // entry function, and the executable binds buffers and calls that function.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -128,14 +129,18 @@ struct Call {
   static Arg array(std::vector<int64_t> v) { return {Arg::Kind::Int64Array, 0, 0, std::move(v), 0}; }
 };
 
+struct FrozenControlFlow;  // frozen_control_flow.hpp
+
 struct Step {
   std::string label;         // the node(s) it runs, for messages
   std::vector<int> args;     // buffer ids
   std::vector<char> writes;  // per argument
-  // Exactly one of these: a host kernel, a generated loop, a portable call.
+  // Exactly one of these: a host kernel, a generated loop, a portable call,
+  // or (bundles only) an If, Loop or Scan whose bodies are programs too.
   std::unique_ptr<Kernel> kernel;
   std::unique_ptr<Loop> loop;
   std::unique_ptr<Call> call;
+  std::shared_ptr<const FrozenControlFlow> flow;
 };
 
 // Which kernels the lowering calls for convolutions, products, pooling,
@@ -163,6 +168,9 @@ struct Program {
   int graph_nodes = 0;     // nodes of the specialized graph
   int compiled_nodes = 0;  // graph nodes lowered to oneDNN primitives or generated loops
   int fallback_nodes = 0;  // graph nodes run by the reference kernels
+  // Why a node runs its reference kernel, where the lowering knows more than
+  // that no family takes it (a control-flow node a bundle cannot hold), by step label.
+  std::map<std::string, std::string> fallback_reasons;
 };
 
 // Compile work that nothing else in the compile waits for: each oneDNN

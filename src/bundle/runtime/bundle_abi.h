@@ -27,7 +27,7 @@ extern "C" {
  * bundle's own prefix). */
 enum {
   KILN_BUNDLE_OK = 0,
-  KILN_BUNDLE_ERROR_ARGUMENT = 1, /* a null pointer, a bad batch size or batch rule */
+  KILN_BUNDLE_ERROR_ARGUMENT = 1, /* a null pointer, a bad batch size or batch rule; a Loop that runs away */
   KILN_BUNDLE_ERROR_WEIGHTS = 2,  /* the weights are missing, unreadable, truncated or not this bundle's */
   KILN_BUNDLE_ERROR_MEMORY = 3,   /* an allocation failed */
   KILN_BUNDLE_ERROR_INDEX = 4,    /* an index input (Gather) was out of range */
@@ -47,7 +47,8 @@ typedef struct kiln_bundle_weights_header {
 } kiln_bundle_weights_header;
 
 /* One specialization: returns KILN_BUNDLE_OK, or the status of the step
- * that failed (KILN_BUNDLE_ERROR_INDEX or _NATIVE). io: the inputs, then the
+ * that failed (KILN_BUNDLE_ERROR_INDEX or _NATIVE, or _ARGUMENT from a Loop:
+ * frozen_control_flow.hpp). io: the inputs, then the
  * outputs, each for `batch` items. native: the spec's state made by
  * kiln_bundle_desc.native_create (NULL in portable bundles). */
 typedef int32_t (*kiln_bundle_entry_fn)(const uint8_t* weights, void* const* io, uint8_t* arena, const kiln_pk_threads* threads,

@@ -531,7 +531,13 @@ int32_t kiln_bundle_run(kiln_bundle* b, int64_t batch, const void* const* inputs
     if (count > batch - done) count = batch - done;
     const int32_t rc = run_part(b, s, batch, done, count, inputs, outputs);
     if (rc != KILN_BUNDLE_OK) {
-      set_error(b, rc == KILN_BUNDLE_ERROR_INDEX ? "an index input is out of range" : "a oneDNN primitive failed", NULL);
+      set_error(b,
+                rc == KILN_BUNDLE_ERROR_INDEX      ? "an index input is out of range"
+                : rc == KILN_BUNDLE_ERROR_ARGUMENT ? "a Loop ran another number of iterations than its stacked outputs were "
+                                                     "frozen for, or over 16777216 with neither a trip count nor a condition "
+                                                     "turning false"
+                                                   : "a oneDNN primitive failed",
+                NULL);
       return rc;
     }
     done += count;
