@@ -118,8 +118,10 @@ RemoteStore::Fetch RemoteStore::fetch(RedisConnection& c, const std::string& key
   const std::string_view text = c.string(header);
   auto refuse = [&](const std::string& why) {
     note = "the remote cache's entry " + key + " was refused: " + why;
-    c.command({"INCR", prefix_ + "refused"});
-    remove(key);
+    if (!options_.read_only) {
+      c.command({"INCR", prefix_ + "refused"});
+      remove(key);
+    }
     return Fetch::Refused;
   };
   RemoteHeader h;
@@ -181,7 +183,7 @@ RemoteStore::Fetch RemoteStore::fetch(RedisConnection& c, const std::string& key
         // whole entry can take its place.
         drain();
         note = "the remote entry lost a chunk (evicted)";
-        remove(key);
+        if (!options_.read_only) remove(key);
         return Fetch::Miss;
       }
       const std::string_view chunk = c.string(reply);
