@@ -30,10 +30,13 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-// A redis-server of our own, stopped when this goes.
+// A redis-server of our own, on a loopback port or a Unix socket, stopped when this goes.
 class RedisServer {
  public:
-  explicit RedisServer(fs::path dir) : dir_(std::move(dir)), port_(free_port()) { start(); }
+  explicit RedisServer(fs::path dir, bool unix_socket = false)
+      : dir_(std::move(dir)), port_(unix_socket ? 0 : free_port()), socket_(unix_socket ? dir_ / "redis.sock" : fs::path()) {
+    start();
+  }
   ~RedisServer() { stop(); }
 
   void start() {
@@ -46,12 +49,13 @@ class RedisServer {
     if (pid_ == 0) {
       const std::string log = (dir_ / "redis.log").string(), port = std::to_string(port_);
       if (!std::freopen(log.c_str(), "a", stdout)) ::_exit(126);
+      const char* sock = socket_.empty() ? "" : socket_.c_str();
       ::execl(path.c_str(), path.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-              "--dir", dir_.c_str(), static_cast<char*>(nullptr));
+              "--dir", dir_.c_str(), "--unixsocket", sock, "--unixsocketperm", "700", static_cast<char*>(nullptr));
       ::_exit(127);
     }
     for (int i = 0; i < 200; ++i) {
-      if (redisContext* c = redisConnect("127.0.0.1", port_)) {
+      if (redisContext* c = socket_.empty() ? redisConnect("127.0.0.1", port_) : redisConnectUnix(socket_.c_str())) {
         const bool up = !c->err;
         redisFree(c);
         if (up) return;
@@ -66,12 +70,15 @@ class RedisServer {
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const {
+    return socket_.empty() ? "redis://127.0.0.1:" + std::to_string(port_) : "unix://" + socket_.string();
+  }
   int port() const { return port_; }
 
  private:
   fs::path dir_;
   int port_;
+  fs::path socket_;
   pid_t pid_ = -1;
 };
 
@@ -490,6 +497,53 @@ TEST_F(RemoteCacheTest, APlantedEntryOrALinkInTheLocalCacheGivesWayToTheFleetsEn
   EXPECT_EQ(outcome_of(run_on(host("c"))), "hit (remote)");
   EXPECT_FALSE(fs::is_symlink(root_ / "host_c" / "entries" / key));
   EXPECT_TRUE(fs::exists(elsewhere / "manifest.json"));
+}
+
+// Over a Unix socket, with the commands that look after the remote tier.
+TEST_F(RemoteCacheTest, OverAUnixSocketTheCommandsListCheckAndPruneTheRemoteTier) {
+  redis_ = std::make_unique<RedisServer>(root_ / "redis_unix", true);
+  EXPECT_EQ(outcome_of(run_on(host("a"))), "miss");
+  EXPECT_EQ(outcome_of(run_on(host("a"), 2)), "miss");
+  Result ls = Child({"cache", "ls", "--remote", "--json"}, host("a"), root_).wait();
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  json listed = json::parse(ls.out);
+  ASSERT_EQ(listed["entries"].size(), 2u) << ls.out;
+  for (const auto& e : listed["entries"]) {
+    EXPECT_EQ(e["problem"], "") << ls.out;
+    EXPECT_GT(e["bytes"].get<int64_t>(), 0);
+    EXPECT_NE(e["shapes"].get<std::string>().find("image:float32:"), std::string::npos);
+  }
+  // One header's tag replaced: listed as a problem, pruned; the other stays and checks whole.
+  redisContext* c = redisConnectUnix((root_ / "redis_unix" / "redis.sock").c_str());
+  ASSERT_TRUE(c && !c->err);
+  auto* keys = static_cast<redisReply*>(redisCommand(c, "KEYS kiln:*:e:*"));
+  ASSERT_EQ(keys->elements, 2u);
+  const std::string victim(keys->element[0]->str, keys->element[0]->len);
+  freeReplyObject(keys);
+  auto* got = static_cast<redisReply*>(redisCommand(c, "GET %s", victim.c_str()));
+  json header = json::parse(std::string(got->str, got->len));
+  freeReplyObject(got);
+  header["tag"] = std::string(64, '0');
+  const std::string text = header.dump();
+  freeReplyObject(redisCommand(c, "SET %s %b", victim.c_str(), text.data(), text.size()));
+  redisFree(c);
+  ls = Child({"cache", "ls", "--remote", "--json"}, host("a"), root_).wait();
+  listed = json::parse(ls.out);
+  int bad = 0;
+  for (const auto& e : listed["entries"]) bad += e["problem"] != "";
+  EXPECT_EQ(bad, 1) << ls.out;
+  Result prune = Child({"cache", "prune", "--remote"}, host("a"), root_).wait();
+  ASSERT_EQ(prune.code, 0) << prune.err;
+  EXPECT_NE(prune.out.find("1 remote entries"), std::string::npos) << prune.out;
+  Result verify = Child({"cache", "verify", "--remote", "--json"}, host("a"), root_).wait();
+  ASSERT_EQ(verify.code, 0) << verify.err;
+  listed = json::parse(verify.out);
+  ASSERT_EQ(listed["entries"].size(), 1u) << verify.out;
+  EXPECT_EQ(listed["entries"][0]["problem"], "");
+  // Without a remote tier the remote commands are errors.
+  Result none = Child({"cache", "ls", "--remote"}, {"KILN_CACHE_DIR=" + (root_ / "host_a").string()}, root_).wait();
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.err.find("no remote cache"), std::string::npos) << none.err;
 }
 
 }  // namespace
