@@ -61,6 +61,10 @@ std::shared_ptr<const cache::RemoteStore> make_remote(const RuntimeOptions& o, c
   cache::RemoteStore::Options r;
   r.url = o.remote_cache.empty() ? env::remote_cache() : o.remote_cache;
   if (r.url.empty()) return nullptr;
+  if (cache::RedisAddress address; !cache::parse_redis_url(r.url, address).empty())
+    throw Error(ErrorCode::InvalidArgument,
+                "remote cache: " + cache::parse_redis_url(r.url, address) +
+                    (o.remote_cache.empty() ? " (KILN_REMOTE_CACHE)" : " (RuntimeOptions::remote_cache)"));
   const std::tuple<int, const char*, const char*, int*> bounds[] = {
       {o.remote_cache_timeout_ms, "timeout", "TIMEOUT", &r.timeout_ms},
       {o.remote_cache_wait_ms, "wait", "WAIT", &r.wait_ms},
@@ -79,16 +83,11 @@ std::shared_ptr<const cache::RemoteStore> make_remote(const RuntimeOptions& o, c
   // Entries are code this host will run: without the fleet's key nothing could be checked.
   if (key.empty() || !local) {
     log(2, "remote cache " + r.url + " not used: " +
-               (key.empty() ? "it needs the cache's key (KILN_CACHE_KEY_FILE or RuntimeOptions::cache_key_file)"
-                            : "the local cache is not in use"));
+               (!local ? "the local cache is not in use"
+                       : "it needs the cache's key (KILN_CACHE_KEY_FILE or RuntimeOptions::cache_key_file)"));
     return nullptr;
   }
-  try {
-    return std::make_shared<cache::RemoteStore>(r, key, log);
-  } catch (const ir::Error& e) {
-    throw Error(ErrorCode::InvalidArgument,
-                std::string(e.what()) + (o.remote_cache.empty() ? " (KILN_REMOTE_CACHE)" : " (RuntimeOptions::remote_cache)"));
-  }
+  return std::make_shared<cache::RemoteStore>(r, key, log);
 }
 
 }  // namespace
@@ -152,6 +151,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
     throw Error(ErrorCode::Unsupported, "RuntimeOptions::precision '" + options.precision + "': " + why);
   impl_->options = std::move(options);
   const RuntimeOptions& o = impl_->options;
+  std::string key;  // a shared cache's
   if (o.cache && !env::cache_off()) {
     std::string dir = o.cache_dir;
     if (dir.empty()) dir = env::cache_dir();
@@ -160,7 +160,6 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
     std::string key_file = o.cache_key_file;
     if (key_file.empty()) key_file = env::cache_key_file();
     std::string& refused = impl_->cache_refused;
-    std::string key;
     if (dir.empty())
       refused = "no cache directory (HOME is not set)";
     else if (cache::build_id().empty())
@@ -181,11 +180,10 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
         refused = "cache directory not used: " + refused;
     }
     if (!refused.empty()) log(LogLevel::Warning, refused + "; compiling in memory only");
-    std::weak_ptr<Impl> weak = impl_;
-    impl_->remote = make_remote(o, key, impl_->store != nullptr, [weak](int level, const std::string& text) {
-      if (auto impl = weak.lock()) impl->log(LogLevel(level), text);
-    });
   }
+  impl_->remote = make_remote(o, key, impl_->store != nullptr, [weak](int level, const std::string& text) {
+    if (auto impl = weak.lock()) impl->log(LogLevel(level), text);
+  });
 }
 
 std::string Runtime::cache_dir() const { return impl_->store ? impl_->store->dir() : std::string(); }

@@ -350,6 +350,53 @@ TEST(Api, PrecisionIsCheckedWhenTheRuntimeIsMade) {
   }
 }
 
+// A remote tier's settings are checked when the Runtime is made, from the
+// options and from the environment; without the cache's key it is not used
+// (a warning), since nothing it sends could be checked.
+TEST(Api, RemoteCacheSettingsAreChecked) {
+  auto refused = [](kiln::RuntimeOptions opts, const std::string& expected) {
+    try {
+      kiln::Runtime rt(opts);
+      ADD_FAILURE() << "accepted; expected " << expected;
+    } catch (const kiln::Error& e) {
+      EXPECT_EQ(e.code(), kiln::ErrorCode::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  kiln::RuntimeOptions opts;
+  opts.cache = false;
+  for (const char* url :
+       {"redis//x", "redis://", "redis://h:0", "redis://h:70000", "redis://h/x", "unix://relative", "redis://user:pw@h"})
+    refused(
+        [&] {
+          kiln::RuntimeOptions o = opts;
+          o.remote_cache = url;
+          return o;
+        }(),
+        "remote cache: '" + std::string(url) + "'");
+  opts.remote_cache = "redis://127.0.0.1:1";
+  opts.remote_cache_wait_ms = -1;
+  refused(opts, "remote_cache_wait_ms must be 0");
+  opts.remote_cache_wait_ms = 0;
+  ::setenv("KILN_REMOTE_CACHE_TIMEOUT_MS", "soon", 1);
+  refused(opts, "KILN_REMOTE_CACHE_TIMEOUT_MS='soon'");
+  ::unsetenv("KILN_REMOTE_CACHE_TIMEOUT_MS");
+  std::vector<std::string> warnings;
+  opts.logger = [&](kiln::LogLevel, const std::string& m) { warnings.push_back(m); };
+  opts.cache = true;
+  opts.cache_dir = ::testing::TempDir() + "/kiln_remote_settings_" + std::to_string(::getpid());
+  const char* cache_env = std::getenv("KILN_CACHE");  // ctest turns the cache off for these tests
+  const std::string saved = cache_env ? cache_env : "";
+  ::unsetenv("KILN_CACHE");
+  {
+    kiln::Runtime rt(opts);
+  }
+  if (cache_env) ::setenv("KILN_CACHE", saved.c_str(), 1);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("it needs the cache's key"), std::string::npos) << warnings[0];
+  std::filesystem::remove_all(opts.cache_dir);
+}
+
 // x.view(x.size(0), -1) as exporters write it: after specialization only the
 // Reshape is left, and the result is unchanged.
 TEST(Api, SpecializationFoldsShapeArithmetic) {

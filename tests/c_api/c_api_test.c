@@ -145,6 +145,11 @@ int main(void) {
   zeroed.precision = "fp32";
   CHECK(kiln_runtime_create(&zeroed, &rt) == KILN_OK);
   kiln_runtime_destroy(rt);
+  /* A remote cache's address is checked when the runtime is made. */
+  zeroed.remote_cache = "http://cache.internal";
+  CHECK(kiln_runtime_create(&zeroed, &rt) == KILN_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kiln_last_error(), "not a Redis address") != NULL);
+  zeroed.remote_cache = NULL;
 
   kiln_tensor_destroy(input);
   free(pixels);
