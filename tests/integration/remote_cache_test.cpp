@@ -473,15 +473,17 @@ TEST_F(RemoteCacheTest, ReadOnlyHostsPrivateWeightsAndModelsFromMemoryUploadNoth
   EXPECT_EQ(json::parse(pull.out)["codegen_runs"], 0);
 }
 
-// The local tier stays guarded with a remote one behind it: a planted entry
-// and a symbolic link inside the cache are never used, and the fleet's
-// entry takes their place.
+// The local tier stays guarded with a remote one behind it: an entry
+// planted in a world-writable directory and a symbolic link inside the
+// cache are never used, and the fleet's entry takes their place.
 TEST_F(RemoteCacheTest, APlantedEntryOrALinkInTheLocalCacheGivesWayToTheFleetsEntry) {
   const json origin = run_on(host("a"));
   const std::string key = origin["specializations"][0]["cache_key"];
   // Host b: a planted entry under that key, tagged with another secret.
   const fs::path planted = root_ / "host_b" / "entries" / key;
   run_on(host("b"), 2);  // makes host b's directory
+  // ...which anyone may write: with the fleet's key only tagged entries load.
+  fs::permissions(root_ / "host_b" / "entries", fs::perms::all);
   fs::create_directories(planted);
   for (const auto& f : fs::directory_iterator(root_ / "host_a" / "entries" / key))
     fs::copy_file(f.path(), planted / f.path().filename());
