@@ -21,6 +21,7 @@
 #include "bundle/runtime/bundle_abi.h"
 #include "kiln/kiln.hpp"
 #include "model_builder.hpp"
+#include "shell.hpp"
 
 namespace fs = std::filesystem;
 
@@ -28,34 +29,6 @@ namespace {
 
 const std::string kSource = KILN_SOURCE_DIR;
 const std::string kModel = kSource + "/examples/digits/digits.onnx";
-
-struct Output {
-  int code = -1;
-  std::string text;  // stdout and stderr
-};
-
-Output sh(const std::string& command) {
-  Output o;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (!p) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
-  const int status = ::pclose(p);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
-}
-
-bool have(const std::string& tool) { return sh("command -v " + tool).code == 0; }
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-}
 
 class BundleTest : public ::testing::Test {
  protected:
