@@ -101,5 +101,8 @@ bool lower_loss(Context& cx, const ir::Node& n);
 bool lower_elementwise(Context& cx, const ir::Node& n);
 // A loop only (what the portable kernels take).
 bool lower_loop(Context& cx, const ir::Node& n);
+// Cast: lower_cast (portable_cast), else a loop.
+bool lower_cast_or_loop(Context& cx, const ir::Node& n);
+bool portable_cast_or_loop(Context& cx, const ir::Node& n);
 
 }  // namespace kiln::cpu::lowering
