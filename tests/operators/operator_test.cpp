@@ -945,6 +945,17 @@ TEST_P(OperatorTest, LayerNormalizationUnreadStatistics) {
   run(c);
 }
 
+// Mean and InvStdDev read, over the last two axes; scale and bias inputs of
+// the run, and a scale alone: the portable kernel, on native kernels too.
+TEST_P(OperatorTest, LayerNormalizationStatisticsAndScaleOfTheRun) {
+  Case c({"LayerNormalization"}, 17);
+  c.input("x", {3, 4, 6}, -2, 3).input("scale", {4, 6}).input("bias", {4, 6}).input("s", {6});
+  c.node("LayerNormalization", {"x", "scale", "bias"}, {"y", "mean", "inv_std_dev"}, {{"axis", -2}});
+  c.node("LayerNormalization", {"x", "s"}, {"y2", "", "inv2"}, {{"axis", 2}, {"epsilon", 0.1f}});
+  c.output("y").output("mean").output("inv_std_dev").output("y2").output("inv2");
+  run(c);
+}
+
 // ---- reductions (oneDNN's reduction; kiln_pk_reduce over one run of axes) --------
 
 // Every reduction over the middle axes of a 4-D tensor, kept and not; the

@@ -199,9 +199,11 @@ int64_t kiln_pk_nll_loss(const kiln_pk_threads* threads, int64_t n, int64_t c, i
 
 /* Layer normalisation of each of `rows` rows of `cols` values:
  * y = (x - mean) / sqrt(var + epsilon) * scale + bias; scale and bias have
- * `cols` values, either may be NULL (1 and 0). */
+ * `cols` values, either may be NULL (1 and 0). Each row's mean and
+ * 1 / sqrt(var + epsilon) go to `mean` and `inv_std_dev` (`rows` values),
+ * unless NULL. */
 void kiln_pk_layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, float epsilon, const float* x,
-                        const float* scale, const float* bias, float* y);
+                        const float* scale, const float* bias, float* y, float* mean, float* inv_std_dev);
 
 /* Copies a strided view of any element size densely into dst:
  * dst[i0, ..., i(rank-1)] = src[offset + sum i_d * src_strides[d]], with
