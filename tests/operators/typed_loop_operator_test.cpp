@@ -218,3 +218,59 @@ TEST_P(OperatorTest, WhereNotAndCastsInOneLoop) {
 }
 
 }  // namespace
+
+namespace {
+
+using kiln::ir::Half;
+
+std::vector<Half> halves(const std::vector<float>& v) {
+  std::vector<Half> h;
+  for (float x : v) h.push_back(Half(x));
+  return h;
+}
+
+// float16 computed in float and rounded after each operation, as the
+// reference kernels do; each result is cast to float32 for the comparison.
+TEST_P(OperatorTest, Float16Loops) {
+  Case c({"Max", "Min", "Sum", "Mod", "Abs", "Neg", "Sign", "Clip", "Cast", "CastLike", "Sin", "Round", "Div"}, 15);
+  c.atol = c.rtol = 0;
+  std::vector<float> x = c.random(24, -300, 300);
+  x[0] = NAN;
+  x[1] = INFINITY;
+  x[2] = 70000;  // beyond float16's range: infinity
+  x[3] = 2.5f;
+  c.typed_input<Half>("x", {2, 3, 4}, halves(x));
+  c.typed_input<Half>("y", {4}, halves({1.5f, -2.25f, 3.0f, 1e-3f}));
+  c.typed_input<Half>("lo", {}, halves({-100}));
+  c.typed_input<float>("f", {2, 3, 4}, x);
+  c.typed_input<double>("d", {4}, {1.0 / 3, 65504.0, 1e-8, -2.0009765625});
+  c.typed_input<int64_t>("i", {4}, {1, -2049, 70000, 0});
+  int k = 0;
+  auto node = [&](const std::string& op, std::vector<std::string> ins, std::vector<Attr> attrs = {}) {
+    const std::string out = op + std::to_string(k++);
+    c.node(op, ins, {out}, attrs);
+    c.node("Cast", {out}, {out + "_f32"}, {{"to", int64_t(kFloat)}});
+    c.output(out + "_f32");
+  };
+  node("Max", {"x", "y", "lo"});
+  node("Min", {"y", "x"});
+  node("Sum", {"x", "y", "x"});
+  node("Div", {"x", "y"});
+  node("Mod", {"x", "y"}, {{"fmod", int64_t(1)}});
+  node("Abs", {"x"});
+  node("Neg", {"x"});
+  node("Sign", {"x"});
+  node("Clip", {"x", "lo"});
+  node("Sin", {"x"});
+  node("Round", {"x"});
+  node("Cast", {"f"}, {{"to", int64_t(onnx::TensorProto::FLOAT16)}});
+  node("Cast", {"d"}, {{"to", int64_t(onnx::TensorProto::FLOAT16)}});
+  node("Cast", {"i"}, {{"to", int64_t(onnx::TensorProto::FLOAT16)}});
+  node("CastLike", {"f", "y"});
+  c.node("Cast", {"x"}, {"to_double"}, {{"to", int64_t(onnx::TensorProto::DOUBLE)}});
+  c.node("Cast", {"x"}, {"to_int"}, {{"to", int64_t(kInt32)}});
+  c.output("to_double", onnx::TensorProto::DOUBLE).output("to_int", kInt32);
+  run(c);
+}
+
+}  // namespace

@@ -53,7 +53,7 @@ const kiln_pk_threads* tbb_threads() {
 }
 
 std::string describe_call_failure(const Call& call, int64_t code) {
-  if (call.function == "kiln_pk_gather")
+  if (call.function == "kiln_pk_gather" || call.function == "kiln_pk_gather_elements")
     return "index " + std::to_string(code - 1) + " (in flattened order) is out of range for the gathered axis";
   if (call.function == "kiln_pk_nll_loss")
     return "target " + std::to_string(code - 1) + " (in flattened order) is not a class, nor the ignored index";
@@ -436,13 +436,14 @@ class Emitter {
   }
 
   // ---- loops of any element type ------------------------------------------
-  static bool floating(ir::DType t) { return t == ir::DType::Float32 || t == ir::DType::Float64; }
+  static bool floating(ir::DType t) { return t == ir::DType::Float32 || t == ir::DType::Float64 || t == ir::DType::Float16; }
   static bool is_signed(ir::DType t) { return ir::dtype_is_signed_int(t); }
 
   llvm::Type* element_type(ir::DType t) {
     switch (t) {
       case ir::DType::Float32: return f32_;
       case ir::DType::Float64: return f64_;
+      case ir::DType::Float16: return b_.getHalfTy();
       case ir::DType::Bool:
       case ir::DType::UInt8:
       case ir::DType::Int8: return b_.getInt8Ty();
@@ -472,6 +473,9 @@ class Emitter {
   // to 0), to bool is "not zero" (a double through float first).
   llvm::Value* convert(llvm::Value* v, ir::DType from, ir::DType to) {
     if (from == to) return v;
+    // To and from float16 through float, as ir::Half converts.
+    if (from == ir::DType::Float16) return convert(b_.CreateFPExt(v, f32_), ir::DType::Float32, to);
+    if (to == ir::DType::Float16) return b_.CreateFPTrunc(convert(v, from, ir::DType::Float32), element_type(to));
     llvm::Type* want = element_type(to);
     if (to == ir::DType::Bool) {
       llvm::Value* nonzero = floating(from) ? b_.CreateFCmpUNE(b_.CreateFPTrunc(v, f32_), llvm::ConstantFP::get(f32_, 0.0))
@@ -493,13 +497,25 @@ class Emitter {
   }
 
   llvm::Value* apply_typed(const Loop& loop, const Loop::Instr& in, const std::vector<llvm::Value*>& values) {
+    // The reference kernels compute float16 in float, rounding each result.
+    const bool half = in.type == ir::DType::Float16 && in.op != Loop::Op::Cast;
+    auto operand = [&](int k, ir::DType& type) -> llvm::Value* {
+      if (k < 0) return nullptr;
+      type = loop.code[size_t(k)].type;
+      if (type != ir::DType::Float16 || in.op == Loop::Op::Cast) return values[size_t(k)];
+      type = ir::DType::Float32;
+      return b_.CreateFPExt(values[size_t(k)], f32_);
+    };
+    const ir::DType t = half ? ir::DType::Float32 : in.type;
+    ir::DType ta = t, tb = t, tc = t;
+    llvm::Value *a = operand(in.a, ta), *b = operand(in.b, tb), *c = operand(in.c, tc);
+    llvm::Value* r = compute(in, t, ta, tb, a, b, c);
+    return half ? b_.CreateFPTrunc(r, element_type(ir::DType::Float16)) : r;
+  }
+
+  llvm::Value* compute(const Loop::Instr& in, ir::DType t, ir::DType ta, ir::DType tb, llvm::Value* a, llvm::Value* b,
+                       llvm::Value* c) {
     using Op = Loop::Op;
-    const ir::DType t = in.type;
-    const ir::DType ta = in.a >= 0 ? loop.code[size_t(in.a)].type : t;
-    const ir::DType tb = in.b >= 0 ? loop.code[size_t(in.b)].type : t;
-    llvm::Value* a = in.a >= 0 ? values[size_t(in.a)] : nullptr;
-    llvm::Value* b = in.b >= 0 ? values[size_t(in.b)] : nullptr;
-    llvm::Value* c = in.c >= 0 ? values[size_t(in.c)] : nullptr;
     const bool fp = floating(t);
     auto from_double = [&](llvm::Value* d) { return convert(d, ir::DType::Float64, t); };
     switch (in.op) {

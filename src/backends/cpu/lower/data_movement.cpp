@@ -274,4 +274,28 @@ bool portable_gather(Context& cx, const ir::Node& n) {
   return true;
 }
 
+// GatherElements of any fixed-size element type: one portable kernel call
+// for both kernel families, its indices checked when the step runs.
+bool lower_gather_elements(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() != 2 || n.outputs.size() != 1) return false;
+  const Dims data = cx.dims(n.inputs[0]), idx = cx.dims(n.inputs[1]);
+  const DType index_type = cx.dtype(n.inputs[1]);
+  if (idx.size() != data.size() || idx.empty() || idx.size() > 8) return false;
+  if (index_type != DType::Int64 && index_type != DType::Int32) return false;
+  ref::KernelContext ctx(n, {}, nullptr);
+  int64_t axis = ctx.attr_int("axis", 0);
+  if (!normalize_axis(axis, data.size())) return false;
+  for (size_t d = 0; d < data.size(); ++d)
+    if (int64_t(d) != axis && idx[d] > data[d]) return false;  // the reference kernel says why
+  const int src = cx.plain(n.inputs[0]), indices = cx.plain(n.inputs[1]);
+  cx.compiled();
+  cx.add_call(n.describe(), {src, indices, cx.define_plain(n.outputs[0])}, {0, 0, 1},
+              {"kiln_pk_gather_elements",
+               {Call::i32(int32_t(idx.size())), Call::array(idx), Call::array(ref::strides_of(data)), Call::i32(int32_t(axis)),
+                Call::i64(data[size_t(axis)]), Call::i64(int64_t(ir::dtype_size(cx.dtype(n.inputs[0])))),
+                Call::i32(index_type == DType::Int64), Call::buffer(1), Call::buffer(0), Call::buffer(2)},
+               true});
+  return true;
+}
+
 }  // namespace kiln::cpu::lowering

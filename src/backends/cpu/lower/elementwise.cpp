@@ -92,8 +92,8 @@ bool variadic(const std::string& op) { return op == "Max" || op == "Min" || op =
 
 // Loops of element types other than float32 compute as the reference
 // kernels do (Loop::Op's note): the operators and types they take.
-bool numeric(DType t) { return t == DType::Float32 || t == DType::Float64 || ir::dtype_is_int(t); }
-bool floating(DType t) { return t == DType::Float32 || t == DType::Float64; }
+bool floating(DType t) { return t == DType::Float32 || t == DType::Float64 || t == DType::Float16; }
+bool numeric(DType t) { return floating(t) || ir::dtype_is_int(t); }
 
 bool typed_candidate(Context& cx, const ir::Node& n) {
   const std::string& op = n.op_type;

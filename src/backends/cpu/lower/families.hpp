@@ -57,6 +57,8 @@ bool portable_transpose(Context& cx, const ir::Node& n);
 bool portable_slice(Context& cx, const ir::Node& n);
 bool portable_concat(Context& cx, const ir::Node& n);
 bool portable_gather(Context& cx, const ir::Node& n);
+// GatherElements, a portable kernel call for both kernel families.
+bool lower_gather_elements(Context& cx, const ir::Node& n);
 
 // quantized.cpp
 bool lower_qlinear_conv(Context& cx, const ir::Node& n);

@@ -33,6 +33,7 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
         {"Concat", primitive(&lower_concat, &portable_concat)},
         {"Slice", primitive(&lower_slice, &portable_slice)},
         {"Gather", primitive(&lower_gather, &portable_gather)},
+        {"GatherElements", primitive(&lower_gather_elements, &lower_gather_elements)},
         // comparison.cpp
         {"Equal", primitive(&lower_comparison, &lower_comparison)},
         {"Less", primitive(&lower_comparison, &lower_comparison)},

@@ -243,6 +243,15 @@ void kiln_pk_compare(const kiln_pk_threads* threads, int32_t op, int32_t element
 int64_t kiln_pk_gather(const kiln_pk_threads* threads, int64_t outer, int64_t axis_dim, int64_t inner_bytes, int64_t num_indices,
                        int32_t index_is_64, const void* indices, const void* data, void* dst);
 
+/* GatherElements: dst has the indices' `rank` (<= 8) dims; dst[i] = data at
+ * i with its `axis` coordinate replaced by the index at i (counted from the
+ * end when negative). data_strides: per dim, in elements of element_size
+ * bytes. Returns 0, or 1 + the position of the first index out of
+ * [-axis_dim, axis_dim) (dst is then unspecified). */
+int64_t kiln_pk_gather_elements(const kiln_pk_threads* threads, int32_t rank, const int64_t* dims, const int64_t* data_strides,
+                                int32_t axis, int64_t axis_dim, int64_t element_size, int32_t index_is_64, const void* indices,
+                                const void* data, void* dst);
+
 /* ONNX RNN, GRU and LSTM (cell KILN_PK_CELL_*), float32, over x [seq,
  * batch, input] (batch_major: [batch, seq, input]). w, r, b, p, initial_h,
  * initial_c, y, y_h, y_c as ONNX lays them out for that layout; b, p, the
