@@ -128,7 +128,12 @@ bool typed_candidate(Context& cx, const ir::Node& n) {
       op == "Shrink")
     return numeric(x);
   if (op == "Neg" || op == "Relu") return floating(x) || ir::dtype_is_signed_int(x);
-  if (op == "BitShift") return ir::dtype_is_unsigned_int(x);
+  ref::KernelContext ctx(n, {}, nullptr);  // attributes the reference kernel refuses are its to report
+  if (op == "BitShift") {
+    const std::string direction = ctx.attr_string("direction", "");
+    return ir::dtype_is_unsigned_int(x) && (direction == "LEFT" || direction == "RIGHT");
+  }
+  if (op == "Celu" && ctx.attr_float("alpha", 1.0f) == 0) return false;
   if (op == "Div" || op == "Mean" || op == "Mod" || op == "Round" || op == "ThresholdedRelu" || op == "Celu" ||
       find_op(n)->loop_op == Op::Libm)
     return floating(x);
