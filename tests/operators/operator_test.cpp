@@ -1222,6 +1222,30 @@ TEST_P(OperatorTest, GatherElements) {
   run(c);
 }
 
+// Equal parts on the middle axis, sizes as an attribute (opset 11) and as a
+// constant input (opset 13) on the last axis, int64 values on the first.
+TEST_P(OperatorTest, Split) {
+  Case c({"Split"}, 13);
+  c.input("x", {2, 6, 5});
+  c.input_values<int64_t>("ints", {4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 1LL << 40, -11, 12});
+  c.int_constant("sizes", {3}, {1, 3, 1});
+  c.node("Split", {"x"}, {"a", "b", "c"}, {{"axis", 1}});
+  c.node("Split", {"x", "sizes"}, {"d", "e", "f"}, {{"axis", -1}});
+  c.node("Split", {"ints"}, {"g", "h"});
+  for (const char* o : {"a", "b", "c", "d", "e", "f"}) c.output(o);
+  c.output("g", kInt64).output("h", kInt64);
+  c.atol = c.rtol = 0;
+  run(c);
+}
+
+TEST_P(OperatorTest, SplitSizesAttributeOpset11) {
+  Case c({"Split"}, 11);
+  c.input("x", {3, 7}).output("a").output("b");
+  c.node("Split", {"x"}, {"a", "b"}, {{"axis", 1}, {"split", {2, 5}}});
+  c.atol = c.rtol = 0;
+  run(c);
+}
+
 TEST_P(OperatorTest, ConcatInt64) {
   Case c({"Concat"});
   c.input_values<int64_t>("a", {2, 3}, {1, 2, 3, 4, 5, 6});

@@ -59,6 +59,8 @@ bool portable_concat(Context& cx, const ir::Node& n);
 bool portable_gather(Context& cx, const ir::Node& n);
 // GatherElements, a portable kernel call for both kernel families.
 bool lower_gather_elements(Context& cx, const ir::Node& n);
+// Split: strided copies, portable kernel calls for both kernel families.
+bool lower_split(Context& cx, const ir::Node& n);
 
 // quantized.cpp
 bool lower_qlinear_conv(Context& cx, const ir::Node& n);

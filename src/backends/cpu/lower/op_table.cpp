@@ -34,6 +34,7 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
         {"Slice", primitive(&lower_slice, &portable_slice)},
         {"Gather", primitive(&lower_gather, &portable_gather)},
         {"GatherElements", primitive(&lower_gather_elements, &lower_gather_elements)},
+        {"Split", primitive(&lower_split, &lower_split)},
         // comparison.cpp
         {"Equal", primitive(&lower_comparison, &lower_comparison)},
         {"Less", primitive(&lower_comparison, &lower_comparison)},
