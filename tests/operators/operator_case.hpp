@@ -109,6 +109,14 @@ struct Case {
     return *this;
   }
 
+  // A graph input of T's element type (ONNX's codes are DType's).
+  template <typename T>
+  Case& typed_input(const std::string& name, const Dims& dims, const std::vector<T>& values) {
+    inputs[name] = Tensor::from_vector<T>(dims, values);
+    declare_input(name, int(inputs[name].dtype()), dims);
+    return *this;
+  }
+
   // A bool graph input (a condition).
   Case& bool_input(const std::string& name, const Dims& dims, const std::vector<uint8_t>& values) {
     declare_input(name, onnx::TensorProto::BOOL, dims);

@@ -945,6 +945,17 @@ TEST_P(OperatorTest, LayerNormalizationUnreadStatistics) {
   run(c);
 }
 
+// Mean and InvStdDev read, over the last two axes; scale and bias inputs of
+// the run, and a scale alone: the portable kernel, on native kernels too.
+TEST_P(OperatorTest, LayerNormalizationStatisticsAndScaleOfTheRun) {
+  Case c({"LayerNormalization"}, 17);
+  c.input("x", {3, 4, 6}, -2, 3).input("scale", {4, 6}).input("bias", {4, 6}).input("s", {6});
+  c.node("LayerNormalization", {"x", "scale", "bias"}, {"y", "mean", "inv_std_dev"}, {{"axis", -2}});
+  c.node("LayerNormalization", {"x", "s"}, {"y2", "", "inv2"}, {{"axis", 2}, {"epsilon", 0.1f}});
+  c.output("y").output("mean").output("inv_std_dev").output("y2").output("inv2");
+  run(c);
+}
+
 // ---- reductions (oneDNN's reduction; kiln_pk_reduce over one run of axes) --------
 
 // Every reduction over the middle axes of a 4-D tensor, kept and not; the
@@ -1189,6 +1200,52 @@ TEST_P(OperatorTest, GatherConstantInt32IndicesNegativeAxis) {
   run(c);
 }
 
+// Every axis of a 3-D tensor, indices shorter than the data off the axis,
+// negative ones, int32 and int64, float and int64 data.
+TEST_P(OperatorTest, GatherElements) {
+  Case c({"GatherElements"});
+  c.input("data", {3, 4, 5});
+  c.input_values<int64_t>("idx0", {2, 3, 5}, std::vector<int64_t>{0, 2, -1, 1,  0, -3, 2, 2, 1, 0, 1, 1, 0,  -2, 2,
+                                                                  2, 0, 1,  -1, 0, 1,  2, 0, 0, 1, 2, 2, -1, 0,  1});
+  c.input_values<int32_t>("idx1", {3, 2, 4},
+                          std::vector<int32_t>{0, 3, -1, 2, 1, 1, 0, -4, 3, 2, 1, 0, -2, 0, 3, 3, 2, 1, 1, 0, 0, 0, -1, 2});
+  c.input_values<int64_t>("idx2", {3, 4, 2},
+                          std::vector<int64_t>{4, 0, -1, 2, 3, 3, 1, 0, 2, -5, 0, 4, 1, 1, 3, 2, 0, 0, 4, 4, 2, 1, -2, 3});
+  c.input_values<int64_t>("ints", {2, 3}, {10, -20, 30, 40, 1LL << 40, -60});
+  c.input_values<int64_t>("idx_ints", {2, 2}, {2, 0, -1, 1});
+  c.node("GatherElements", {"data", "idx0"}, {"y0"}, {{"axis", 0}});
+  c.node("GatherElements", {"data", "idx1"}, {"y1"}, {{"axis", 1}});
+  c.node("GatherElements", {"data", "idx2"}, {"y2"}, {{"axis", -1}});
+  c.node("GatherElements", {"ints", "idx_ints"}, {"yi"}, {{"axis", 1}});
+  c.output("y0").output("y1").output("y2").output("yi", kInt64);
+  c.atol = c.rtol = 0;
+  run(c);
+}
+
+// Equal parts on the middle axis, sizes as an attribute (opset 11) and as a
+// constant input (opset 13) on the last axis, int64 values on the first.
+TEST_P(OperatorTest, Split) {
+  Case c({"Split"}, 13);
+  c.input("x", {2, 6, 5});
+  c.input_values<int64_t>("ints", {4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 1LL << 40, -11, 12});
+  c.int_constant("sizes", {3}, {1, 3, 1});
+  c.node("Split", {"x"}, {"a", "b", "c"}, {{"axis", 1}});
+  c.node("Split", {"x", "sizes"}, {"d", "e", "f"}, {{"axis", -1}});
+  c.node("Split", {"ints"}, {"g", "h"});
+  for (const char* o : {"a", "b", "c", "d", "e", "f"}) c.output(o);
+  c.output("g", kInt64).output("h", kInt64);
+  c.atol = c.rtol = 0;
+  run(c);
+}
+
+TEST_P(OperatorTest, SplitSizesAttributeOpset11) {
+  Case c({"Split"}, 11);
+  c.input("x", {3, 7}).output("a").output("b");
+  c.node("Split", {"x"}, {"a", "b"}, {{"axis", 1}, {"split", {2, 5}}});
+  c.atol = c.rtol = 0;
+  run(c);
+}
+
 TEST_P(OperatorTest, ConcatInt64) {
   Case c({"Concat"});
   c.input_values<int64_t>("a", {2, 3}, {1, 2, 3, 4, 5, 6});
@@ -1304,6 +1361,25 @@ TEST_P(OperatorTest, GatherOutOfRangeIndexIsAnInvalidArgument) {
   const auto got = compiled.exe->run(c.inputs);
   ASSERT_EQ(got.size(), 1u);
   expect_close(got[0], want[0], 0, 0, 0, "after the errors");
+}
+
+TEST_P(OperatorTest, GatherElementsOutOfRangeIndexIsAnInvalidArgument) {
+  Case c({"GatherElements"});
+  c.input("data", {2, 3}).input_values<int64_t>("idx", {2, 2}, {0, 1, 2, 0}).output("y");
+  c.node("GatherElements", {"data", "idx"}, {"y"}, {{"axis", 1}}, "pick");
+  const auto& b = backend(GetParam());
+  const kiln::ir::Model model = import(c);
+  if (!b.supports(model.graph->nodes[0])) GTEST_SKIP() << GetParam() << " does not claim GatherElements";
+  Compiled compiled = compile(GetParam(), model, c.inputs);
+  auto inputs = c.inputs;
+  inputs["idx"] = Tensor::from_vector<int64_t>({2, 2}, {0, 1, -4, 0});
+  try {
+    compiled.exe->run(inputs);
+    ADD_FAILURE() << "no error";
+  } catch (const kiln::ir::Error& e) {
+    EXPECT_EQ(e.kind(), kiln::ir::ErrorKind::InvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pick"), std::string::npos) << e.what();
+  }
 }
 
 // ---- unary elementwise ops, each on its own --------------------------------------------

@@ -1173,9 +1173,11 @@ TEST(PortableLayerNorm, RowsAndOptionalParameters) {
           ref[r * cols + c] = (x[r * cols + c] - mean) / std::sqrt(var + eps) * (sp ? sp[c] : 1.0) + (bp ? bp[c] : 0.0);
       }
       std::vector<float> y;
-      run_pool_twice([&](const kiln_pk_threads* t,
-                         std::vector<float>& out) { kiln_pk_layer_norm(t, rows, cols, eps, x.data(), sp, bp, out.data()); },
-                     ref.size(), y);
+      run_pool_twice(
+          [&](const kiln_pk_threads* t, std::vector<float>& out) {
+            kiln_pk_layer_norm(t, rows, cols, eps, x.data(), sp, bp, out.data(), nullptr, nullptr);
+          },
+          ref.size(), y);
       EXPECT_TRUE(near_all(y, ref, 1e-4, 1e-5));
     }
 }

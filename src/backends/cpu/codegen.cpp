@@ -54,7 +54,7 @@ const kiln_pk_threads* tbb_threads() {
 }
 
 std::string describe_call_failure(const Call& call, int64_t code) {
-  if (call.function == "kiln_pk_gather")
+  if (call.function == "kiln_pk_gather" || call.function == "kiln_pk_gather_elements")
     return "index " + std::to_string(code - 1) + " (in flattened order) is out of range for the gathered axis";
   if (call.function == "kiln_pk_nll_loss")
     return "target " + std::to_string(code - 1) + " (in flattened order) is not a class, nor the ignored index";
@@ -121,6 +121,7 @@ class Emitter {
     i64_ = llvm::Type::getInt64Ty(ctx_);
     i32_ = llvm::Type::getInt32Ty(ctx_);
     f32_ = llvm::Type::getFloatTy(ctx_);
+    f64_ = llvm::Type::getDoubleTy(ctx_);
   }
 
   // `bundle`: the entry of a frozen bundle instead (constants at fixed
@@ -301,6 +302,7 @@ class Emitter {
       put(&o.arg, sizeof o.arg);
       put(&is_dense, sizeof is_dense);
       put(&o.strides.back(), sizeof o.strides.back());
+      put(&o.type, sizeof o.type);
     }
     k += '|';
     for (const auto& in : loop.code) {
@@ -309,6 +311,8 @@ class Emitter {
       put(&in.b, sizeof in.b);
       put(&in.alpha, sizeof in.alpha);
       put(&in.beta, sizeof in.beta);
+      put(&in.type, sizeof in.type);
+      put(&in.c, sizeof in.c);
     }
     k += '|';
     for (const auto& st : loop.stores) put(&st, sizeof st);
@@ -386,18 +390,21 @@ class Emitter {
     return b_.CreateSelect(b_.CreateFCmpOLT(ax, f(0.4f)), near, far);
   }
 
-  llvm::Value* apply(const Loop::Instr& in, llvm::Value* a, llvm::Value* b) {
+  llvm::Value* apply(const Loop& loop, const Loop::Instr& in, const std::vector<llvm::Value*>& values) {
     using Op = Loop::Op;
+    llvm::Value* a = in.a >= 0 ? values[size_t(in.a)] : nullptr;
+    llvm::Value* b = in.b >= 0 ? values[size_t(in.b)] : nullptr;
+    if (in.type != ir::DType::Float32 || (in.a >= 0 && loop.code[size_t(in.a)].type != ir::DType::Float32) ||
+        (in.b >= 0 && loop.code[size_t(in.b)].type != ir::DType::Float32) || in.op >= Op::Cast || in.op == Op::Max ||
+        in.op == Op::Min)
+      return apply_typed(loop, in, values);
     switch (in.op) {
-      case Op::Load:
-      case Op::Count: break;
+      default: break;  // Load, and what apply_typed computes
       case Op::Constant: return f(in.alpha);
       case Op::Add: return b_.CreateFAdd(a, b);
       case Op::Sub: return b_.CreateFSub(a, b);
       case Op::Mul: return b_.CreateFMul(a, b);
       case Op::Div: return b_.CreateFDiv(a, b);
-      case Op::Max: return intrinsic(llvm::Intrinsic::maxnum, {a, b});
-      case Op::Min: return intrinsic(llvm::Intrinsic::minnum, {a, b});
       case Op::Pow: return intrinsic(llvm::Intrinsic::pow, {a, b});
       case Op::PRelu: return select_positive(a, a, b_.CreateFMul(a, b));
       case Op::Neg: return b_.CreateFNeg(a);
@@ -430,6 +437,186 @@ class Emitter {
       case Op::Softsign: return b_.CreateFDiv(a, b_.CreateFAdd(f(1), intrinsic(llvm::Intrinsic::fabs, {a})));
     }
     ir::fail(ir::ErrorKind::Internal, "code generation: unknown loop instruction");
+  }
+
+  // ---- loops of any element type ------------------------------------------
+  static bool floating(ir::DType t) { return t == ir::DType::Float32 || t == ir::DType::Float64 || t == ir::DType::Float16; }
+  static bool is_signed(ir::DType t) { return ir::dtype_is_signed_int(t); }
+
+  llvm::Type* element_type(ir::DType t) {
+    switch (t) {
+      case ir::DType::Float32: return f32_;
+      case ir::DType::Float64: return f64_;
+      case ir::DType::Float16: return b_.getHalfTy();
+      case ir::DType::Bool:
+      case ir::DType::UInt8:
+      case ir::DType::Int8: return b_.getInt8Ty();
+      case ir::DType::UInt16:
+      case ir::DType::Int16: return b_.getInt16Ty();
+      case ir::DType::UInt32:
+      case ir::DType::Int32: return i32_;
+      case ir::DType::UInt64:
+      case ir::DType::Int64: return i64_;
+      default: break;
+    }
+    ir::fail(ir::ErrorKind::Internal, std::string("code generation: a loop over ") + ir::dtype_name(t) + " values");
+  }
+  llvm::Constant* constant(ir::DType t, double v) {
+    return floating(t) ? llvm::ConstantFP::get(element_type(t), v)
+                       : llvm::ConstantInt::get(element_type(t), uint64_t(int64_t(v)), is_signed(t));
+  }
+  llvm::Value* less(ir::DType t, llvm::Value* a, llvm::Value* b) {
+    return floating(t) ? b_.CreateFCmpOLT(a, b) : is_signed(t) ? b_.CreateICmpSLT(a, b) : b_.CreateICmpULT(a, b);
+  }
+  llvm::Value* greater(ir::DType t, llvm::Value* a, llvm::Value* b) {
+    return floating(t) ? b_.CreateFCmpOGT(a, b) : is_signed(t) ? b_.CreateICmpSGT(a, b) : b_.CreateICmpUGT(a, b);
+  }
+  llvm::Value* is_nan(ir::DType t, llvm::Value* a) { return floating(t) ? b_.CreateFCmpUNO(a, a) : b_.getFalse(); }
+
+  // Tensor::cast's conversions: float to integer truncates and saturates (NaN
+  // to 0), to bool is "not zero" (a double through float first).
+  llvm::Value* convert(llvm::Value* v, ir::DType from, ir::DType to) {
+    if (from == to) return v;
+    // To and from float16 through float, as ir::Half converts.
+    if (from == ir::DType::Float16) return convert(b_.CreateFPExt(v, f32_), ir::DType::Float32, to);
+    if (to == ir::DType::Float16) return b_.CreateFPTrunc(convert(v, from, ir::DType::Float32), element_type(to));
+    llvm::Type* want = element_type(to);
+    if (to == ir::DType::Bool) {
+      llvm::Value* nonzero = floating(from) ? b_.CreateFCmpUNE(b_.CreateFPTrunc(v, f32_), llvm::ConstantFP::get(f32_, 0.0))
+                                            : b_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+      return b_.CreateZExt(nonzero, want);
+    }
+    if (floating(from) && floating(to)) return b_.CreateFPCast(v, want);
+    if (floating(from))
+      return b_.CreateIntrinsic(is_signed(to) ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat, {want, v->getType()},
+                                {v});
+    const bool from_signed = is_signed(from);
+    if (floating(to)) return from_signed ? b_.CreateSIToFP(v, want) : b_.CreateUIToFP(v, want);
+    return b_.CreateIntCast(v, want, from_signed);
+  }
+  llvm::Value* to_double(llvm::Value* v, ir::DType from) { return convert(v, from, ir::DType::Float64); }
+  llvm::Value* libm(const char* name, std::vector<llvm::Value*> args) {
+    std::vector<llvm::Type*> params(args.size(), f64_);
+    return b_.CreateCall(m_.getOrInsertFunction(name, llvm::FunctionType::get(f64_, params, false)), args);
+  }
+
+  llvm::Value* apply_typed(const Loop& loop, const Loop::Instr& in, const std::vector<llvm::Value*>& values) {
+    // The reference kernels compute float16 in float, rounding each result.
+    const bool half = in.type == ir::DType::Float16 && in.op != Loop::Op::Cast;
+    auto operand = [&](int k, ir::DType& type) -> llvm::Value* {
+      if (k < 0) return nullptr;
+      type = loop.code[size_t(k)].type;
+      if (type != ir::DType::Float16 || in.op == Loop::Op::Cast) return values[size_t(k)];
+      type = ir::DType::Float32;
+      return b_.CreateFPExt(values[size_t(k)], f32_);
+    };
+    const ir::DType t = half ? ir::DType::Float32 : in.type;
+    ir::DType ta = t, tb = t, tc = t;
+    llvm::Value *a = operand(in.a, ta), *b = operand(in.b, tb), *c = operand(in.c, tc);
+    llvm::Value* r = compute(in, t, ta, tb, a, b, c);
+    return half ? b_.CreateFPTrunc(r, element_type(ir::DType::Float16)) : r;
+  }
+
+  llvm::Value* compute(const Loop::Instr& in, ir::DType t, ir::DType ta, ir::DType tb, llvm::Value* a, llvm::Value* b,
+                       llvm::Value* c) {
+    using Op = Loop::Op;
+    const bool fp = floating(t);
+    auto from_double = [&](llvm::Value* d) { return convert(d, ir::DType::Float64, t); };
+    switch (in.op) {
+      case Op::Constant: return constant(t, in.alpha);
+      case Op::Add: return fp ? b_.CreateFAdd(a, b) : b_.CreateAdd(a, b);
+      case Op::Sub: return fp ? b_.CreateFSub(a, b) : b_.CreateSub(a, b);
+      case Op::Mul: return fp ? b_.CreateFMul(a, b) : b_.CreateMul(a, b);
+      case Op::Div:
+        if (fp) return b_.CreateFDiv(a, b);
+        break;  // integer division needs a check for zero, which loops do not make
+      case Op::Max:
+      case Op::Min: {
+        // The reference's, numpy's: a if a is NaN or beyond b, else b.
+        llvm::Value* beyond = in.op == Op::Max ? greater(t, a, b) : less(t, a, b);
+        return b_.CreateSelect(b_.CreateOr(is_nan(t, a), beyond), a, b);
+      }
+      case Op::Neg: return fp ? b_.CreateFNeg(a) : b_.CreateNeg(a);
+      case Op::Abs:
+        if (fp) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a);
+        return is_signed(t) ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, a, b_.getFalse()) : a;
+      case Op::Relu: return b_.CreateSelect(greater(t, a, constant(t, 0)), a, constant(t, 0));
+      case Op::Floor: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, a);
+      case Op::Ceil: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, a);
+      case Op::Sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a);
+      case Op::Reciprocal: return b_.CreateFDiv(constant(t, 1), a);
+      case Op::Pow:  // the exponent of any type; computed in double, as the reference does
+        return from_double(libm("pow", {to_double(a, ta), to_double(b, tb)}));
+      case Op::Cast: return convert(a, ta, t);
+      case Op::Where: return b_.CreateSelect(b_.CreateICmpNE(a, b_.getInt8(0)), b, c);
+      case Op::ClipBetween: {
+        llvm::Value* v = a;
+        if (b) v = b_.CreateSelect(less(t, v, b), b, v);
+        if (c) v = b_.CreateSelect(greater(t, v, c), c, v);
+        return v;
+      }
+      case Op::Mod: {
+        if (!fp) break;  // as Div
+        llvm::Value* r = b_.CreateFRem(a, b);
+        if (in.alpha != 0) return r;
+        llvm::Value* zero = constant(t, 0);
+        llvm::Value* other_sign = b_.CreateXor(b_.CreateFCmpOLT(r, zero), b_.CreateFCmpOLT(b, zero));
+        return b_.CreateSelect(b_.CreateAnd(b_.CreateFCmpUNE(r, zero), other_sign), b_.CreateFAdd(r, b), r);
+      }
+      case Op::BitShift: {
+        const unsigned bits = a->getType()->getIntegerBitWidth();
+        llvm::Value* past = b_.CreateICmpUGE(b, llvm::ConstantInt::get(b->getType(), bits));
+        llvm::Value* by = b_.CreateSelect(past, llvm::ConstantInt::get(b->getType(), 0), b);
+        llvm::Value* shifted = in.alpha == 0 ? b_.CreateShl(a, by) : b_.CreateLShr(a, by);
+        return b_.CreateSelect(past, llvm::ConstantInt::get(a->getType(), 0), shifted);
+      }
+      case Op::Not: return b_.CreateXor(a, b_.getInt8(1));
+      case Op::Sign: {
+        llvm::Value* zero = constant(t, 0);
+        llvm::Value* v = is_signed(t) || fp ? b_.CreateSelect(less(t, a, zero), constant(t, -1), a) : a;
+        return b_.CreateSelect(greater(t, a, zero), constant(t, 1), v);
+      }
+      case Op::Round: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, a);
+      case Op::IsNaN: return b_.CreateZExt(b_.CreateFCmpUNO(a, a), b_.getInt8Ty());
+      case Op::IsInf: {
+        llvm::Value* inf =
+            b_.CreateFCmpOEQ(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a), llvm::ConstantFP::getInfinity(a->getType()));
+        llvm::Value* wanted = b_.CreateSelect(b_.CreateFCmpOLT(a, llvm::ConstantFP::get(a->getType(), 0)),
+                                              b_.getInt1(in.alpha != 0), b_.getInt1(in.beta != 0));
+        return b_.CreateZExt(b_.CreateAnd(inf, wanted), b_.getInt8Ty());
+      }
+      case Op::Libm: {
+        static const char* const names[] = {"sin",  "cos",  "tan",   "asin",  "acos", "atan",
+                                            "sinh", "cosh", "asinh", "acosh", "atanh"};
+        static_assert(std::size(names) == size_t(Loop::LibmFunction::Count));
+        const auto k = size_t(in.alpha);
+        if (in.alpha < 0 || k >= std::size(names) || float(k) != in.alpha) break;
+        return from_double(libm(names[k], {to_double(a, ta)}));
+      }
+      case Op::ThresholdedRelu: return b_.CreateSelect(greater(t, a, constant(t, in.alpha)), a, constant(t, 0));
+      case Op::Shrink: {
+        llvm::Value* v = to_double(a, ta);
+        llvm::Value* lambd = llvm::ConstantFP::get(f64_, double(in.alpha));
+        llvm::Value* bias = llvm::ConstantFP::get(f64_, double(in.beta));
+        llvm::Value* r = b_.CreateSelect(b_.CreateFCmpOGT(v, lambd), b_.CreateFSub(v, bias), llvm::ConstantFP::get(f64_, 0.0));
+        r = b_.CreateSelect(b_.CreateFCmpOLT(v, b_.CreateFNeg(lambd)), b_.CreateFAdd(v, bias), r);
+        return from_double(r);
+      }
+      case Op::Celu: {
+        llvm::Value* x = to_double(a, ta);
+        llvm::Value* alpha = llvm::ConstantFP::get(f64_, double(in.alpha));
+        llvm::Value* zero = llvm::ConstantFP::get(f64_, 0.0);
+        llvm::Value* e =
+            b_.CreateFMul(alpha, b_.CreateFSub(libm("exp", {b_.CreateFDiv(x, alpha)}), llvm::ConstantFP::get(f64_, 1.0)));
+        // std::max(0.0, x) and std::min(0.0, e), NaN included.
+        llvm::Value* hi = b_.CreateSelect(b_.CreateFCmpOLT(zero, x), x, zero);
+        llvm::Value* lo = b_.CreateSelect(b_.CreateFCmpOLT(e, zero), e, zero);
+        return from_double(b_.CreateFAdd(hi, lo));
+      }
+      default: break;
+    }
+    ir::fail(ir::ErrorKind::Internal, std::string("code generation: loop instruction ") + std::to_string(int(in.op)) + " over " +
+                                          ir::dtype_name(t) + " values");
   }
 
   // int64_t fn(const kiln_pk_threads* threads, void* const* args): the
@@ -561,8 +748,9 @@ class Emitter {
     for (size_t o = 0; o < loop.operands.size(); ++o) {
       // A dense operand's row starts where the stores' does: the same address
       // expression, so that a loop writing in place still vectorises.
+      llvm::Type* type = element_type(loop.operands[o].type);
       if (strides[o].empty()) {
-        row_ptr.push_back(b_.CreateInBoundsGEP(f32_, operand_base[o], row_start));
+        row_ptr.push_back(b_.CreateInBoundsGEP(type, operand_base[o], row_start));
         continue;
       }
       llvm::Value* offset = b_.getInt64(0);
@@ -572,10 +760,23 @@ class Emitter {
         offset = b_.CreateAdd(offset, b_.CreateMul(idx, strides[o][d]));
         if (d) rest = b_.CreateUDiv(rest, shape[d]);
       }
-      row_ptr.push_back(b_.CreateInBoundsGEP(f32_, operand_base[o], offset));
+      row_ptr.push_back(b_.CreateInBoundsGEP(type, operand_base[o], offset));
     }
+    // What each instruction reads must come before it (a saved program is read back).
+    for (size_t k = 0; k < loop.code.size(); ++k) {
+      const Loop::Instr& in = loop.code[k];
+      const bool load = in.op == Loop::Op::Load;
+      if (load ? in.a < 0 || size_t(in.a) >= loop.operands.size() || loop.operands[size_t(in.a)].type != in.type
+               : in.a >= int(k) || in.b >= int(k) || in.c >= int(k))
+        ir::fail(ir::ErrorKind::Internal, "code generation: loop instruction " + std::to_string(k) + " reads what is not there");
+    }
+    for (const auto& [instr, arg] : loop.stores)
+      if (instr < 0 || size_t(instr) >= loop.code.size())
+        ir::fail(ir::ErrorKind::Internal, "code generation: a loop stores what it does not compute");
     std::vector<llvm::Value*> store_row;
-    for (llvm::Value* base : store_base) store_row.push_back(b_.CreateInBoundsGEP(f32_, base, row_start));
+    for (size_t s = 0; s < store_base.size(); ++s)
+      store_row.push_back(
+          b_.CreateInBoundsGEP(element_type(loop.code[size_t(loop.stores[s].first)].type), store_base[s], row_start));
     auto* has_work = b_.CreateICmpSLT(j0, j_end);
     b_.CreateCondBr(has_work, inner, row_end);
 
@@ -587,13 +788,16 @@ class Emitter {
       if (in.op == Loop::Op::Load) {
         const int64_t inner_stride = loop.operands[size_t(in.a)].strides.back();
         auto* at = inner_stride ? b_.CreateMul(j, b_.getInt64(uint64_t(inner_stride))) : b_.getInt64(0);
-        values.push_back(b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, row_ptr[size_t(in.a)], at)));
+        llvm::Type* type = element_type(in.type);
+        values.push_back(b_.CreateLoad(type, b_.CreateInBoundsGEP(type, row_ptr[size_t(in.a)], at)));
       } else {
-        values.push_back(apply(in, in.a >= 0 ? values[size_t(in.a)] : nullptr, in.b >= 0 ? values[size_t(in.b)] : nullptr));
+        values.push_back(apply(loop, in, values));
       }
     }
-    for (size_t s = 0; s < loop.stores.size(); ++s)
-      b_.CreateStore(values[size_t(loop.stores[s].first)], b_.CreateInBoundsGEP(f32_, store_row[s], j));
+    for (size_t s = 0; s < loop.stores.size(); ++s) {
+      llvm::Value* v = values[size_t(loop.stores[s].first)];
+      b_.CreateStore(v, b_.CreateInBoundsGEP(v->getType(), store_row[s], j));
+    }
     auto* j_next = b_.CreateAdd(j, b_.getInt64(1));
     j->addIncoming(j_next, inner);
     b_.CreateCondBr(b_.CreateICmpSLT(j_next, j_end), inner, row_end);
@@ -613,7 +817,7 @@ class Emitter {
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
   llvm::IRBuilder<> b_;
-  llvm::Type *ptr_, *i64_, *i32_, *f32_;
+  llvm::Type *ptr_, *i64_, *i32_, *f32_, *f64_;
 };
 
 }  // namespace

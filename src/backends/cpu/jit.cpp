@@ -79,6 +79,28 @@ Jit::SymbolTable builtin_symbols() {
       {"erff", reinterpret_cast<const void*>(static_cast<float (*)(float)>(&::erff))},
       {"powf", reinterpret_cast<const void*>(static_cast<float (*)(float, float)>(&::powf))},
       {"sqrtf", reinterpret_cast<const void*>(static_cast<float (*)(float)>(&::sqrtf))},
+      {"fmodf", reinterpret_cast<const void*>(static_cast<float (*)(float, float)>(&::fmodf))},
+      {"roundevenf", reinterpret_cast<const void*>(static_cast<float (*)(float)>(&::roundevenf))},
+      // Loops of other types compute as the reference kernels do, in double.
+      {"exp", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::exp))},
+      {"log", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::log))},
+      {"pow", reinterpret_cast<const void*>(static_cast<double (*)(double, double)>(&::pow))},
+      {"fmod", reinterpret_cast<const void*>(static_cast<double (*)(double, double)>(&::fmod))},
+      {"sqrt", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::sqrt))},
+      {"floor", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::floor))},
+      {"ceil", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::ceil))},
+      {"roundeven", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::roundeven))},
+      {"sin", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::sin))},
+      {"cos", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::cos))},
+      {"tan", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::tan))},
+      {"asin", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::asin))},
+      {"acos", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::acos))},
+      {"atan", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::atan))},
+      {"sinh", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::sinh))},
+      {"cosh", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::cosh))},
+      {"asinh", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::asinh))},
+      {"acosh", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::acosh))},
+      {"atanh", reinterpret_cast<const void*>(static_cast<double (*)(double)>(&::atanh))},
   };
 }
 

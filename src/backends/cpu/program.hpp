@@ -53,8 +53,10 @@ struct Buffer {
   std::string name;    // the value it holds first, for the plan and messages
 };
 
-// A chain of float32 elementwise operations fused into one generated loop
-// over `shape`. `code` is in SSA form: instruction i produces value i.
+// A chain of elementwise operations fused into one generated loop over
+// `shape`. `code` is in SSA form: instruction i produces value i, of its
+// element type (float32 for most; any fixed-size numeric type or bool, held
+// as one byte of 0 or 1, where the lowering says so).
 struct Loop {
   enum class Op {
     Load,      // operand `a`
@@ -87,18 +89,41 @@ struct Loop {
     Elu,
     Selu,
     Softsign,
+    // Computed as the reference kernels do (in double where they do), so
+    // exactly their results.
+    Cast,             // a converted to the instruction's type
+    Where,            // a (bool) ? b : c
+    ClipBetween,      // a clamped below by b and above by c (either -1: none), NaN kept
+    Mod,              // a mod b, of the divisor's sign unless alpha (fmod) is set
+    BitShift,         // a << b (alpha 0) or a >> b, 0 past the bit width
+    Not,              // of a bool
+    Sign,             // -1, 0 or 1; NaN kept
+    Round,            // half to even
+    IsNaN,            // to bool
+    IsInf,            // to bool: -inf if alpha, +inf if beta
+    Libm,             // the C library's function number alpha (LibmFunction) of a, in double
+    ThresholdedRelu,  // a if a > alpha else 0
+    Shrink,           // a + beta if a < -alpha, a - beta if a > alpha, else 0
+    Celu,             // max(0, a) + min(0, alpha * (exp(a / alpha) - 1))
+    MaxNaN,           // max and min of any type, a NaN operand winning (numpy's maximum)
+    MinNaN,
     // Not an operation: new ones go above it, never between (saved
     // programs store the numbers), and the reader checks against it.
     Count,
   };
+  // The functions of Op::Libm (saved programs store the numbers).
+  enum class LibmFunction { Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Count };
   struct Operand {
     int arg = 0;                   // the step's argument holding it
     std::vector<int64_t> strides;  // elements per step of each dim of `shape` (0: broadcast)
+    ir::DType type = ir::DType::Float32;
   };
   struct Instr {
     Op op = Op::Load;
     int a = -1, b = -1;  // operands: earlier instructions, or the operand index for Load
     float alpha = 0, beta = 0;
+    ir::DType type = ir::DType::Float32;  // of the result (a Load's: its operand's)
+    int c = -1;                           // a third operand (Where, ClipBetween)
   };
   ir::Dims shape;
   std::vector<Operand> operands;

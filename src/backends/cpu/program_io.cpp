@@ -17,26 +17,30 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kFormat = 4;
+constexpr int kFormat = 5;
 
 json loop_to_json(const Loop& loop) {
   json operands = json::array(), code = json::array();
-  for (const auto& o : loop.operands) operands.push_back({{"arg", o.arg}, {"strides", o.strides}});
+  for (const auto& o : loop.operands) operands.push_back({{"arg", o.arg}, {"strides", o.strides}, {"type", int(o.type)}});
   for (const auto& i : loop.code)
-    code.push_back({{"op", int(i.op)}, {"a", i.a}, {"b", i.b}, {"alpha", i.alpha}, {"beta", i.beta}});
+    code.push_back(
+        {{"op", int(i.op)}, {"a", i.a}, {"b", i.b}, {"c", i.c}, {"alpha", i.alpha}, {"beta", i.beta}, {"type", int(i.type)}});
   return {{"shape", loop.shape}, {"operands", operands}, {"code", code}, {"stores", loop.stores}};
 }
 
 std::unique_ptr<Loop> loop_from_json(const json& j, const std::string& what) {
   auto loop = std::make_unique<Loop>();
   loop->shape = json_field<ir::Dims>(j, "shape", what);
+  // The code generator refuses a type its loops do not compute in.
+  auto type = [&](const json& o) { return ir::DType(json_field<int32_t>(o, "type", what)); };
   for (const json& o : json_field<json>(j, "operands", what))
-    loop->operands.push_back({json_field<int>(o, "arg", what), json_field<std::vector<int64_t>>(o, "strides", what)});
+    loop->operands.push_back({json_field<int>(o, "arg", what), json_field<std::vector<int64_t>>(o, "strides", what), type(o)});
   for (const json& i : json_field<json>(j, "code", what)) {
     const int op = json_field<int>(i, "op", what);
     if (op < 0 || op >= int(Loop::Op::Count)) ir::fail(ir::ErrorKind::InvalidModel, what + ": unknown loop operation");
     loop->code.push_back({Loop::Op(op), json_field<int>(i, "a", what), json_field<int>(i, "b", what),
-                          json_field<float>(i, "alpha", what), json_field<float>(i, "beta", what)});
+                          json_field<float>(i, "alpha", what), json_field<float>(i, "beta", what), type(i),
+                          json_field<int>(i, "c", what)});
   }
   loop->stores = json_field<std::vector<std::pair<int, int>>>(j, "stores", what);
   return loop;

@@ -274,4 +274,64 @@ bool portable_gather(Context& cx, const ir::Node& n) {
   return true;
 }
 
+// GatherElements of any fixed-size element type: one portable kernel call
+// for both kernel families, its indices checked when the step runs.
+bool lower_gather_elements(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() != 2 || n.outputs.size() != 1) return false;
+  const Dims data = cx.dims(n.inputs[0]), idx = cx.dims(n.inputs[1]);
+  const DType index_type = cx.dtype(n.inputs[1]);
+  if (idx.size() != data.size() || idx.empty() || idx.size() > 8) return false;
+  if (index_type != DType::Int64 && index_type != DType::Int32) return false;
+  ref::KernelContext ctx(n, {}, nullptr);
+  int64_t axis = ctx.attr_int("axis", 0);
+  if (!normalize_axis(axis, data.size())) return false;
+  for (size_t d = 0; d < data.size(); ++d)
+    if (int64_t(d) != axis && idx[d] > data[d]) return false;  // the reference kernel says why
+  const int src = cx.plain(n.inputs[0]), indices = cx.plain(n.inputs[1]);
+  cx.compiled();
+  cx.add_call(n.describe(), {src, indices, cx.define_plain(n.outputs[0])}, {0, 0, 1},
+              {"kiln_pk_gather_elements",
+               {Call::i32(int32_t(idx.size())), Call::array(idx), Call::array(ref::strides_of(data)), Call::i32(int32_t(axis)),
+                Call::i64(data[size_t(axis)]), Call::i64(int64_t(ir::dtype_size(cx.dtype(n.inputs[0])))),
+                Call::i32(index_type == DType::Int64), Call::buffer(1), Call::buffer(0), Call::buffer(2)},
+               true});
+  return true;
+}
+
+// Split of any element type: each output a strided copy of its run of the
+// axis (kiln_pk_strided_copy) for both kernel families. The runs are the
+// outputs' shapes, which shape inference took from the sizes (an attribute,
+// a constant input, or equal parts).
+bool lower_split(Context& cx, const ir::Node& n) {
+  if (n.inputs.empty() || n.outputs.empty()) return false;
+  const Dims in = cx.dims(n.inputs[0]);
+  if (in.empty() || in.size() > 8) return false;
+  int64_t axis = ref::KernelContext(n, {}, nullptr).attr_int("axis", 0);
+  if (!normalize_axis(axis, in.size())) return false;
+  int64_t total = 0;
+  for (const auto& out : n.outputs) {
+    if (out.empty() || cx.dtype(out) != cx.dtype(n.inputs[0])) return false;
+    const Dims d = cx.dims(out);
+    if (d.size() != in.size()) return false;
+    for (size_t k = 0; k < d.size(); ++k)
+      if (int64_t(k) != axis && d[k] != in[k]) return false;
+    total += d[size_t(axis)];
+  }
+  if (total != in[size_t(axis)]) return false;
+  const std::vector<int64_t> strides = ref::strides_of(in);
+  const int src = cx.plain(n.inputs[0]);
+  int64_t start = 0;
+  for (const auto& out : n.outputs) {
+    const Dims d = cx.dims(out);
+    cx.add_call(n.describe(), {src, cx.define_plain(out)}, {0, 1},
+                {"kiln_pk_strided_copy",
+                 {Call::i32(int32_t(d.size())), Call::array(d), Call::array(strides), Call::i64(start * strides[size_t(axis)]),
+                  Call::i64(int64_t(ir::dtype_size(cx.dtype(out)))), Call::buffer(0), Call::buffer(1)},
+                 false});
+    start += d[size_t(axis)];
+  }
+  cx.compiled();
+  return true;
+}
+
 }  // namespace kiln::cpu::lowering

@@ -82,16 +82,75 @@ bool lower_blocked_binary(Context& cx, const ir::Node& n) {
   return true;
 }
 
+bool all_f32(Context& cx, const ir::Node& n) {
+  for (const auto& v : n.inputs)
+    if (!v.empty() && !cx.is_f32(v)) return false;
+  return cx.is_f32(n.outputs[0]);
+}
+
+bool variadic(const std::string& op) { return op == "Max" || op == "Min" || op == "Sum" || op == "Mean"; }
+
+// Loops of element types other than float32 compute as the reference
+// kernels do (Loop::Op's note): the operators and types they take.
+bool floating(DType t) { return t == DType::Float32 || t == DType::Float64 || t == DType::Float16; }
+bool numeric(DType t) { return floating(t) || ir::dtype_is_int(t); }
+
+bool typed_candidate(Context& cx, const ir::Node& n) {
+  const std::string& op = n.op_type;
+  const DType out = cx.dtype(n.outputs[0]);
+  auto input_type = [&](size_t i) {
+    return n.inputs.size() > i && !n.inputs[i].empty() ? cx.dtype(n.inputs[i]) : DType::Undefined;
+  };
+  auto inputs_are = [&](DType t, size_t from = 0) {
+    for (size_t i = from; i < n.inputs.size(); ++i)
+      if (n.inputs[i].empty() || cx.dtype(n.inputs[i]) != t) return false;
+    return true;
+  };
+  const DType x = input_type(0);
+  if (n.inputs.empty() || x == DType::Undefined) return false;
+  if (op == "Cast" || op == "CastLike")
+    return (numeric(x) || x == DType::Bool) && (numeric(out) || out == DType::Bool) && x != out &&
+           n.inputs.size() == (op == "Cast" ? 1u : 2u);
+  if (op == "Where")
+    return n.inputs.size() == 3 && x == DType::Bool && inputs_are(out, 1) && (numeric(out) || out == DType::Bool);
+  if (op == "Not") return n.inputs.size() == 1 && x == DType::Bool && out == DType::Bool;
+  if (op == "IsNaN" || op == "IsInf") return n.inputs.size() == 1 && floating(x) && out == DType::Bool;
+  if (op == "Pow")  // the exponent of any numeric type; the result the base's
+    return n.inputs.size() == 2 && (floating(x) || ir::dtype_is_signed_int(x)) && numeric(input_type(1)) && out == x;
+  if (op == "Clip") {  // bounds of one element, from inputs (opset 11 on)
+    if (n.opset < 11 || n.inputs.size() > 3 || !numeric(x) || out != x) return false;
+    for (size_t i = 1; i < n.inputs.size(); ++i)
+      if (!n.inputs[i].empty() && (cx.dtype(n.inputs[i]) != x || ir::checked_numel(cx.dims(n.inputs[i])) != 1)) return false;
+    return true;
+  }
+  if (out != x || !(variadic(op) ? !n.inputs.empty() : int(n.inputs.size()) == find_op(n)->arity) || !inputs_are(x)) return false;
+  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Max" || op == "Min" || op == "Sum" || op == "Abs" || op == "Sign" ||
+      op == "Shrink")
+    return numeric(x);
+  if (op == "Neg" || op == "Relu") return floating(x) || ir::dtype_is_signed_int(x);
+  ref::KernelContext ctx(n, {}, nullptr);  // attributes the reference kernel refuses are its to report
+  if (op == "BitShift") {
+    const std::string direction = ctx.attr_string("direction", "");
+    return ir::dtype_is_unsigned_int(x) && (direction == "LEFT" || direction == "RIGHT");
+  }
+  if (op == "Celu" && ctx.attr_float("alpha", 1.0f) == 0) return false;
+  if (op == "Div" || op == "Mean" || op == "Mod" || op == "Round" || op == "ThresholdedRelu" || op == "Celu" ||
+      find_op(n)->loop_op == Op::Libm)
+    return floating(x);
+  if (op == "Floor" || op == "Ceil" || op == "Sqrt" || op == "Reciprocal") return x == DType::Float64;
+  return false;
+}
+
 bool loop_candidate(Context& cx, const ir::Node& n, const Dims& shape) {
   const OpLowering* op = find_op(n);
-  if (!op || op->kind != StepKind::Loop || !n.domain.empty() || n.outputs.size() != 1 || !cx.is_f32(n.outputs[0])) return false;
-  const bool clip = n.op_type == "Clip";
-  if (clip ? n.inputs.empty() || n.inputs.size() > 3 : int(n.inputs.size()) != op->arity) return false;
-  for (size_t i = 0; i < n.inputs.size(); ++i)
-    if (!cx.is_f32(n.inputs[i]) && !(clip && i > 0 && n.inputs[i].empty())) return false;
+  if (!op || op->kind != StepKind::Loop || !n.domain.empty() || n.outputs.size() != 1 || n.outputs[0].empty()) return false;
   if (cx.dims(n.outputs[0]) != shape) return false;
-  if (n.op_type == "Clip" && !clip_bounds(cx, n)) return false;
-  if (n.op_type == "PRelu") {  // the slope broadcasts to the input
+  if (op->loop_op >= Op::Cast || !all_f32(cx, n)) return typed_candidate(cx, n);
+  const bool clip = n.op_type == "Clip";
+  if (clip ? n.inputs.empty() || n.inputs.size() > 3 : variadic(n.op_type) ? n.inputs.empty() : int(n.inputs.size()) != op->arity)
+    return false;
+  if (clip && !clip_bounds(cx, n)) return typed_candidate(cx, n);  // bounds of the run
+  if (n.op_type == "PRelu") {                                      // the slope broadcasts to the input
     if (cx.dims(n.inputs[0]) != shape) return false;
   }
   return true;
@@ -111,6 +170,7 @@ bool readable_in(Context& cx, const md& layout, const std::string& name, const D
 // the output's shape when that one is in a oneDNN layout the loop can
 // walk, else plain (nothing).
 std::optional<std::pair<md, std::vector<PhysicalAxis>>> loop_layout(Context& cx, const ir::Node& first, const Dims& shape) {
+  if (!all_f32(cx, first)) return std::nullopt;  // oneDNN's layouts hold float32 here
   for (const auto& in : first.inputs) {
     if (in.empty() || !cx.is_f32(in) || cx.dims(in) != shape || !cx.val(in).blocked) continue;
     const md& layout = cx.val(in).layout;
@@ -155,6 +215,7 @@ bool lower_loop(Context& cx, const ir::Node& first) {
       if (it == operand.end()) {
         Loop::Operand o;
         o.arg = int(args.size());
+        o.type = cx.dtype(name);
         const Dims d = cx.dims(name);
         const auto strides = ref::strides_of(d);
         // Per dim of `shape`: how far a step moves in the operand (0: broadcast).
@@ -174,12 +235,12 @@ bool lower_loop(Context& cx, const ir::Node& first) {
         loop->operands.push_back(o);
         it = operand.emplace(name, int(loop->operands.size()) - 1).first;
       }
-      loop->code.push_back({Op::Load, it->second, -1, 0, 0});
+      loop->code.push_back({Op::Load, it->second, -1, 0, 0, cx.dtype(name)});
     }
     return ssa[name] = int(loop->code.size()) - 1;
   };
   auto broadcastable = [&](const std::string& name) {
-    if (layout && !readable_in(cx, layout->first, name, shape)) return false;
+    if (layout && (!cx.is_f32(name) || !readable_in(cx, layout->first, name, shape))) return false;
     const Dims d = cx.dims(name);
     if (d.size() > shape.size()) return false;
     for (size_t i = 0; i < d.size(); ++i)
@@ -189,10 +250,50 @@ bool lower_loop(Context& cx, const ir::Node& first) {
   auto add = [&](const ir::Node& n) {
     const OpLowering& info = *find_op(n);
     ref::KernelContext ctx(n, {}, nullptr);
+    const DType type = cx.dtype(n.outputs[0]);
+    const std::string& out = n.outputs[0];
+    if (variadic(n.op_type)) {  // a chain of its binary operation, a Mean's sum divided
+      int acc = load(n.inputs[0]);
+      for (size_t k = 1; k < n.inputs.size(); ++k) {
+        const int next = load(n.inputs[k]);
+        loop->code.push_back({n.op_type == "Mean" || n.op_type == "Sum" ? Op::Add : info.loop_op, acc, next, 0, 0, type});
+        acc = int(loop->code.size()) - 1;
+      }
+      if (n.op_type == "Mean" && n.inputs.size() > 1) {
+        loop->code.push_back({Op::Constant, -1, -1, float(n.inputs.size()), 0, type});
+        loop->code.push_back({Op::Div, acc, int(loop->code.size()) - 1, 0, 0, type});
+        acc = int(loop->code.size()) - 1;
+      }
+      ssa[out] = acc;
+      computed.insert(out);
+      return;
+    }
     Loop::Instr in;
     in.op = info.loop_op;
-    in.a = load(n.inputs[0]);
-    if (info.arity == 2) in.b = load(n.inputs[1]);
+    in.type = type;
+    const bool bounds_of_run = n.op_type == "Clip" && !(cx.is_f32(out) && clip_bounds(cx, n));
+    if (bounds_of_run) {
+      in.op = Op::ClipBetween;
+      in.a = load(n.inputs[0]);
+      if (n.inputs.size() > 1 && !n.inputs[1].empty()) in.b = load(n.inputs[1]);
+      if (n.inputs.size() > 2 && !n.inputs[2].empty()) in.c = load(n.inputs[2]);
+    } else {
+      in.a = load(n.inputs[0]);
+      if (info.arity >= 2 && n.op_type != "CastLike") in.b = load(n.inputs[1]);
+      if (info.arity == 3) in.c = load(n.inputs[2]);
+    }
+    if (n.op_type == "Mod") in.alpha = float(ctx.attr_int("fmod", 0) != 0);
+    if (n.op_type == "BitShift") in.alpha = float(ctx.attr_string("direction", "") == "RIGHT");
+    if (n.op_type == "IsInf") {
+      in.alpha = float(ctx.attr_int("detect_negative", 1) != 0);
+      in.beta = float(ctx.attr_int("detect_positive", 1) != 0);
+    }
+    if (n.op_type == "ThresholdedRelu" || n.op_type == "Celu") in.alpha = ctx.attr_float("alpha", 1.0f);
+    if (n.op_type == "Shrink") {
+      in.alpha = ctx.attr_float("lambd", 0.5f);
+      in.beta = ctx.attr_float("bias", 0.0f);
+    }
+    if (info.loop_op == Op::Libm) in.alpha = float(int(info.libm));
     if (n.op_type == "LeakyRelu") in.alpha = ctx.attr_float("alpha", 0.01f);
     if (n.op_type == "Elu") in.alpha = ctx.attr_float("alpha", 1.0f);
     if (n.op_type == "Selu") {
@@ -203,14 +304,18 @@ bool lower_loop(Context& cx, const ir::Node& first) {
       in.alpha = ctx.attr_float("alpha", 0.2f);
       in.beta = ctx.attr_float("beta", 0.5f);
     }
-    if (n.op_type == "Clip") std::tie(in.alpha, in.beta) = *clip_bounds(cx, n);
+    if (n.op_type == "Clip" && !bounds_of_run) std::tie(in.alpha, in.beta) = *clip_bounds(cx, n);
     loop->code.push_back(in);
     ssa[n.outputs[0]] = int(loop->code.size()) - 1;
     computed.insert(n.outputs[0]);
   };
 
-  auto loaded = [&](const ir::Node& n) {  // Clip reads its bounds as constants
-    return n.op_type == "Clip" ? std::vector<std::string>{n.inputs[0]} : n.inputs;
+  auto loaded = [&](const ir::Node& n) {  // a Clip's constant bounds are not read, nor CastLike's model
+    std::vector<std::string> read;
+    for (const auto& in : n.inputs)
+      if (!in.empty()) read.push_back(in);
+    if (n.op_type == "CastLike" || (n.op_type == "Clip" && cx.is_f32(n.outputs[0]) && clip_bounds(cx, n))) read.resize(1);
+    return read;
   };
   for (const auto& in : loaded(first))
     if (!broadcastable(in)) return false;
@@ -220,7 +325,7 @@ bool lower_loop(Context& cx, const ir::Node& first) {
   // inputs exist before the loop runs.
   for (size_t i = cx.node + 1; i < cx.graph.nodes.size() && i < cx.node + 64; ++i) {
     const ir::Node& n = cx.graph.nodes[i];
-    if (cx.absorbed[i] || !loop_candidate(cx, n, shape)) continue;
+    if (cx.absorbed[i] || !loop_candidate(cx, n, shape) || (layout && !all_f32(cx, n))) continue;
     bool uses_group = false, ok = true;
     for (const auto& in : loaded(n)) {
       if (computed.count(in))
@@ -264,5 +369,8 @@ bool lower_elementwise(Context& cx, const ir::Node& n) {
   if (binary_algorithm(n.op_type) && lower_blocked_binary(cx, n)) return true;
   return lower_loop(cx, n);
 }
+
+bool lower_cast_or_loop(Context& cx, const ir::Node& n) { return lower_cast(cx, n) || lower_elementwise(cx, n); }
+bool portable_cast_or_loop(Context& cx, const ir::Node& n) { return portable_cast(cx, n) || lower_loop(cx, n); }
 
 }  // namespace kiln::cpu::lowering

@@ -57,6 +57,10 @@ bool portable_transpose(Context& cx, const ir::Node& n);
 bool portable_slice(Context& cx, const ir::Node& n);
 bool portable_concat(Context& cx, const ir::Node& n);
 bool portable_gather(Context& cx, const ir::Node& n);
+// GatherElements, a portable kernel call for both kernel families.
+bool lower_gather_elements(Context& cx, const ir::Node& n);
+// Split: strided copies, portable kernel calls for both kernel families.
+bool lower_split(Context& cx, const ir::Node& n);
 
 // quantized.cpp
 bool lower_qlinear_conv(Context& cx, const ir::Node& n);
@@ -101,5 +105,8 @@ bool lower_loss(Context& cx, const ir::Node& n);
 bool lower_elementwise(Context& cx, const ir::Node& n);
 // A loop only (what the portable kernels take).
 bool lower_loop(Context& cx, const ir::Node& n);
+// Cast: lower_cast (portable_cast), else a loop.
+bool lower_cast_or_loop(Context& cx, const ir::Node& n);
+bool portable_cast_or_loop(Context& cx, const ir::Node& n);
 
 }  // namespace kiln::cpu::lowering

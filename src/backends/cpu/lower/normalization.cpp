@@ -38,7 +38,8 @@ bool lower_softmax(Context& cx, const ir::Node& n) {
 
 bool lower_layer_norm(Context& cx, const ir::Node& n) {
   if (n.inputs.size() < 2 || !cx.is_f32(n.inputs[0])) return false;
-  if (!cx.only_first_output_wanted(n)) return false;
+  // The statistics, or a scale and bias of the run: the portable kernel.
+  if (!cx.only_first_output_wanted(n)) return portable_layer_norm(cx, n);
   const Dims d = cx.dims(n.inputs[0]);
   ref::KernelContext ctx(n, {}, nullptr);
   int64_t axis = ctx.attr_int("axis", -1);
@@ -47,9 +48,9 @@ bool lower_layer_norm(Context& cx, const ir::Node& n) {
   for (size_t i = 0; i < d.size(); ++i) (int64_t(i) < axis ? outer : inner) *= d[i];
   const ir::Tensor* scale = cx.constant(n.inputs[1]);
   const ir::Tensor* shift = n.inputs.size() > 2 && !n.inputs[2].empty() ? cx.constant(n.inputs[2]) : nullptr;
-  if (!scale || scale->dtype() != DType::Float32 || scale->numel() != inner) return false;
+  if (!scale || scale->dtype() != DType::Float32 || scale->numel() != inner) return portable_layer_norm(cx, n);
   if (n.inputs.size() > 2 && !n.inputs[2].empty() && (!shift || shift->dtype() != DType::Float32 || shift->numel() != inner))
-    return false;
+    return portable_layer_norm(cx, n);
   const md m = plain_md({outer, inner});
   auto flags = dnnl::normalization_flags::use_scale;
   if (shift) flags = flags | dnnl::normalization_flags::use_shift;
@@ -150,9 +151,11 @@ bool portable_softmax(Context& cx, const ir::Node& n) {
 
 bool portable_layer_norm(Context& cx, const ir::Node& n) {
   if (n.inputs.size() < 2 || !cx.is_f32(n.inputs[0]) || !cx.is_f32(n.inputs[1])) return false;
-  if (!cx.only_first_output_wanted(n)) return false;
   const Dims d = cx.dims(n.inputs[0]);
   ref::KernelContext ctx(n, {}, nullptr);
+  // Mean and InvStdDev in float (stash_type 1), one per row.
+  auto statistic = [&](size_t k) { return n.outputs.size() > k && !n.outputs[k].empty(); };
+  if (n.outputs.size() > 3 || ((statistic(1) || statistic(2)) && ctx.attr_int("stash_type", 1) != 1)) return false;
   int64_t axis = ctx.attr_int("axis", -1);
   if (!normalize_axis(axis, d.size())) return false;
   int64_t rows = 1, cols = 1;
@@ -162,14 +165,19 @@ bool portable_layer_norm(Context& cx, const ir::Node& n) {
   if (has_bias && (!cx.is_f32(n.inputs[2]) || ir::checked_numel(cx.dims(n.inputs[2])) != cols)) return false;
   std::vector<int> args{cx.plain(n.inputs[0]), cx.plain(n.inputs[1])};
   if (has_bias) args.push_back(cx.plain(n.inputs[2]));
-  args.push_back(cx.define_plain(n.outputs[0]));
   std::vector<char> writes(args.size(), 0);
-  writes.back() = 1;
+  auto output = [&](size_t k) {
+    if (!statistic(k) && k > 0) return Call::null();
+    args.push_back(cx.define_plain(n.outputs[k]));
+    writes.push_back(1);
+    return Call::buffer(int(args.size()) - 1);
+  };
+  const Call::Arg y = output(0), mean = output(1), inv_std_dev = output(2);
   cx.compiled();
   cx.add_call(n.describe(), std::move(args), std::move(writes),
               {"kiln_pk_layer_norm",
                {Call::i64(rows), Call::i64(cols), Call::f32(ctx.attr_float("epsilon", 1e-5f)), Call::buffer(0), Call::buffer(1),
-                has_bias ? Call::buffer(2) : Call::null(), Call::buffer(has_bias ? 3 : 2)},
+                has_bias ? Call::buffer(2) : Call::null(), y, mean, inv_std_dev},
                false});
   return true;
 }

@@ -16,6 +16,9 @@ constexpr OpLowering view(LowerFn lower) { return {StepKind::View, lower, lower}
 constexpr OpLowering primitive(LowerFn native, LowerFn portable) { return {StepKind::Primitive, native, portable}; }
 // An elementwise operator with `arity` inputs that a loop computes as `op`.
 constexpr OpLowering loop(Op op, int arity) { return {StepKind::Loop, &lower_elementwise, &lower_loop, true, op, arity}; }
+constexpr OpLowering libm_loop(Loop::LibmFunction f) {
+  return {StepKind::Loop, &lower_elementwise, &lower_loop, true, Op::Libm, 1, f};
+}
 
 const std::map<std::string, OpLowering, std::less<>>& op_table() {
   static const std::map<std::string, OpLowering, std::less<>> table = [] {
@@ -30,6 +33,8 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
         {"Concat", primitive(&lower_concat, &portable_concat)},
         {"Slice", primitive(&lower_slice, &portable_slice)},
         {"Gather", primitive(&lower_gather, &portable_gather)},
+        {"GatherElements", primitive(&lower_gather_elements, &lower_gather_elements)},
+        {"Split", primitive(&lower_split, &lower_split)},
         // comparison.cpp
         {"Equal", primitive(&lower_comparison, &lower_comparison)},
         {"Less", primitive(&lower_comparison, &lower_comparison)},
@@ -121,6 +126,32 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
         {"Elu", loop(Op::Elu, 1)},
         {"Selu", loop(Op::Selu, 1)},
         {"Softsign", loop(Op::Softsign, 1)},
+        // Max, Min, Sum and Mean take any number of inputs (elementwise.cpp).
+        {"Sum", loop(Op::Add, 2)},
+        {"Mean", loop(Op::Add, 2)},
+        {"Where", loop(Op::Where, 3)},
+        {"Mod", loop(Op::Mod, 2)},
+        {"BitShift", loop(Op::BitShift, 2)},
+        {"Not", loop(Op::Not, 1)},
+        {"Sign", loop(Op::Sign, 1)},
+        {"Round", loop(Op::Round, 1)},
+        {"IsNaN", loop(Op::IsNaN, 1)},
+        {"IsInf", loop(Op::IsInf, 1)},
+        {"ThresholdedRelu", loop(Op::ThresholdedRelu, 1)},
+        {"Shrink", loop(Op::Shrink, 1)},
+        {"Celu", loop(Op::Celu, 1)},
+        {"CastLike", loop(Op::Cast, 2)},  // reads its first input only
+        {"Sin", libm_loop(Loop::LibmFunction::Sin)},
+        {"Cos", libm_loop(Loop::LibmFunction::Cos)},
+        {"Tan", libm_loop(Loop::LibmFunction::Tan)},
+        {"Asin", libm_loop(Loop::LibmFunction::Asin)},
+        {"Acos", libm_loop(Loop::LibmFunction::Acos)},
+        {"Atan", libm_loop(Loop::LibmFunction::Atan)},
+        {"Sinh", libm_loop(Loop::LibmFunction::Sinh)},
+        {"Cosh", libm_loop(Loop::LibmFunction::Cosh)},
+        {"Asinh", libm_loop(Loop::LibmFunction::Asinh)},
+        {"Acosh", libm_loop(Loop::LibmFunction::Acosh)},
+        {"Atanh", libm_loop(Loop::LibmFunction::Atanh)},
     };
     // An inference-mode Dropout reaches the lowering as an Identity (the
     // passes' no_ops_as_identity); one that trains runs its reference kernel.
@@ -129,9 +160,9 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
     // does (pool_resize.cpp), but not claimed (see Backend::supports): the
     // other modes run their reference kernel in the program.
     t["Resize"] = t["Upsample"] = {StepKind::Primitive, &lower_resize, nullptr, false};
-    // Lowered from the integer types to float only (quantized.cpp,
-    // quantized_portable.cpp).
-    t["Cast"] = {StepKind::Primitive, &lower_cast, &portable_cast, false};
+    // From 8-bit and 32-bit integers to float as a reorder or a portable
+    // dequantization (quantized.cpp, quantized_portable.cpp), else a loop.
+    t["Cast"] = {StepKind::Loop, &lower_cast_or_loop, &portable_cast_or_loop, true, Op::Cast, 1};
     return t;
   }();
   return table;

@@ -31,6 +31,7 @@ struct OpLowering {
   // Loop: the loop's instruction and how many inputs it reads.
   Loop::Op loop_op = Loop::Op::Load;
   int arity = 0;
+  Loop::LibmFunction libm = Loop::LibmFunction::Count;  // Loop::Op::Libm's function
 };
 
 // The operator's entry, or nullptr (for every operator of a domain other

@@ -199,9 +199,11 @@ int64_t kiln_pk_nll_loss(const kiln_pk_threads* threads, int64_t n, int64_t c, i
 
 /* Layer normalisation of each of `rows` rows of `cols` values:
  * y = (x - mean) / sqrt(var + epsilon) * scale + bias; scale and bias have
- * `cols` values, either may be NULL (1 and 0). */
+ * `cols` values, either may be NULL (1 and 0). Each row's mean and
+ * 1 / sqrt(var + epsilon) go to `mean` and `inv_std_dev` (`rows` values),
+ * unless NULL. */
 void kiln_pk_layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, float epsilon, const float* x,
-                        const float* scale, const float* bias, float* y);
+                        const float* scale, const float* bias, float* y, float* mean, float* inv_std_dev);
 
 /* Copies a strided view of any element size densely into dst:
  * dst[i0, ..., i(rank-1)] = src[offset + sum i_d * src_strides[d]], with
@@ -240,6 +242,15 @@ void kiln_pk_compare(const kiln_pk_threads* threads, int32_t op, int32_t element
  * unspecified). */
 int64_t kiln_pk_gather(const kiln_pk_threads* threads, int64_t outer, int64_t axis_dim, int64_t inner_bytes, int64_t num_indices,
                        int32_t index_is_64, const void* indices, const void* data, void* dst);
+
+/* GatherElements: dst has the indices' `rank` (<= 8) dims; dst[i] = data at
+ * i with its `axis` coordinate replaced by the index at i (counted from the
+ * end when negative). data_strides: per dim, in elements of element_size
+ * bytes. Returns 0, or 1 + the position of the first index out of
+ * [-axis_dim, axis_dim) (dst is then unspecified). */
+int64_t kiln_pk_gather_elements(const kiln_pk_threads* threads, int32_t rank, const int64_t* dims, const int64_t* data_strides,
+                                int32_t axis, int64_t axis_dim, int64_t element_size, int32_t index_is_64, const void* indices,
+                                const void* data, void* dst);
 
 /* ONNX RNN, GRU and LSTM (cell KILN_PK_CELL_*), float32, over x [seq,
  * batch, input] (batch_major: [batch, seq, input]). w, r, b, p, initial_h,

@@ -35,7 +35,7 @@ KILN_PK_INLINE float row_sum(const float* x, int64_t n, float shift, bool square
 
 template <int W>
 void layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, float epsilon, const float* x, const float* scale,
-                const float* bias, float* y) {
+                const float* bias, float* y, float* means, float* inv_std_devs) {
   parallel_for_grain(threads, rows, grain_for(cols * 4), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* xr = x + r * cols;
@@ -43,6 +43,8 @@ void layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, floa
       const float mean = row_sum<W>(xr, cols, 0.0f, false) / float(cols);
       const float var = row_sum<W>(xr, cols, mean, true) / float(cols);
       const float inv = 1.0f / sqrtf(var + epsilon);
+      if (means) means[r] = mean;
+      if (inv_std_devs) inv_std_devs[r] = inv;
       int64_t i = 0;
       for (; i + W <= cols; i += W) {
         Vec<W> v = (load<W>(xr + i) - mean) * inv;
@@ -64,14 +66,14 @@ void layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, floa
 }  // namespace kiln::pk
 
 extern "C" void kiln_pk_layer_norm(const kiln_pk_threads* threads, int64_t rows, int64_t cols, float epsilon, const float* x,
-                                   const float* scale, const float* bias, float* y) {
+                                   const float* scale, const float* bias, float* y, float* mean, float* inv_std_dev) {
   using namespace kiln::pk;
   if (rows <= 0 || cols <= 0) return;
   const Config cfg = target_config();
   if (cfg.vector_bytes >= 64)
-    layer_norm<16>(threads, rows, cols, epsilon, x, scale, bias, y);
+    layer_norm<16>(threads, rows, cols, epsilon, x, scale, bias, y, mean, inv_std_dev);
   else if (cfg.vector_bytes >= 32)
-    layer_norm<8>(threads, rows, cols, epsilon, x, scale, bias, y);
+    layer_norm<8>(threads, rows, cols, epsilon, x, scale, bias, y, mean, inv_std_dev);
   else
-    layer_norm<4>(threads, rows, cols, epsilon, x, scale, bias, y);
+    layer_norm<4>(threads, rows, cols, epsilon, x, scale, bias, y, mean, inv_std_dev);
 }
