@@ -1224,7 +1224,8 @@ std::string contrib_qnet() {
   contrib("QLinearAdd", {"dq", "ds", "dz", "aq", "as", "az", "es", "ez"}, "eq");
   b.node("Flatten", {"eq"}, {"f"});
   b.initializer(int8_weights(rng, "w1", {36, 10}));
-  b.initializer(ModelBuilder::float_tensor("w1s", {10}, {0.004f, 0.006f, 0.005f, 0.008f, 0.003f, 0.007f, 0.002f, 0.01f, 0.005f, 0.004f}));
+  b.initializer(
+      ModelBuilder::float_tensor("w1s", {10}, {0.004f, 0.006f, 0.005f, 0.008f, 0.003f, 0.007f, 0.002f, 0.01f, 0.005f, 0.004f}));
   b.initializer(int_tensor("w1z", {10}, std::vector<int64_t>(10, 0), onnx::TensorProto::INT8));
   b.initializer(int_tensor("b1", {10}, {100, -2000, 0, 512, 7, -64, 3000, -1, 20, -300}, onnx::TensorProto::INT32));
   contrib("QGemm", {"f", "es", "ez", "w1", "w1s", "w1z", "b1"}, "g1");
@@ -1261,8 +1262,8 @@ TEST_F(BundleTest, QuantizedContribOperatorsInPortableBundles) {
   ro.kernels.clear();
   ro.backend = "reference";
   kiln::Runtime reference(ro);
-  for (const Target& t : {Target{"", "cc", ""},
-                          Target{"aarch64-linux-gnu", "aarch64-linux-gnu-gcc", "qemu-aarch64 -L /usr/aarch64-linux-gnu"}}) {
+  for (const Target& t :
+       {Target{"", "cc", ""}, Target{"aarch64-linux-gnu", "aarch64-linux-gnu-gcc", "qemu-aarch64 -L /usr/aarch64-linux-gnu"}}) {
     SCOPED_TRACE(t.triple.empty() ? "this machine" : t.triple);
     if (!have(t.cc) || (!t.runner.empty() && !have("qemu-aarch64"))) {
       std::printf("skipped: no %s\n", t.cc.c_str());

@@ -451,8 +451,8 @@ bool lower_qlinear_matmul(Context& cx, const ir::Node& n) {
   const int64_t rows = ir::checked_numel(ad) / k;
   const std::vector<float> scales = requantization(aq->scale, *wq, yq->scale);
   if (passes::int8_products_exact(at, *w))
-    return emit_int8_matmul(cx, n, cx.plain(a), {rows, k, cols}, plain_md({k, cols}, dt::s8), *w, nullptr, scales,
-                            aq->zero_point, yq->zero_point);
+    return emit_int8_matmul(cx, n, cx.plain(a), {rows, k, cols}, plain_md({k, cols}, dt::s8), *w, nullptr, scales, aq->zero_point,
+                            yq->zero_point);
   emit_float_matmul(cx, n, cx.plain(a), rows, *w, nullptr, scales, aq->zero_point, yq->zero_point);
   return true;
 }

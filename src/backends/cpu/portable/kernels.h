@@ -127,9 +127,9 @@ size_t kiln_pk_qmatmul_scratch_bytes(int64_t m, int64_t n, int64_t k);
  * an int32 bias(i, j) = bias[i * bias_rs + j * bias_cs] (or NULL) added to
  * the sums before they are scaled, and y_type FLOAT32 too (the scaled sums
  * as floats, no zero point). Scratch: kiln_pk_qmatmul_scratch_bytes. */
-void kiln_pk_qgemm(const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, int32_t trans_a, int32_t a_type, const void* a,
-                   const void* a_zero, const int8_t* b, const int32_t* bias, int64_t bias_rs, int64_t bias_cs, const float* scales,
-                   int64_t scale_count, int32_t y_type, const void* y_zero, void* y, void* scratch);
+void kiln_pk_qgemm(const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, int32_t trans_a, int32_t a_type,
+                   const void* a, const void* a_zero, const int8_t* b, const int32_t* bias, int64_t bias_rs, int64_t bias_cs,
+                   const float* scales, int64_t scale_count, int32_t y_type, const void* y_zero, void* y, void* scratch);
 
 /* QuantizeLinear of x viewed as [outer, channels, inner]: y =
  * saturate(round_half_even(x / scale[c]) + zero[c]) (a NaN gives the

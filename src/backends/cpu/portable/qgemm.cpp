@@ -277,7 +277,8 @@ void qconv(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int6
   int16_t* packed = reinterpret_cast<int16_t*>(pa + packed_a_ints(group, kg, kk));
   // The weights once for every image.
   parallel_for_grain(threads, group * blocks, grain_for(kMR * kk), [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) pack_a(pa + t * block, weights + t / blocks * kg * kk, kk, 1, 0, kg, kk, t % blocks * kMR);
+    for (int64_t t = begin; t < end; ++t)
+      pack_a(pa + t * block, weights + t / blocks * kg * kk, kk, 1, 0, kg, kk, t % blocks * kMR);
   });
   // Row blocks of C per task: whole ones, about 64 rows.
   const int64_t row_blocks = ceil_div(kg, 16 * kMR);
@@ -443,9 +444,9 @@ void kiln_pk_qmatmul(const kiln_pk_threads* threads, int64_t m, int64_t n, int64
                                 y_zero, y, scratch);
 }
 
-void kiln_pk_qgemm(const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, int32_t trans_a, int32_t a_type, const void* a,
-                   const void* a_zero, const int8_t* b, const int32_t* bias, int64_t bias_rs, int64_t bias_cs, const float* scales,
-                   int64_t scale_count, int32_t y_type, const void* y_zero, void* y, void* scratch) {
+void kiln_pk_qgemm(const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, int32_t trans_a, int32_t a_type,
+                   const void* a, const void* a_zero, const int8_t* b, const int32_t* bias, int64_t bias_rs, int64_t bias_cs,
+                   const float* scales, int64_t scale_count, int32_t y_type, const void* y_zero, void* y, void* scratch) {
   kiln::pk::qgemm_with_config(kiln::pk::target_config(), threads, m, n, k, trans_a, a_type, a, a_zero, b, bias, bias_rs, bias_cs,
                               scales, scale_count, y_type, y_zero, y, scratch);
 }

@@ -143,8 +143,8 @@ void qadd_to(const kiln_pk_threads* threads, const Broadcast& s, const TA* a, do
 }
 
 template <class TA>
-void qadd_b(const kiln_pk_threads* threads, const Broadcast& s, const TA* a, double sa, int32_t za, int32_t b_type,
-            const void* b, double sb, int32_t zb, double sc, int32_t y_type, int32_t zc, void* y) {
+void qadd_b(const kiln_pk_threads* threads, const Broadcast& s, const TA* a, double sa, int32_t za, int32_t b_type, const void* b,
+            double sb, int32_t zb, double sc, int32_t y_type, int32_t zc, void* y) {
   if (b_type == KILN_PK_INT8)
     qadd_to(threads, s, a, sa, za, static_cast<const int8_t*>(b), sb, zb, sc, y_type, zc, y);
   else
