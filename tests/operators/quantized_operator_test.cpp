@@ -124,7 +124,6 @@ TEST_P(OperatorTest, QdqMatMulPerColumnWeights) {
 Case qdq_gemm(bool transposed, float limit) {
   Case c = quantized_case();
   c.ops.push_back("Gemm");
-  c.portable = false;  // QGemm has no portable kernel yet
   c.input("x", {3, 40});
   quantize_dequantize(c, "x", "xd", 1.0f / 127, 128, onnx::TensorProto::UINT8);
   int8_weights(c, "w", transposed ? Dims{10, 40} : Dims{40, 10}, transposed ? 0 : 1, limit);
@@ -139,33 +138,66 @@ TEST_P(OperatorTest, QdqGemmUntransposed) { run(qdq_gemm(false, 64)); }
 TEST_P(OperatorTest, QdqGemmFullRangeWeights) { run(qdq_gemm(true, 127)); }
 
 // ONNX Runtime's QGemm as its quantizer writes a Gemm in the QOperator
-// form, with an int32 bias. `limit`: the weights' largest magnitude; beyond
-// 64, CPUs without VNNI compute in float (over K beyond 512: in chunks).
-Case qgemm(float limit, int64_t k, bool transposed) {
+// form, with an int32 bias (C). `limit`: the weights' largest magnitude;
+// beyond 64, CPUs without VNNI compute in float (over K beyond 512: in
+// chunks). Without a y_scale (`float_output`) the scaled sums are the
+// output; `per_tensor`: one scale for all of B; `bias`: C's shape.
+struct QGemmShape {
+  float limit = 64;
+  int64_t k = 100;
+  bool trans_a = false, trans_b = true, float_output = false, per_tensor = false;
+  Dims bias{10};
+};
+
+Case qgemm(const QGemmShape& s) {
   Case c = quantized_case();
   c.ops = {"QGemm"};
-  c.portable = false;  // QGemm has no portable kernel yet
-  c.input("x", {3, k});
+  const int64_t k = s.k;
+  c.input("x", s.trans_a ? Dims{k, 3} : Dims{3, k});
   c.scalar("xs", 1.0f / 127).int_constant("xz", {}, {128}, onnx::TensorProto::UINT8);
   c.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
-  const Dims w = transposed ? Dims{10, k} : Dims{k, 10};
-  c.int_constant("w", w, int8_values(c, numel(w), limit), onnx::TensorProto::INT8);
-  c.constant("ws", {10}, c.random(10, 0.5f / limit, 1.0f / limit));
-  c.int_constant("wz", {10}, std::vector<int64_t>(10, 0), onnx::TensorProto::INT8);
-  c.int_constant("b", {10}, int8_values(c, 10, 2000), kInt32);
-  c.scalar("ys", 2 * std::sqrt(float(k)) / 255).int_constant("yz", {}, {128}, onnx::TensorProto::UINT8);
-  c.node("QGemm", {"xq", "xs", "xz", "w", "ws", "wz", "b", "ys", "yz"}, {"yq"}, {{"transB", int64_t(transposed)}})
-      .set_domain("com.microsoft");
+  const Dims w = s.trans_b ? Dims{10, k} : Dims{k, 10};
+  c.int_constant("w", w, int8_values(c, numel(w), s.limit), onnx::TensorProto::INT8);
+  const int64_t scales = s.per_tensor ? 1 : 10;
+  c.constant("ws", {scales}, c.random(scales, 0.5f / s.limit, 1.0f / s.limit));
+  c.int_constant("wz", {scales}, std::vector<int64_t>(size_t(scales), 0), onnx::TensorProto::INT8);
+  c.int_constant("b", s.bias, int8_values(c, numel(s.bias), 2000), kInt32);
+  std::vector<std::string> inputs{"xq", "xs", "xz", "w", "ws", "wz", "b"};
+  if (!s.float_output) {
+    c.scalar("ys", 2 * std::sqrt(float(k)) / 255).int_constant("yz", {}, {128}, onnx::TensorProto::UINT8);
+    inputs.insert(inputs.end(), {"ys", "yz"});
+  }
+  c.node("QGemm", inputs, {"y"}, {{"transA", int64_t(s.trans_a)}, {"transB", int64_t(s.trans_b)}}).set_domain("com.microsoft");
   auto* opset = c.model.model().add_opset_import();
   opset->set_domain("com.microsoft");
   opset->set_version(1);
-  c.output("yq", onnx::TensorProto::UINT8);
+  if (s.float_output)
+    c.output("y");
+  else
+    c.output("y", onnx::TensorProto::UINT8);
   return c;
 }
 
-TEST_P(OperatorTest, QGemm) { run(qgemm(64, 100, true)); }
-TEST_P(OperatorTest, QGemmFullRangeWeights) { run(qgemm(127, 100, true)); }
-TEST_P(OperatorTest, QGemmFullRangeWeightsOverChunks) { run(qgemm(127, 700, false)); }
+TEST_P(OperatorTest, QGemm) { run(qgemm({})); }
+TEST_P(OperatorTest, QGemmFullRangeWeights) { run(qgemm({.limit = 127})); }
+TEST_P(OperatorTest, QGemmFullRangeWeightsOverChunks) { run(qgemm({.limit = 127, .k = 700, .trans_b = false})); }
+TEST_P(OperatorTest, QGemmFloatOutput) { run(qgemm({.trans_b = false, .float_output = true})); }
+TEST_P(OperatorTest, QGemmFloatOutputFullRangeWeights) {
+  run(qgemm({.limit = 127, .k = 700, .float_output = true, .per_tensor = true}));
+}
+TEST_P(OperatorTest, QGemmTransposedA) { run(qgemm({.trans_a = true, .per_tensor = true, .bias = {1, 10}})); }
+TEST_P(OperatorTest, QGemmTransposedAFloatOutputFullRangeWeights) {
+  run(qgemm({.limit = 127, .trans_a = true, .trans_b = false, .float_output = true}));
+}
+// C of the product's whole shape: the portable kernels take it; the native
+// lowering takes a bias per column only (as quantizers write it) and leaves
+// this to the reference kernel.
+TEST_P(OperatorTest, QGemmBiasPerElement) {
+  Case c = qgemm({.bias = {3, 10}});
+  c.native = GetParam() == "cpu_portable";
+  run(c);
+}
+TEST_P(OperatorTest, QGemmBiasScalar) { run(qgemm({.trans_b = false, .float_output = true, .bias = {1}})); }
 
 // ConvInteger's int32 sums are exact wherever it compiles.
 // `limit`: the weights' largest magnitude; beyond 64, CPUs without VNNI
@@ -299,7 +331,6 @@ TEST_P(OperatorTest, QLinearMatMulSignedRows) { run(qlinear_matmul(onnx::TensorP
 Case residual_add(bool relu, int out_type, int64_t out_zero_point, const Dims& a = {2, 16, 5, 5}, const Dims& b = {2, 16, 5, 5}) {
   Case c = quantized_case();
   c.ops.push_back("Add");
-  c.portable = a == b;  // the portable QLinearAdd takes operands of one shape
   c.input("a", a).input("b", b, -2, 2);
   quantize_dequantize(c, "a", "ad", 1.0f / 127, 128, onnx::TensorProto::UINT8);
   quantize_dequantize(c, "b", "bd", 2.0f / 127, 120, onnx::TensorProto::UINT8);
@@ -318,6 +349,7 @@ TEST_P(OperatorTest, QdqAddBroadcastPerChannel) {
 }
 // The broadcast operand first: the sum is taken the other way round.
 TEST_P(OperatorTest, QdqAddBroadcastFirst) { run(residual_add(false, onnx::TensorProto::INT8, -3, {16, 1, 1}, {2, 16, 5, 5})); }
+TEST_P(OperatorTest, QdqAddBroadcastScalar) { run(residual_add(true, onnx::TensorProto::UINT8, 0, {2, 16, 5, 5}, {1})); }
 TEST_P(OperatorTest, QdqAddBroadcastRow) { run(residual_add(false, onnx::TensorProto::UINT8, 128, {2, 3, 5, 7}, {7})); }
 // A result larger than both operands stays a float Add between the quantizers.
 TEST_P(OperatorTest, QdqAddBroadcastBothWays) {

@@ -1575,8 +1575,9 @@ TEST(PortableQuantized, QuantizeDequantizeAndAdd) {
   const std::vector<uint8_t> a = random_8bit(count, KILN_PK_UINT8, rng), b = random_8bit(count, KILN_PK_INT8, rng);
   const uint8_t za = 128, zb = uint8_t(int8_t(-3)), zy = uint8_t(int8_t(5));
   std::vector<uint8_t> y(count);
-  kiln_pk_qadd(&kThreaded, int64_t(count), KILN_PK_UINT8, a.data(), 0.02f, &za, KILN_PK_INT8, b.data(), 0.03f, &zb, 0.05f,
-               KILN_PK_INT8, &zy, y.data());
+  const int64_t dims[] = {int64_t(count)}, strides[] = {1};
+  kiln_pk_qadd(&kThreaded, 1, dims, strides, strides, KILN_PK_UINT8, a.data(), 0.02f, &za, KILN_PK_INT8, b.data(), 0.03f, &zb,
+               0.05f, KILN_PK_INT8, &zy, y.data());
   for (size_t i = 0; i < count; ++i) {
     const double v = (double(0.02f) * (a[i] - 128.0) + double(0.03f) * (int8_t(b[i]) + 3.0)) / double(0.05f);
     ASSERT_EQ(int8_t(y[i]), int8_t(std::clamp(std::nearbyint(v) + 5, -128.0, 127.0))) << i;

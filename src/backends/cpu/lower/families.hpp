@@ -86,6 +86,7 @@ bool portable_dynamic_quantize(Context& cx, const ir::Node& n);
 bool dynamic_quantize_args(Context& cx, const ir::Node& n, std::vector<int>& args);
 bool portable_cast(Context& cx, const ir::Node& n);
 bool portable_qlinear_add(Context& cx, const ir::Node& n);
+bool portable_qgemm(Context& cx, const ir::Node& n);
 bool portable_quantize(Context& cx, const ir::Node& n);
 
 // arg_extreme.cpp: ArgMax, ArgMin and Hardmax, a portable kernel call for

@@ -174,7 +174,7 @@ const std::map<std::string, OpLowering, std::less<>>& op_table() {
 const std::map<std::string, OpLowering, std::less<>>& contrib_table() {
   static const std::map<std::string, OpLowering, std::less<>> table = {
       {"QLinearAdd", primitive(&lower_qlinear_add, &portable_qlinear_add)},  // quantized.cpp, quantized_portable.cpp
-      {"QGemm", primitive(&lower_qgemm, nullptr)},                           // quantized.cpp
+      {"QGemm", primitive(&lower_qgemm, &portable_qgemm)},                   // quantized.cpp, quantized_portable.cpp
   };
   return table;
 }

@@ -321,12 +321,15 @@ struct Product {
   int64_t rows, k, cols;
 };
 
-// An int8 matmul of the node's first input (8-bit rows, plain) by constant
-// int8 weights `w` (stored as `user_w` describes) plus an int32 `bias` (or
-// none) into its output, requantized by `scales` (per tensor or per column)
-// with the zero points. False where oneDNN has only its reference kernel.
-bool emit_int8_matmul(Context& cx, const ir::Node& n, Product p, const md& user_w, const ir::Tensor& w, const ir::Tensor* bias,
-                      const std::vector<float>& scales, int32_t a_zero_point, int32_t y_zero_point) {
+// An int8 matmul of the node's first input (8-bit rows, plain, in buffer
+// `src`) by constant int8 weights `w` (stored as `user_w` describes) plus
+// an int32 `bias` (or none) into its output, requantized by `scales` (per
+// tensor or per column) with the zero points, or (a float output) scaled;
+// `keep` holds a bias the lowering made. False where oneDNN has only its
+// reference kernel.
+bool emit_int8_matmul(Context& cx, const ir::Node& n, int src, Product p, const md& user_w, const ir::Tensor& w,
+                      const ir::Tensor* bias, const std::vector<float>& scales, int32_t a_zero_point, int32_t y_zero_point,
+                      std::shared_ptr<const void> keep = nullptr) {
   const std::string &a = n.inputs[0], &y = n.outputs[0];
   std::unordered_map<int, dnnl::memory> constants;
   dnnl::primitive_attr attr = user_scratchpad();
@@ -347,8 +350,7 @@ bool emit_int8_matmul(Context& cx, const ir::Node& n, Product p, const md& user_
   }
   if (reference_kernel(pd)) return false;
   constants[DNNL_ARG_WEIGHTS] = cx.constant_memory(user_w, w.raw(), pd.weights_desc());
-  if (bias) constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, bias->raw(), bias_md);
-  const int src = cx.plain(a);
+  if (bias) constants[DNNL_ARG_BIAS] = cx.constant_memory(bias_md, bias->raw(), bias_md, std::move(keep));
   const int dst = cx.define_plain(y);
   cx.compiled();
   cx.add_primitive(n.describe(), pd, {src, dst}, {0, 1}, {{DNNL_ARG_SRC, src_md}, {DNNL_ARG_DST, dst_md}}, std::move(constants));
@@ -357,9 +359,10 @@ bool emit_int8_matmul(Context& cx, const ir::Node& n, Product p, const md& user_
 
 // The float form of a requantized int8 matmul (where the int8 kernels would
 // not be exact): exact_float_products of the node's first input (8-bit
-// rows) by `w` (K x cols) into int32 sums, which start from an int32
-// `bias` per column (or none), and a reorder requantizing them by `scales`.
-void emit_float_matmul(Context& cx, const ir::Node& n, int64_t rows, const ir::Tensor& w, const ir::Tensor* bias,
+// rows, plain, in buffer `src`) by `w` (K x cols) into int32 sums, which
+// start from an int32 `bias` per column (or none), and a reorder
+// requantizing them by `scales` (or, to a float output, scaling them).
+void emit_float_matmul(Context& cx, const ir::Node& n, int src, int64_t rows, const ir::Tensor& w, const ir::Tensor* bias,
                        const std::vector<float>& scales, int32_t a_zero_point, int32_t y_zero_point) {
   const std::string &a = n.inputs[0], &y = n.outputs[0];
   const int64_t k = w.dims()[0], cols = w.dims()[1];
@@ -371,7 +374,7 @@ void emit_float_matmul(Context& cx, const ir::Node& n, int64_t rows, const ir::T
     for (int64_t r = 0; r < rows; ++r) std::copy_n(bias->data<int32_t>(), cols, start.data<int32_t>() + r * cols);
     cx.add_reorder(n.describe() + " (bias)", cx.add_constant(std::move(start), y + "#bias"), sums, sums_md, sums_md);
   }
-  exact_float_products(cx, n, cx.plain(a), src_md, {a_zero_point}, w, sums, bias != nullptr);
+  exact_float_products(cx, n, src, src_md, {a_zero_point}, w, sums, bias != nullptr);
   std::unordered_map<int, dnnl::memory> constants;
   dnnl::primitive_attr requantize = user_scratchpad();
   requantize.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
@@ -448,51 +451,75 @@ bool lower_qlinear_matmul(Context& cx, const ir::Node& n) {
   const int64_t rows = ir::checked_numel(ad) / k;
   const std::vector<float> scales = requantization(aq->scale, *wq, yq->scale);
   if (passes::int8_products_exact(at, *w))
-    return emit_int8_matmul(cx, n, {rows, k, cols}, plain_md({k, cols}, dt::s8), *w, nullptr, scales, aq->zero_point,
+    return emit_int8_matmul(cx, n, cx.plain(a), {rows, k, cols}, plain_md({k, cols}, dt::s8), *w, nullptr, scales, aq->zero_point,
                             yq->zero_point);
-  emit_float_matmul(cx, n, rows, *w, nullptr, scales, aq->zero_point, yq->zero_point);
+  emit_float_matmul(cx, n, cx.plain(a), rows, *w, nullptr, scales, aq->zero_point, yq->zero_point);
   return true;
 }
 
-// com.microsoft's QGemm of 8-bit rows by constant int8 weights symmetric
-// about zero (B, or with transB its transpose) plus an int32 bias,
-// requantized (as fuse_qdq makes it of a dequantized Gemm, and ONNX
-// Runtime's quantizer of a Gemm): an int8 matmul with the bias, or where
-// the int8 kernels would not be exact, QLinearMatMul's float form with the
-// sums starting from the bias.
+// com.microsoft's QGemm of 8-bit rows (with transA, the columns of A, made
+// rows by a reorder first) by constant int8 weights symmetric about zero
+// (B, or with transB its transpose) plus an int32 bias, requantized (as
+// fuse_qdq makes it of a dequantized Gemm, and ONNX Runtime's quantizer of a
+// Gemm), or without a y_scale scaled into float: an int8 matmul with the
+// bias, or where the int8 kernels would not be exact (or oneDNN has only
+// its reference one), QLinearMatMul's float form with the sums starting
+// from the bias.
 bool lower_qgemm(Context& cx, const ir::Node& n) {
-  if (n.inputs.size() != 9 || n.outputs.size() != 1) return false;
+  if (n.inputs.size() < 6 || n.inputs.size() > 9 || n.outputs.size() != 1) return false;
   ref::KernelContext ctx(n, {}, nullptr);
-  if (ctx.attr_int("transA", 0) != 0 || ctx.attr_float("alpha", 1) != 1) return false;
-  const bool transposed = ctx.attr_int("transB", 0) != 0;
+  if (ctx.attr_float("alpha", 1) != 1) return false;
+  const bool trans_a = ctx.attr_int("transA", 0) != 0, transposed = ctx.attr_int("transB", 0) != 0;
   const std::string &a = n.inputs[0], &y = n.outputs[0];
   const ir::Tensor* w = cx.constant(n.inputs[3]);
+  const bool quantized = n.inputs.size() > 7 && !n.inputs[7].empty();
   const DType at = cx.dtype(a), yt = cx.dtype(y);
-  if (!is_8bit(at) || !is_8bit(yt) || !w || w->dtype() != DType::Int8 || w->dims().size() != 2) return false;
+  if (!is_8bit(at) || !(quantized ? is_8bit(yt) : yt == DType::Float32) || !w || w->dtype() != DType::Int8 ||
+      w->dims().size() != 2)
+    return false;
   const Dims ad = cx.dims(a);
   const int64_t k = w->dims()[transposed ? 1 : 0], cols = w->dims()[transposed ? 0 : 1];
-  if (ad.size() != 2 || ad[1] != k) return false;
-  const auto aq = per_tensor(cx, n, 1, 2, at), yq = per_tensor(cx, n, 7, 8, yt);
+  if (ad.size() != 2 || ad[trans_a ? 0 : 1] != k) return false;
+  const int64_t rows = ad[trans_a ? 1 : 0];
+  const auto aq = per_tensor(cx, n, 1, 2, at);
+  const auto yq = quantized ? per_tensor(cx, n, 7, 8, yt) : std::optional<Quantization>(Quantization{});
   const auto wq = symmetric_weights(cx, n, 4, 5, cols);
   if (!aq || !yq || !wq) return false;
-  const ir::Tensor* bias = n.inputs[6].empty() ? nullptr : cx.constant(n.inputs[6]);
-  // The bias per column ([N] or [1, N]).
-  if (!n.inputs[6].empty() &&
-      (!bias || bias->dtype() != DType::Int32 || (bias->dims() != Dims{cols} && bias->dims() != Dims{1, cols})))
+  const bool has_bias = n.inputs.size() > 6 && !n.inputs[6].empty();
+  const ir::Tensor* bias = has_bias ? cx.constant(n.inputs[6]) : nullptr;
+  // The bias per column ([N] or [1, N]), or one for all (made one per
+  // column).
+  if (has_bias && (!bias || bias->dtype() != DType::Int32 ||
+                   (bias->dims() != Dims{cols} && bias->dims() != Dims{1, cols} && !(bias->numel() == 1 && bias->rank() <= 2))))
     return false;
+  std::shared_ptr<ir::Tensor> per_column;
+  if (bias && bias->numel() != cols) {
+    per_column = std::make_shared<ir::Tensor>(ir::Tensor::uninitialized(DType::Int32, {cols}));
+    std::fill_n(per_column->data<int32_t>(), cols, bias->data<int32_t>()[0]);
+    bias = per_column.get();
+  }
   const std::vector<float> scales = requantization(aq->scale, *wq, yq->scale);
+  int src = cx.plain(a);
+  if (trans_a) {
+    const dt type = *onednn_type(at);
+    const md from({rows, k}, type, dnnl::memory::format_tag::ba), to = plain_md({rows, k}, type);
+    const int rows_of_a = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(to.get_size()), a + "#transposed");
+    cx.add_reorder(n.describe() + " (A transposed)", src, rows_of_a, from, to);
+    src = rows_of_a;
+  }
   if (passes::int8_products_exact(at, *w)) {
     const md user_w = transposed ? md({k, cols}, dt::s8, dnnl::memory::format_tag::ba) : plain_md({k, cols}, dt::s8);
-    return emit_int8_matmul(cx, n, {ad[0], k, cols}, user_w, *w, bias, scales, aq->zero_point, yq->zero_point);
+    if (emit_int8_matmul(cx, n, src, {rows, k, cols}, user_w, *w, bias, scales, aq->zero_point, yq->zero_point, per_column))
+      return true;
   }
   if (!transposed) {
-    emit_float_matmul(cx, n, ad[0], *w, bias, scales, aq->zero_point, yq->zero_point);
+    emit_float_matmul(cx, n, src, rows, *w, bias, scales, aq->zero_point, yq->zero_point);
     return true;
   }
   ir::Tensor b = ir::Tensor::uninitialized(DType::Int8, {k, cols});
   for (int64_t r = 0; r < k; ++r)
     for (int64_t c = 0; c < cols; ++c) b.data<int8_t>()[r * cols + c] = w->data<int8_t>()[c * k + r];
-  emit_float_matmul(cx, n, ad[0], b, bias, scales, aq->zero_point, yq->zero_point);
+  emit_float_matmul(cx, n, src, rows, b, bias, scales, aq->zero_point, yq->zero_point);
   return true;
 }
 

@@ -2,7 +2,7 @@
 // portable/quantize.cpp), so that quantized models freeze into bundles that
 // need only the C library: QLinearConv, ConvInteger, QLinearMatMul,
 // MatMulInteger, QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
-// Cast of integers to float and com.microsoft's QLinearAdd (MaxPool of
+// Cast of integers to float and com.microsoft's QLinearAdd and QGemm (MaxPool of
 // 8-bit values is pool_resize.cpp's). Sums are exact in int32 on every
 // target; the requantization of a product is in float, as the native
 // kernels' is (a result on a rounding tie may be a step from the
@@ -215,6 +215,72 @@ bool portable_matmul_integer(Context& cx, const ir::Node& n) {
   return emit_qmatmul(cx, n, 2, 1, 3, nullptr, 0);
 }
 
+// com.microsoft's QGemm: 8-bit A (or with transA its transpose) less its
+// zero point times constant int8 weights symmetric about zero (with transB
+// transposed once, here), plus an int32 C broadcast to the product's shape,
+// scaled by a_scale b_scale[j] and requantized to y_scale and its zero
+// point, or without a y_scale kept as floats.
+bool portable_qgemm(Context& cx, const ir::Node& n) {
+  if (n.inputs.size() < 6 || n.inputs.size() > 9 || n.outputs.size() != 1) return false;
+  ref::KernelContext ctx(n, {}, nullptr);
+  if (ctx.attr_float("alpha", 1) != 1) return false;
+  const bool trans_a = ctx.attr_int("transA", 0) != 0, trans_b = ctx.attr_int("transB", 0) != 0;
+  const std::string &a = n.inputs[0], &y = n.outputs[0];
+  const DType at = cx.dtype(a), yt = cx.dtype(y);
+  const ir::Tensor* w = cx.constant(n.inputs[3]);
+  if (!is_8bit(at) || !w || w->dims().size() != 2 || !symmetric_int8(cx, n, 3, 5)) return false;
+  const Dims ad = cx.dims(a);
+  if (ad.size() != 2) return false;
+  const int64_t m = ad[trans_a ? 1 : 0], k = ad[trans_a ? 0 : 1], cols = w->dims()[trans_b ? 0 : 1];
+  if (w->dims()[trans_b ? 1 : 0] != k || cx.dims(y) != Dims{m, cols}) return false;
+  const bool quantized = given(n, 7);
+  const auto as = scalar_scale(cx, n, 1), ys = quantized ? scalar_scale(cx, n, 7) : std::optional<float>(1.0f);
+  const auto ws = scales(cx, n.inputs[4], cols);
+  if (!as || !ws || !ys || (quantized ? !is_8bit(yt) : yt != DType::Float32)) return false;
+  std::vector<int> args{cx.plain(a)};
+  Call::Arg a_zero, bias = Call::null(), y_zero = Call::null();
+  if (!zero_point(cx, n, 2, at, args, a_zero)) return false;
+  Call::Arg weights;
+  if (trans_b) {
+    ir::Tensor t = ir::Tensor::uninitialized(DType::Int8, {k, cols});
+    for (int64_t r = 0; r < k; ++r)
+      for (int64_t c = 0; c < cols; ++c) t.data<int8_t>()[r * cols + c] = w->data<int8_t>()[c * k + r];
+    args.push_back(cx.add_constant(std::move(t), n.inputs[3] + "#transposed"));
+    weights = Call::buffer(int(args.size()) - 1);
+  } else {
+    weights = input(cx, args, n.inputs[3]);
+  }
+  // C(i, j) at bias[i * bias_rs + j * bias_cs]: a scalar, a row, a column
+  // or the whole [m, n].
+  int64_t bias_rs = 0, bias_cs = 0;
+  if (given(n, 6)) {
+    const std::string& c = n.inputs[6];
+    const Dims cd = cx.dims(c);
+    if (cx.dtype(c) != DType::Int32 || cd.size() > 2 || !cx.available(c)) return false;
+    const int64_t c_rows = cd.size() == 2 ? cd[0] : 1, c_cols = cd.empty() ? 1 : cd.back();
+    if ((c_rows != 1 && c_rows != m) || (c_cols != 1 && c_cols != cols)) return false;
+    bias_rs = c_rows == 1 ? 0 : c_cols;
+    bias_cs = c_cols == 1 ? 0 : 1;
+    bias = input(cx, args, c);
+  }
+  if (quantized && !zero_point(cx, n, 8, yt, args, y_zero)) return false;
+  const std::vector<float> scale = requantization(*as, *ws, *ys);
+  const Call::Arg scale_arg = float_constant(cx, args, scale, y + "#scales");
+  args.push_back(cx.define_plain(y));
+  const Call::Arg dst = Call::buffer(int(args.size()) - 1);
+  std::vector<char> writes(args.size(), 0);
+  writes.back() = 1;
+  const Call::Arg work = cx.scratch(args, writes, kiln_pk_qmatmul_scratch_bytes(m, cols, k), n.describe());
+  Call call{"kiln_pk_qgemm",
+            {Call::i64(m), Call::i64(cols), Call::i64(k), Call::i32(trans_a), Call::i32(*pk_type(at)), Call::buffer(0), a_zero,
+             weights, bias, Call::i64(bias_rs), Call::i64(bias_cs), scale_arg, Call::i64(int64_t(scale.size())),
+             Call::i32(quantized ? *pk_type(yt) : KILN_PK_FLOAT32), y_zero, dst, work},
+            false};
+  cx.compiled();
+  cx.add_call(n.describe(), std::move(args), std::move(writes), std::move(call));
+  return true;
+}
+
 // QuantizeLinear and DequantizeLinear, per tensor or along an axis.
 bool portable_quantize(Context& cx, const ir::Node& n) {
   if (n.inputs.size() < 2 || n.outputs.size() != 1) return false;
@@ -297,11 +363,50 @@ bool portable_cast(Context& cx, const ir::Node& n) {
   return true;
 }
 
+// The output's dims and the element strides of each of `operands` along
+// them (right-aligned, 0 where it broadcasts), adjacent dims merged where
+// every operand steps through both alike, so that operands of one shape
+// are one long row. Empty beyond KILN_PK_QADD_MAX_RANK dims.
+struct BroadcastShape {
+  std::vector<int64_t> dims;
+  std::vector<std::vector<int64_t>> strides;
+};
+BroadcastShape broadcast_shape(const Dims& out, const std::vector<Dims>& operands) {
+  BroadcastShape s;
+  for (const Dims& in : operands) {
+    std::vector<int64_t> st(out.size(), 0);
+    int64_t step = 1;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const size_t d = out.size() - 1 - i, from = in.size() - 1 - i;
+      st[d] = in[from] == 1 ? 0 : step;
+      step *= in[from];
+    }
+    s.strides.push_back(st);
+  }
+  s.dims = out.empty() ? std::vector<int64_t>{1} : std::vector<int64_t>(out.begin(), out.end());
+  for (auto& st : s.strides)
+    if (st.empty()) st = {0};
+  // Merged from the last dim back: dim d joins d + 1 where each stride of
+  // d is the stride of d + 1 times its length.
+  for (size_t d = s.dims.size() - 1; d-- > 0;) {
+    bool joins = true;
+    for (const auto& st : s.strides) joins &= st[d] == st[d + 1] * s.dims[d + 1];
+    if (!joins) continue;
+    s.dims[d] *= s.dims[d + 1];
+    s.dims.erase(s.dims.begin() + long(d) + 1);
+    for (auto& st : s.strides) st.erase(st.begin() + long(d));
+  }
+  if (s.dims.size() > KILN_PK_QADD_MAX_RANK) return {};
+  return s;
+}
+
 bool portable_qlinear_add(Context& cx, const ir::Node& n) {
   if (n.inputs.size() != 8 || n.outputs.size() != 1) return false;
   const std::string &a = n.inputs[0], &b = n.inputs[3], &y = n.outputs[0];
   const DType at = cx.dtype(a), bt = cx.dtype(b), yt = cx.dtype(y);
-  if (!is_8bit(at) || !is_8bit(bt) || !is_8bit(yt) || cx.dims(a) != cx.dims(b) || cx.dims(a) != cx.dims(y)) return false;
+  if (!is_8bit(at) || !is_8bit(bt) || !is_8bit(yt)) return false;
+  const BroadcastShape shape = broadcast_shape(cx.dims(y), {cx.dims(a), cx.dims(b)});
+  if (shape.dims.empty()) return false;
   const auto as = scalar_scale(cx, n, 1), bs = scalar_scale(cx, n, 4), ys = scalar_scale(cx, n, 6);
   if (!as || !bs || !ys) return false;
   std::vector<int> args{cx.plain(a), cx.plain(b)};
@@ -315,7 +420,8 @@ bool portable_qlinear_add(Context& cx, const ir::Node& n) {
   cx.compiled();
   cx.add_call(n.describe(), std::move(args), std::move(writes),
               {"kiln_pk_qadd",
-               {Call::i64(ir::checked_numel(cx.dims(a))), Call::i32(*pk_type(at)), Call::buffer(0), Call::f32(*as), az,
+               {Call::i64(int64_t(shape.dims.size())), Call::array(shape.dims), Call::array(shape.strides[0]),
+                Call::array(shape.strides[1]), Call::i32(*pk_type(at)), Call::buffer(0), Call::f32(*as), az,
                 Call::i32(*pk_type(bt)), Call::buffer(1), Call::f32(*bs), bz, Call::f32(*ys), Call::i32(*pk_type(yt)), yz, dst},
                false});
   return true;

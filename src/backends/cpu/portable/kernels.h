@@ -99,7 +99,7 @@ void kiln_pk_avg_pool2d(const kiln_pk_threads* threads, int64_t planes, int64_t 
 void kiln_pk_global_pool(const kiln_pk_threads* threads, int64_t planes, int64_t size, int32_t is_max, const float* x, float* y);
 
 /* Quantized models. Element types of 8-bit and integer operands: */
-enum { KILN_PK_UINT8 = 0, KILN_PK_INT8 = 1, KILN_PK_INT32 = 2 };
+enum { KILN_PK_UINT8 = 0, KILN_PK_INT8 = 1, KILN_PK_INT32 = 2, KILN_PK_FLOAT32 = 3 /* a product's output only */ };
 /* A zero point is a pointer to one value of its operand's type (per
  * channel: one per channel), or NULL for 0. Sums of products are exact in
  * int32. A requantized output is saturate(round_half_even(v) + y_zero) in
@@ -123,6 +123,13 @@ void kiln_pk_qmatmul(const kiln_pk_threads* threads, int64_t m, int64_t n, int64
                      const void* a_zero, const int8_t* b, const float* scales, int64_t scale_count, int32_t y_type,
                      const void* y_zero, void* y, void* scratch);
 size_t kiln_pk_qmatmul_scratch_bytes(int64_t m, int64_t n, int64_t k);
+/* com.microsoft QGemm: kiln_pk_qmatmul with A stored [k x m] where trans_a,
+ * an int32 bias(i, j) = bias[i * bias_rs + j * bias_cs] (or NULL) added to
+ * the sums before they are scaled, and y_type FLOAT32 too (the scaled sums
+ * as floats, no zero point). Scratch: kiln_pk_qmatmul_scratch_bytes. */
+void kiln_pk_qgemm(const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, int32_t trans_a, int32_t a_type,
+                   const void* a, const void* a_zero, const int8_t* b, const int32_t* bias, int64_t bias_rs, int64_t bias_cs,
+                   const float* scales, int64_t scale_count, int32_t y_type, const void* y_zero, void* y, void* scratch);
 
 /* QuantizeLinear of x viewed as [outer, channels, inner]: y =
  * saturate(round_half_even(x / scale[c]) + zero[c]) (a NaN gives the
@@ -136,11 +143,14 @@ void kiln_pk_dequantize(const kiln_pk_threads* threads, int64_t outer, int64_t c
  * of x (widened to include 0). */
 void kiln_pk_dynamic_quantize(const kiln_pk_threads* threads, int64_t count, const float* x, uint8_t* y, float* y_scale,
                               uint8_t* y_zero);
-/* com.microsoft QLinearAdd of two tensors of `count` elements:
- * saturate(round_half_even((a_scale (a - a_zero) + b_scale (b - b_zero)) / y_scale) + y_zero), in double. */
-void kiln_pk_qadd(const kiln_pk_threads* threads, int64_t count, int32_t a_type, const void* a, float a_scale, const void* a_zero,
-                  int32_t b_type, const void* b, float b_scale, const void* b_zero, float y_scale, int32_t y_type,
-                  const void* y_zero, void* y);
+/* com.microsoft QLinearAdd:
+ * saturate(round_half_even((a_scale (a - a_zero) + b_scale (b - b_zero)) / y_scale) + y_zero), in double,
+ * y dense of `rank` dims (1 to KILN_PK_QADD_MAX_RANK), a and b read at
+ * their element strides along them (0 where they broadcast). */
+#define KILN_PK_QADD_MAX_RANK 6
+void kiln_pk_qadd(const kiln_pk_threads* threads, int64_t rank, const int64_t* dims, const int64_t* a_strides,
+                  const int64_t* b_strides, int32_t a_type, const void* a, float a_scale, const void* a_zero, int32_t b_type,
+                  const void* b, float b_scale, const void* b_zero, float y_scale, int32_t y_type, const void* y_zero, void* y);
 /* kiln_pk_max_pool2d of UINT8 or INT8 planes. */
 void kiln_pk_max_pool2d_8bit(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
                              int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l,

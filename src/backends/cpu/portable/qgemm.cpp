@@ -1,7 +1,7 @@
-// 8-bit products for quantized models: kiln_pk_qconv2d and kiln_pk_qmatmul.
-// Every product of an 8-bit activation less its zero point and an int8
-// weight is summed exactly in int32 (no 16-bit pairs that saturate), then
-// requantized to 8 bits or kept as int32.
+// 8-bit products for quantized models: kiln_pk_qconv2d, kiln_pk_qmatmul and
+// kiln_pk_qgemm. Every product of an 8-bit activation less its zero point
+// and an int8 weight is summed exactly in int32 (no 16-bit pairs that
+// saturate), then requantized to 8 bits, scaled to float or kept as int32.
 //
 // The product is C[m x n] = A[m x k] B[k x n] as in gemm_impl.hpp, but
 // smaller: B is packed into int16 slivers of NR columns (an activation less
@@ -25,14 +25,16 @@ constexpr int kMR = 4;
 // scratch (chunks of kNC columns) does not depend on the target.
 constexpr int64_t kNC = 128;
 
-// Where the sums go: C(i, j) at y[i * ldc + j], int32 as they are (plus
-// the bias), or requantized with scale(i, j) = scales[i * scale_rs + j *
-// scale_cs].
+// Where the sums go: C(i, j) plus bias(i, j) = bias[i * bias_rs + j *
+// bias_cs] at y[i * ldc + j], int32 as they are, or times scale(i, j) =
+// scales[i * scale_rs + j * scale_cs], requantized or (KILN_PK_FLOAT32) as
+// floats.
 struct Output {
   int32_t type;
   void* y;
   int64_t ldc;
-  const int32_t* bias;  // per row, or NULL
+  const int32_t* bias;  // or NULL
+  int64_t bias_rs, bias_cs;
   const float* scales;
   int64_t scale_rs, scale_cs;
   Requantize rq;
@@ -43,14 +45,15 @@ KILN_PK_INLINE int64_t paired(int64_t k) { return (k + 1) & ~int64_t(1); }
 
 // Rows [i0, i0 + MR) of A (those past `m` zero) less its zero point, as
 // the int16 pairs madd_pairs reads (the first value in the low half): for
-// each pair of columns, MR pairs, ready to be broadcast.
+// each pair of columns, MR pairs, ready to be broadcast. A(i, p) is at
+// a[i * rs + p * cs] (a transposed A: rs 1).
 template <class TA>
-void pack_a(int32_t* __restrict dst, const TA* a, int64_t lda, int32_t zero, int64_t m, int64_t k, int64_t i0) {
+void pack_a(int32_t* __restrict dst, const TA* a, int64_t rs, int64_t cs, int32_t zero, int64_t m, int64_t k, int64_t i0) {
   for (int64_t p = 0; p < k; p += 2)
     for (int r = 0; r < kMR; ++r) {
       const int64_t i = i0 + r;
-      const TA* row = a + i * lda;
-      const int32_t lo = i < m ? int32_t(row[p]) - zero : 0, hi = i < m && p + 1 < k ? int32_t(row[p + 1]) - zero : 0;
+      const TA* row = a + i * rs;
+      const int32_t lo = i < m ? int32_t(row[p * cs]) - zero : 0, hi = i < m && p + 1 < k ? int32_t(row[(p + 1) * cs]) - zero : 0;
       dst[p / 2 * kMR + r] = int32_t(uint32_t(lo) & 0xffffu) | int32_t(uint32_t(hi) << 16);
     }
 }
@@ -77,11 +80,19 @@ KILN_PK_INLINE void tile(const Output& o, const int32_t* __restrict ap, const in
   }
   for (int r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
-    const int32_t bias = o.bias ? o.bias[i] : 0;
     for (int v = 0; v < NV; ++v) {
       const int64_t j = j0 + v * W, n = min64(W, cols - v * W);
       if (n <= 0) break;
-      const VecI32<W> sum = acc[r][v] + bias;
+      VecI32<W> sum = acc[r][v];
+      if (o.bias) {
+        const int32_t* bp = o.bias + i * o.bias_rs + j * o.bias_cs;
+        if (!o.bias_cs)
+          sum += bp[0];
+        else if (n == W)
+          sum += load_i32<W>(bp);
+        else
+          for (int64_t l = 0; l < n; ++l) sum[l] += bp[l];
+      }
       if (o.type == KILN_PK_INT32) {
         int32_t* yp = static_cast<int32_t*>(o.y) + i * o.ldc + j;
         if (n == W)
@@ -92,6 +103,15 @@ KILN_PK_INLINE void tile(const Output& o, const int32_t* __restrict ap, const in
       }
       const float* sp = o.scales + i * o.scale_rs + j * o.scale_cs;
       const Vec<W> scale = o.scale_cs ? (n == W ? load<W>(sp) : load_partial<W>(sp, n, 0.0f)) : splat<W>(sp[0]);
+      if (o.type == KILN_PK_FLOAT32) {
+        const Vec<W> f = __builtin_convertvector(sum, Vec<W>) * scale;
+        float* yp = static_cast<float*>(o.y) + i * o.ldc + j;
+        if (n == W)
+          __builtin_memcpy(yp, &f, sizeof f);
+        else
+          for (int64_t l = 0; l < n; ++l) yp[l] = f[l];
+        continue;
+      }
       const VecI32<W> q = o.rq.vec<W>(__builtin_convertvector(sum, Vec<W>) * scale);
       char* yp = static_cast<char*>(o.y) + i * o.ldc + j;
       if (n == W)
@@ -257,7 +277,8 @@ void qconv(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int6
   int16_t* packed = reinterpret_cast<int16_t*>(pa + packed_a_ints(group, kg, kk));
   // The weights once for every image.
   parallel_for_grain(threads, group * blocks, grain_for(kMR * kk), [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) pack_a(pa + t * block, weights + t / blocks * kg * kk, kk, 0, kg, kk, t % blocks * kMR);
+    for (int64_t t = begin; t < end; ++t)
+      pack_a(pa + t * block, weights + t / blocks * kg * kk, kk, 1, 0, kg, kk, t % blocks * kMR);
   });
   // Row blocks of C per task: whole ones, about 64 rows.
   const int64_t row_blocks = ceil_div(kg, 16 * kMR);
@@ -293,15 +314,16 @@ void qconv(const kiln_pk_threads* threads, int64_t n, int64_t c, int64_t k, int6
   }
 }
 
+// A(i, p) at a[i * a_rs + p * a_cs].
 template <int W, int NV, class TA>
-void qmatmul(const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, const TA* a, int32_t a_zero, const int8_t* b,
-             const Output& o, void* scratch) {
+void qmatmul(const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, const TA* a, int64_t a_rs, int64_t a_cs,
+             int32_t a_zero, const int8_t* b, const Output& o, void* scratch) {
   constexpr int NR = W * NV;
   const int64_t chunks = ceil_div(n, kNC), blocks = ceil_div(m, kMR), block = paired(k) / 2 * kMR;
   int32_t* pa = static_cast<int32_t*>(scratch);
   int16_t* packed = reinterpret_cast<int16_t*>(pa + packed_a_ints(1, m, k));
   parallel_for_grain(threads, blocks, grain_for(kMR * k), [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) pack_a(pa + t * block, a, k, a_zero, m, k, t * kMR);
+    for (int64_t t = begin; t < end; ++t) pack_a(pa + t * block, a, a_rs, a_cs, a_zero, m, k, t * kMR);
   });
   parallel_for_grain(threads, chunks, grain_for(k * kNC * 4), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
@@ -341,11 +363,28 @@ KILN_PK_INLINE void with_int_variant(Config cfg, F&& f) {
   }
 }
 
-Output output_of(int32_t y_type, const void* y_zero, void* y, int64_t ldc, const int32_t* bias, const float* scales, int64_t rs,
-                 int64_t cs) {
-  Output o{y_type, y, ldc, bias, scales, rs, cs, {}};
-  if (y_type != KILN_PK_INT32) o.rq = Requantize::to(y_type, zero_point(y_type, y_zero));
+Output output_of(int32_t y_type, const void* y_zero, void* y, int64_t ldc, const int32_t* bias, int64_t bias_rs, int64_t bias_cs,
+                 const float* scales, int64_t rs, int64_t cs) {
+  Output o{y_type, y, ldc, bias, bias_rs, bias_cs, scales, rs, cs, {}};
+  if (y_type == KILN_PK_UINT8 || y_type == KILN_PK_INT8) o.rq = Requantize::to(y_type, zero_point(y_type, y_zero));
   return o;
+}
+
+void qgemm_with_config(Config cfg, const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, int32_t trans_a,
+                       int32_t a_type, const void* a, const void* a_zero, const int8_t* b, const int32_t* bias, int64_t bias_rs,
+                       int64_t bias_cs, const float* scales, int64_t scale_count, int32_t y_type, const void* y_zero, void* y,
+                       void* scratch) {
+  if (m <= 0 || n <= 0) return;
+  const Output o = output_of(y_type, y_zero, y, n, bias, bias_rs, bias_cs, scales, 0, scale_count > 1 ? 1 : 0);
+  const int32_t zero = zero_point(a_type, a_zero);
+  const int64_t a_rs = trans_a ? 1 : k, a_cs = trans_a ? m : 1;
+  with_int_variant(cfg, [&](auto v) {
+    constexpr int W = decltype(v)::kW, NV = decltype(v)::kNV;
+    if (a_type == KILN_PK_INT8)
+      qmatmul<W, NV>(threads, m, n, k, static_cast<const int8_t*>(a), a_rs, a_cs, zero, b, o, scratch);
+    else
+      qmatmul<W, NV>(threads, m, n, k, static_cast<const uint8_t*>(a), a_rs, a_cs, zero, b, o, scratch);
+  });
 }
 
 }  // namespace
@@ -357,7 +396,7 @@ void qconv2d_with_config(Config cfg, const kiln_pk_threads* threads, int64_t n, 
                          int32_t y_type, const void* y_zero, void* y, void* scratch) {
   if (n <= 0 || k <= 0 || oh <= 0 || ow <= 0 || group <= 0) return;
   const ConvShape s{c / group, h, w, oh, ow, kh, kw, stride_h, stride_w, pad_t, pad_l, dilation_h, dilation_w};
-  const Output o = output_of(y_type, y_zero, y, oh * ow, bias, scales, scale_count > 1 ? 1 : 0, 0);
+  const Output o = output_of(y_type, y_zero, y, oh * ow, bias, 1, 0, scales, scale_count > 1 ? 1 : 0, 0);
   const int32_t zero = zero_point(x_type, x_zero);
   with_int_variant(cfg, [&](auto v) {
     constexpr int W = decltype(v)::kW, NV = decltype(v)::kNV;
@@ -371,16 +410,8 @@ void qconv2d_with_config(Config cfg, const kiln_pk_threads* threads, int64_t n, 
 void qmatmul_with_config(Config cfg, const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, int32_t a_type,
                          const void* a, const void* a_zero, const int8_t* b, const float* scales, int64_t scale_count,
                          int32_t y_type, const void* y_zero, void* y, void* scratch) {
-  if (m <= 0 || n <= 0) return;
-  const Output o = output_of(y_type, y_zero, y, n, nullptr, scales, 0, scale_count > 1 ? 1 : 0);
-  const int32_t zero = zero_point(a_type, a_zero);
-  with_int_variant(cfg, [&](auto v) {
-    constexpr int W = decltype(v)::kW, NV = decltype(v)::kNV;
-    if (a_type == KILN_PK_INT8)
-      qmatmul<W, NV>(threads, m, n, k, static_cast<const int8_t*>(a), zero, b, o, scratch);
-    else
-      qmatmul<W, NV>(threads, m, n, k, static_cast<const uint8_t*>(a), zero, b, o, scratch);
-  });
+  qgemm_with_config(cfg, threads, m, n, k, 0, a_type, a, a_zero, b, nullptr, 0, 0, scales, scale_count, y_type, y_zero, y,
+                    scratch);
 }
 
 }  // namespace kiln::pk
@@ -411,6 +442,13 @@ void kiln_pk_qmatmul(const kiln_pk_threads* threads, int64_t m, int64_t n, int64
                      const void* y_zero, void* y, void* scratch) {
   kiln::pk::qmatmul_with_config(kiln::pk::target_config(), threads, m, n, k, a_type, a, a_zero, b, scales, scale_count, y_type,
                                 y_zero, y, scratch);
+}
+
+void kiln_pk_qgemm(const kiln_pk_threads* threads, int64_t m, int64_t n, int64_t k, int32_t trans_a, int32_t a_type,
+                   const void* a, const void* a_zero, const int8_t* b, const int32_t* bias, int64_t bias_rs, int64_t bias_cs,
+                   const float* scales, int64_t scale_count, int32_t y_type, const void* y_zero, void* y, void* scratch) {
+  kiln::pk::qgemm_with_config(kiln::pk::target_config(), threads, m, n, k, trans_a, a_type, a, a_zero, b, bias, bias_rs, bias_cs,
+                              scales, scale_count, y_type, y_zero, y, scratch);
 }
 
 size_t kiln_pk_qmatmul_scratch_bytes(int64_t m, int64_t n, int64_t k) {

@@ -94,40 +94,61 @@ void dynamic_quantize(const kiln_pk_threads* threads, int64_t count, const float
   quantize<W>(threads, 1, 1, count, x, &scale, y_zero, KILN_PK_UINT8, y);
 }
 
+// The output's dims and each operand's element strides along them (0
+// where it broadcasts).
+struct Broadcast {
+  int64_t rank;
+  const int64_t *dims, *a_strides, *b_strides;
+};
+
 // saturate(round_half_even((sa (a - za) + sb (b - zb)) / sc) + zc), in
 // double as the reference computes it; 1.5 * 2^52 added and subtracted
-// rounds half to even there.
+// rounds half to even there. The output as rows of its last dim, each row
+// finding where it starts in a and b.
 template <class TA, class TB, class TY>
-void qadd(const kiln_pk_threads* threads, int64_t count, const TA* a, double sa, int32_t za, const TB* b, double sb, int32_t zb,
-          double sc, int32_t zc, TY* y) {
+void qadd(const kiln_pk_threads* threads, const Broadcast& s, const TA* a, double sa, int32_t za, const TB* b, double sb,
+          int32_t zb, double sc, int32_t zc, TY* y) {
   const double lo = (TY(-1) < 0 ? -128.0 : 0.0) - zc, hi = (TY(-1) < 0 ? 127.0 : 255.0) - zc;
-  for_blocks(threads, 1, count, [&](int64_t, int64_t begin, int64_t end) {
+  const int64_t last = s.rank - 1, inner = s.dims[last], as = s.a_strides[last], bs = s.b_strides[last];
+  int64_t rows = 1;
+  for (int64_t d = 0; d < last; ++d) rows *= s.dims[d];
+  for_blocks(threads, rows, inner, [&](int64_t row, int64_t begin, int64_t end) {
+    int64_t ao = 0, bo = 0;
+    for (int64_t d = last - 1, r = row; d >= 0; --d) {
+      const int64_t at = r % s.dims[d];
+      r /= s.dims[d];
+      ao += at * s.a_strides[d];
+      bo += at * s.b_strides[d];
+    }
+    const TA* ar = a + ao;
+    const TB* br = b + bo;
+    TY* yr = y + row * inner;
     for (int64_t i = begin; i < end; ++i) {
-      double v = (sa * double(int32_t(a[i]) - za) + sb * double(int32_t(b[i]) - zb)) / sc;
+      double v = (sa * double(int32_t(ar[i * as]) - za) + sb * double(int32_t(br[i * bs]) - zb)) / sc;
       v = v > lo ? v : lo;
       v = v < hi ? v : hi;
       v = (v + 6755399441055744.0) - 6755399441055744.0;
-      y[i] = TY(int32_t(v) + zc);
+      yr[i] = TY(int32_t(v) + zc);
     }
   });
 }
 
 template <class TA, class TB>
-void qadd_to(const kiln_pk_threads* threads, int64_t count, const TA* a, double sa, int32_t za, const TB* b, double sb,
+void qadd_to(const kiln_pk_threads* threads, const Broadcast& s, const TA* a, double sa, int32_t za, const TB* b, double sb,
              int32_t zb, double sc, int32_t y_type, int32_t zc, void* y) {
   if (y_type == KILN_PK_INT8)
-    qadd(threads, count, a, sa, za, b, sb, zb, sc, zc, static_cast<int8_t*>(y));
+    qadd(threads, s, a, sa, za, b, sb, zb, sc, zc, static_cast<int8_t*>(y));
   else
-    qadd(threads, count, a, sa, za, b, sb, zb, sc, zc, static_cast<uint8_t*>(y));
+    qadd(threads, s, a, sa, za, b, sb, zb, sc, zc, static_cast<uint8_t*>(y));
 }
 
 template <class TA>
-void qadd_b(const kiln_pk_threads* threads, int64_t count, const TA* a, double sa, int32_t za, int32_t b_type, const void* b,
+void qadd_b(const kiln_pk_threads* threads, const Broadcast& s, const TA* a, double sa, int32_t za, int32_t b_type, const void* b,
             double sb, int32_t zb, double sc, int32_t y_type, int32_t zc, void* y) {
   if (b_type == KILN_PK_INT8)
-    qadd_to(threads, count, a, sa, za, static_cast<const int8_t*>(b), sb, zb, sc, y_type, zc, y);
+    qadd_to(threads, s, a, sa, za, static_cast<const int8_t*>(b), sb, zb, sc, y_type, zc, y);
   else
-    qadd_to(threads, count, a, sa, za, static_cast<const uint8_t*>(b), sb, zb, sc, y_type, zc, y);
+    qadd_to(threads, s, a, sa, za, static_cast<const uint8_t*>(b), sb, zb, sc, y_type, zc, y);
 }
 
 // Max pooling of 8-bit planes; window positions outside the input are
@@ -208,15 +229,17 @@ void kiln_pk_dynamic_quantize(const kiln_pk_threads* threads, int64_t count, con
   with_width(target_config(), [&](auto lanes) { dynamic_quantize<decltype(lanes)::kW>(threads, count, x, y, y_scale, y_zero); });
 }
 
-void kiln_pk_qadd(const kiln_pk_threads* threads, int64_t count, int32_t a_type, const void* a, float a_scale, const void* a_zero,
-                  int32_t b_type, const void* b, float b_scale, const void* b_zero, float y_scale, int32_t y_type,
-                  const void* y_zero, void* y) {
+void kiln_pk_qadd(const kiln_pk_threads* threads, int64_t rank, const int64_t* dims, const int64_t* a_strides,
+                  const int64_t* b_strides, int32_t a_type, const void* a, float a_scale, const void* a_zero, int32_t b_type,
+                  const void* b, float b_scale, const void* b_zero, float y_scale, int32_t y_type, const void* y_zero, void* y) {
   using namespace kiln::pk;
+  if (rank < 1 || rank > KILN_PK_QADD_MAX_RANK) return;
+  const Broadcast s{rank, dims, a_strides, b_strides};
   const int32_t za = zero_point(a_type, a_zero), zb = zero_point(b_type, b_zero), zc = zero_point(y_type, y_zero);
   if (a_type == KILN_PK_INT8)
-    qadd_b(threads, count, static_cast<const int8_t*>(a), a_scale, za, b_type, b, b_scale, zb, y_scale, y_type, zc, y);
+    qadd_b(threads, s, static_cast<const int8_t*>(a), a_scale, za, b_type, b, b_scale, zb, y_scale, y_type, zc, y);
   else
-    qadd_b(threads, count, static_cast<const uint8_t*>(a), a_scale, za, b_type, b, b_scale, zb, y_scale, y_type, zc, y);
+    qadd_b(threads, s, static_cast<const uint8_t*>(a), a_scale, za, b_type, b, b_scale, zb, y_scale, y_type, zc, y);
 }
 
 void kiln_pk_max_pool2d_8bit(const kiln_pk_threads* threads, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
