@@ -272,43 +272,41 @@ bool RemoteStore::push_or_throw(const std::string& key, const RawEntry& raw) con
 
 bool RemoteStore::upload(RedisConnection& c, const std::string& key, const RawEntry& raw) const {
   if (options_.read_only) return false;
-  {
-    const std::string header_key = prefix_ + "e:" + key;
-    if (c.integer(c.command({"EXISTS", header_key}))) return false;
-    const std::string gen = hex(random_bytes(8));
-    const size_t total = raw.object.size() + raw.program.size() + raw.weights_bytes;
-    const uint64_t chunks = (total + kChunkBytes - 1) / kChunkBytes;
-    std::vector<std::string> names;
-    for (uint64_t i = 0; i < chunks; ++i) names.push_back(prefix_ + "c:" + key + ":" + gen + ":" + std::to_string(i));
-    // A chunk straddling two files is assembled; the rest are sent from where they lie.
-    std::string straddle;
-    auto chunk = [&](uint64_t i) -> std::string_view {
-      const size_t at = size_t(i * kChunkBytes), n = std::min(kChunkBytes, total - at);
-      size_t start = 0;
-      for (int f = 0; f < 3; ++f) {
-        const std::string_view file = raw.file(f);
-        if (at >= start && at + n <= start + file.size()) return file.substr(at - start, n);
-        start += file.size();
-      }
-      straddle.clear();
-      start = 0;
-      for (int f = 0; f < 3; ++f) {
-        const std::string_view file = raw.file(f);
-        const size_t lo = std::max(at, start), hi = std::min(at + n, start + file.size());
-        if (lo < hi) straddle.append(file.substr(lo - start, hi - lo));
-        start += file.size();
-      }
-      return straddle;
-    };
-    for (uint64_t i = 0; i < chunks; ++i) c.command({"SET", names[i], chunk(i)});
-    const std::string header = to_text(RemoteHeader{gen, chunks, raw.manifest, raw.tag});
-    if (c.is_nil(c.command({"SET", header_key, header, "NX"}))) {
-      // Another host published it first: ours would never be read.
-      std::vector<RedisConnection::Command> dels;
-      for (const auto& n : names) dels.push_back({"DEL", n});
-      c.pipeline(dels);
-      return false;
+  const std::string header_key = prefix_ + "e:" + key;
+  if (c.integer(c.command({"EXISTS", header_key}))) return false;
+  const std::string gen = hex(random_bytes(8));
+  const size_t total = raw.object.size() + raw.program.size() + raw.weights_bytes;
+  const uint64_t chunks = (total + kChunkBytes - 1) / kChunkBytes;
+  std::vector<std::string> names;
+  for (uint64_t i = 0; i < chunks; ++i) names.push_back(prefix_ + "c:" + key + ":" + gen + ":" + std::to_string(i));
+  // A chunk straddling two files is assembled; the rest are sent from where they lie.
+  std::string straddle;
+  auto chunk = [&](uint64_t i) -> std::string_view {
+    const size_t at = size_t(i * kChunkBytes), n = std::min(kChunkBytes, total - at);
+    size_t start = 0;
+    for (int f = 0; f < 3; ++f) {
+      const std::string_view file = raw.file(f);
+      if (at >= start && at + n <= start + file.size()) return file.substr(at - start, n);
+      start += file.size();
     }
+    straddle.clear();
+    start = 0;
+    for (int f = 0; f < 3; ++f) {
+      const std::string_view file = raw.file(f);
+      const size_t lo = std::max(at, start), hi = std::min(at + n, start + file.size());
+      if (lo < hi) straddle.append(file.substr(lo - start, hi - lo));
+      start += file.size();
+    }
+    return straddle;
+  };
+  for (uint64_t i = 0; i < chunks; ++i) c.command({"SET", names[i], chunk(i)});
+  const std::string header = to_text(RemoteHeader{gen, chunks, raw.manifest, raw.tag});
+  if (c.is_nil(c.command({"SET", header_key, header, "NX"}))) {
+    // Another host published it first: ours would never be read.
+    std::vector<RedisConnection::Command> dels;
+    for (const auto& n : names) dels.push_back({"DEL", n});
+    c.pipeline(dels);
+    return false;
   }
   return true;
 }
