@@ -15,6 +15,7 @@
 #include "backends/cpu/host_kernels.hpp"
 #include "backends/cpu/lower/context.hpp"
 #include "backends/cpu/lower/families.hpp"
+#include "backends/cpu/lower/quantized_operands.hpp"
 #include "backends/reference/kernel_context.hpp"
 #include "backends/reference/ops/op_util.hpp"
 #include "runtime/passes/passes.hpp"
@@ -27,28 +28,6 @@ namespace {
 // point| <= 255 and |b| <= 128, so 512 of them sum to at most 16,711,680 <
 // 2^24, where floats hold integers exactly.
 constexpr int64_t kExactChunk = 512;
-
-// The scale and zero point of one quantized operand, per tensor: scales
-// positive and finite, the zero point of the operand's own type.
-struct Quantization {
-  float scale = 1;
-  int32_t zero_point = 0;
-};
-
-std::optional<Quantization> per_tensor(Context& cx, const ir::Node& n, size_t scale, size_t zero_point, DType type) {
-  const ir::Tensor* s = scale < n.inputs.size() ? cx.constant(n.inputs[scale]) : nullptr;
-  if (!s || s->dtype() != DType::Float32 || s->numel() != 1) return std::nullopt;
-  Quantization q{s->data<float>()[0], 0};
-  if (!(q.scale > 0) || !std::isfinite(q.scale)) return std::nullopt;
-  if (zero_point < n.inputs.size() && !n.inputs[zero_point].empty()) {
-    const ir::Tensor* z = cx.constant(n.inputs[zero_point]);
-    if (!z || z->dtype() != type || z->numel() != 1) return std::nullopt;
-    q.zero_point = int32_t(z->as_int64(0));
-  } else if (type != DType::UInt8) {
-    return std::nullopt;  // an omitted zero point makes the result uint8
-  }
-  return q;
-}
 
 // Per output channel scales (one, or `channels`) with zero points all 0,
 // as oneDNN's int8 kernels take weights.
@@ -69,54 +48,12 @@ std::optional<std::vector<float>> symmetric_weights(Context& cx, const ir::Node&
   return scales;
 }
 
-bool is_8bit(DType t) { return t == DType::UInt8 || t == DType::Int8; }
-
-// A zero point bound to the primitive at run time (oneDNN 2.6's int8
-// kernels take no other), from a constant of the program.
-void zero_point_arg(Context& cx, std::unordered_map<int, dnnl::memory>& constants, dnnl::primitive_attr& attr, int arg,
-                    int32_t value) {
-  if (value == 0) return;
-  attr.set_zero_points(arg, 0, {DNNL_RUNTIME_S32_VAL});
-  auto held = std::make_shared<const int32_t>(value);
-  const md one({1}, dt::s32, dnnl::memory::format_tag::x);
-  constants[DNNL_ARG_ATTR_ZERO_POINTS | arg] = cx.constant_memory(one, held.get(), one, held);
-}
-
-void output_scales_arg(Context& cx, std::unordered_map<int, dnnl::memory>& constants, dnnl::primitive_attr& attr, float value) {
-  attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
-  auto held = std::make_shared<const float>(value);
-  const md one({1}, dt::f32, dnnl::memory::format_tag::x);
-  constants[DNNL_ARG_ATTR_OUTPUT_SCALES] = cx.constant_memory(one, held.get(), one, held);
-}
-
-// `m` with elements of `type`, laid out as it is (a dense layout of the
-// same dims: plain, channels last).
-std::optional<md> retyped(const md& m, dt type) {
-  dnnl_memory_desc_t d = m.data;
-  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 || d.extra.flags != 0 || d.offset0 != 0)
-    return std::nullopt;
-  for (int i = 0; i < d.ndims; ++i)
-    if (d.padded_dims[i] != d.dims[i]) return std::nullopt;
-  d.data_type = dnnl_data_type_t(type);
-  return md(d);
-}
-
 // The destination's requantization: x_scale * w_scale[c] / y_scale per
 // output channel.
 std::vector<float> requantization(float x_scale, const std::vector<float>& w_scales, float y_scale) {
   std::vector<float> out;
   for (float w : w_scales) out.push_back(float(double(x_scale) * double(w) / double(y_scale)));
   return out;
-}
-
-// The step of a primitive reading `src` and writing the node's output
-// (DNNL_ARG_FROM and DNNL_ARG_TO of a reorder are these too).
-void emit(Context& cx, const ir::Node& n, const dnnl::primitive_desc_base& pd, int src, const md& src_md,
-          std::unordered_map<int, dnnl::memory> constants, const md& dst_md) {
-  const std::string& y = n.outputs[0];
-  const int dst = cx.define(y, dst_md, is_plain(dst_md, cx.dims(y)));
-  cx.compiled();
-  cx.add_primitive(n.describe(), pd, {src, dst}, {0, 1}, {{DNNL_ARG_SRC, src_md}, {DNNL_ARG_DST, dst_md}}, std::move(constants));
 }
 
 // What an int8 convolution computes besides its operands: the zero point of
@@ -602,22 +539,6 @@ bool lower_matmul_integer(Context& cx, const ir::Node& n) {
   return true;
 }
 
-// Cast of the quantized and int32 types to float: a reorder (exact for
-// 8-bit values; int32 rounds to the nearest float, as a C conversion does).
-// Casts from float truncate in ONNX, where a reorder rounds: not here.
-bool lower_cast(Context& cx, const ir::Node& n) {
-  if (n.inputs.size() != 1 || n.outputs.size() != 1 || !cx.is_f32(n.outputs[0])) return false;
-  const DType from = cx.dtype(n.inputs[0]);
-  if (!is_8bit(from) && from != DType::Int32) return false;
-  const md src = cx.val(n.inputs[0]).layout;
-  auto dst = retyped(src, dt::f32);
-  if (!dst) return false;
-  cx.add_reorder(n.describe(), cx.val(n.inputs[0]).buffer, cx.define(n.outputs[0], *dst, is_plain(*dst, cx.dims(n.outputs[0]))),
-                 src, *dst);
-  cx.compiled();
-  return true;
-}
-
 // QLinearAdd of two 8-bit tensors: a oneDNN binary add, each source scaled
 // by its scale over the output's, the zero points folded into one shift,
 // rounded and saturated into the output type:
@@ -669,141 +590,6 @@ bool lower_qlinear_add(Context& cx, const ir::Node& n) {
   cx.compiled();
   cx.add_primitive(n.describe(), pd, {cx.val(a).buffer, src1, dst}, {0, 0, 1},
                    {{DNNL_ARG_SRC_0, a_md}, {DNNL_ARG_SRC_1, *b_md}, {DNNL_ARG_DST, *y_md}}, {});
-  return true;
-}
-
-// QuantizeLinear and DequantizeLinear's scales and zero points per channel
-// along `axis` (1-D, of that axis' length).
-struct PerChannel {
-  std::vector<float> scales, zero_points;
-  int axis = 0;
-  bool one_zero_point() const {
-    return std::all_of(zero_points.begin(), zero_points.end(), [&](float z) { return z == zero_points[0]; });
-  }
-};
-
-std::optional<PerChannel> per_channel(Context& cx, const ir::Node& n, DType type, const Dims& dims) {
-  const ir::Tensor* s = cx.constant(n.inputs[1]);
-  ref::KernelContext ctx(n, {}, nullptr);
-  int64_t axis = ctx.attr_int("axis", 1);
-  if (!s || s->dtype() != DType::Float32 || s->dims().size() != 1 || !normalize_axis(axis, dims.size()) ||
-      s->numel() != dims[size_t(axis)])
-    return std::nullopt;
-  PerChannel q{std::vector<float>(s->data<float>(), s->data<float>() + s->numel()), std::vector<float>(size_t(s->numel()), 0.0f),
-               int(axis)};
-  for (float v : q.scales)
-    if (!(v > 0) || !std::isfinite(v)) return std::nullopt;
-  if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
-    const ir::Tensor* z = cx.constant(n.inputs[2]);
-    if (!z || z->dtype() != type || z->numel() != s->numel()) return std::nullopt;
-    for (int64_t i = 0; i < z->numel(); ++i) q.zero_points[size_t(i)] = float(z->as_int64(i));
-  } else if (type != DType::UInt8) {
-    return std::nullopt;
-  }
-  return q;
-}
-
-// Zero points that differ between channels, which oneDNN 2.6's reorders do
-// not take: oneDNN binaries with the scales and zero points as per-channel
-// operands, one each (a binary post-op cannot be saved in the cache).
-// Quantizing: x / s[c] (in float, as the reference kernel divides), + z[c]
-// rounded and saturated into the output type. Dequantizing: the integers
-// made float (oneDNN 2.6 has only its reference binary for an 8-bit source
-// beside a float one), - z[c], * s[c].
-bool per_channel_zero_points(Context& cx, const ir::Node& n, const PerChannel& q, bool quantize) {
-  const std::string &x = n.inputs[0], &y = n.outputs[0];
-  const Dims dims = cx.dims(y);
-  Dims param_dims(dims.size(), 1);
-  param_dims[size_t(q.axis)] = dims[size_t(q.axis)];
-  const md param = plain_md(param_dims);
-  // In the layout x has where that is dense (plain, channels last).
-  md from = cx.val(x).layout;
-  auto in_float = retyped(from, dt::f32), to = retyped(from, *onednn_type(cx.dtype(y)));
-  if (!in_float || !to) {
-    from = cx.plain_layout(x);
-    in_float = retyped(from, dt::f32);
-    to = retyped(from, *onednn_type(cx.dtype(y)));
-  }
-  using alg = dnnl::algorithm;
-  struct Binary {
-    alg op;
-    const std::vector<float>* operand;
-    dnnl::binary::primitive_desc pd;
-  };
-  std::vector<Binary> binaries;
-  if (quantize)
-    binaries = {{alg::binary_div, &q.scales, {}}, {alg::binary_add, &q.zero_points, {}}};
-  else
-    binaries = {{alg::binary_sub, &q.zero_points, {}}, {alg::binary_mul, &q.scales, {}}};
-  for (size_t i = 0; i < binaries.size(); ++i) {
-    try {
-      binaries[i].pd = dnnl::binary::primitive_desc(
-          dnnl::binary::desc(binaries[i].op, *in_float, param, i + 1 == binaries.size() ? *to : *in_float), user_scratchpad(),
-          cpu_engine());
-    } catch (const dnnl::error&) {
-      return false;
-    }
-    if (reference_kernel(binaries[i].pd)) return false;
-  }
-  int src = from == cx.val(x).layout ? cx.val(x).buffer : cx.plain(x);
-  if (!quantize) {
-    const int as_float = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(in_float->get_size()), x + "#float");
-    cx.add_reorder(n.describe() + " (as float)", src, as_float, from, *in_float);
-    src = as_float;
-  }
-  const int between = cx.add_buffer(Buffer::Kind::Arena, 0, int64_t(in_float->get_size()), y + "#float");
-  const int dst = cx.define(y, *to, is_plain(*to, dims));
-  cx.compiled();
-  for (size_t i = 0; i < binaries.size(); ++i) {
-    const bool last = i + 1 == binaries.size();
-    auto operand = std::make_shared<std::vector<float>>(*binaries[i].operand);
-    cx.add_primitive(n.describe() + (last ? "" : " (scaled)"), binaries[i].pd, {i == 0 ? src : between, last ? dst : between},
-                     {0, 1}, {{DNNL_ARG_SRC_0, *in_float}, {DNNL_ARG_DST, last ? *to : *in_float}},
-                     {{DNNL_ARG_SRC_1, cx.constant_memory(param, operand->data(), param, operand)}});
-  }
-  return true;
-}
-
-// QuantizeLinear and DequantizeLinear: a reorder between the float and the
-// quantized type that scales (per tensor or per channel) and shifts by the
-// zero point, in the layout the input has (a convolution's channels-last
-// output stays channels last).
-bool lower_quantize(Context& cx, const ir::Node& n) {
-  if (n.inputs.size() < 2 || n.outputs.size() != 1) return false;
-  const std::string &x = n.inputs[0], &y = n.outputs[0];
-  const bool quantize = n.op_type == "QuantizeLinear";
-  const DType qt = cx.dtype(quantize ? y : x);
-  if (!cx.is_f32(quantize ? x : y) || !(is_8bit(qt) || (!quantize && qt == DType::Int32))) return false;
-  const Dims dims = cx.dims(y);
-  const ir::Tensor* s = cx.constant(n.inputs[1]);
-  std::optional<PerChannel> channels;
-  std::optional<Quantization> q;
-  if (s && s->dims().size() == 1 && s->numel() > 1) {
-    channels = per_channel(cx, n, qt, dims);
-    if (channels && !channels->one_zero_point()) return is_8bit(qt) && per_channel_zero_points(cx, n, *channels, quantize);
-    if (channels) q = Quantization{1, int32_t(channels->zero_points[0])};
-  } else {
-    q = per_tensor(cx, n, 1, 2, qt);
-  }
-  if (!q || (qt == DType::Int32 && q->zero_point != 0)) return false;
-  const md from = cx.val(x).layout;
-  const dt type = *onednn_type(cx.dtype(y));
-  // From channel blocks (a float convolution's output) to channels last,
-  // the layout the int8 convolutions take.
-  auto to = retyped(from, type);
-  if (!to) to = dims.size() >= 3 && dims.size() <= 5 ? retyped(channels_last(dims), type) : plain_md(dims, type);
-  std::unordered_map<int, dnnl::memory> constants;
-  dnnl::primitive_attr attr = user_scratchpad();
-  if (channels) {
-    std::vector<float> scales;
-    for (float v : channels->scales) scales.push_back(quantize ? float(1.0 / double(v)) : v);
-    attr.set_output_scales(1 << channels->axis, scales);
-  } else {
-    output_scales_arg(cx, constants, attr, quantize ? float(1.0 / double(q->scale)) : q->scale);
-  }
-  zero_point_arg(cx, constants, attr, quantize ? DNNL_ARG_DST : DNNL_ARG_SRC, q->zero_point);
-  const dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), *to, attr);
-  emit(cx, n, pd, cx.val(x).buffer, from, std::move(constants), *to);
   return true;
 }
 

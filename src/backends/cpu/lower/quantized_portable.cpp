@@ -13,6 +13,7 @@
 #include "backends/cpu/lower/context.hpp"
 #include "backends/cpu/lower/families.hpp"
 #include "backends/cpu/lower/portable_conv_shape.hpp"
+#include "backends/cpu/lower/quantized_operands.hpp"
 #include "backends/cpu/portable/kernels.h"
 #include "backends/reference/kernel_context.hpp"
 #include "backends/reference/ops/op_util.hpp"
@@ -28,7 +29,6 @@ std::optional<int32_t> pk_type(DType t) {
   if (t == DType::Int32) return KILN_PK_INT32;
   return std::nullopt;
 }
-bool is_8bit(DType t) { return t == DType::UInt8 || t == DType::Int8; }
 bool given(const ir::Node& n, size_t i) { return i < n.inputs.size() && !n.inputs[i].empty(); }
 
 // Constant scales: float32, positive and finite, `1` or `count` of them.
